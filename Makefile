@@ -1,0 +1,41 @@
+# cdcflow — every target sets up what it needs in .venv first.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast bench lint proto clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "error: java not found: install a Java 17 runtime (e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[spark,dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/cdcflow demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not spark"
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy src/cdcflow
+
+# Regenerates src/cdcflow/proto/savegress_pb2.py from the .proto with the pinned grpcio-tools.
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/cdcflow/proto/savegress.proto
+
+clean:
+	rm -rf $(VENV) warehouse checkpoints .pytest_cache .mypy_cache .ruff_cache

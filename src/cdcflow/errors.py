@@ -1,0 +1,81 @@
+"""Errors raised by cdcflow.
+
+Every error has a stable ``code`` (printed as ``[CODE] message``) and pickles, because Spark
+ships exceptions between the driver and Python workers.
+
+::
+
+    CdcflowError                      root; ``code``, ``message``, ``hint``
+    ├── ConfigError                   bad configuration value (terminal)
+    ├── EnvironmentProblem            missing java, jar, ... (terminal)
+    ├── UnknownDialectError           dialect name not registered (terminal)
+    ├── DecodeError                   one raw message could not be decoded (per message)
+    ├── ApplyError                    an event could not be applied to its table (per event)
+    └── TransientError                worth retrying (I/O, HTTP 5xx, commit conflicts)
+
+``DecodeError`` and ``ApplyError`` are per-message problems: the pipeline dead-letters them and
+goes on. The others stop a command with a clear message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CdcflowError(Exception):
+    """Root of all cdcflow errors: a stable code, a message naming the problem, a hint."""
+
+    code: str = "CDCFLOW_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.hint = hint
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.code, self.hint))
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+
+def _rebuild(cls: type[CdcflowError], message: str, code: str, hint: str | None) -> CdcflowError:
+    return cls(message, code=code, hint=hint)
+
+
+class ConfigError(CdcflowError):
+    """A configuration value is wrong; the message names the key and the allowed values."""
+
+    code = "CONFIG_INVALID"
+
+
+class EnvironmentProblem(CdcflowError):
+    """Something the machine must provide is missing (java, the Iceberg jar, ...)."""
+
+    code = "ENVIRONMENT"
+
+
+class UnknownDialectError(CdcflowError):
+    """A dialect name is not registered."""
+
+    code = "DIALECT_UNKNOWN"
+
+
+class DecodeError(CdcflowError):
+    """One raw message could not be turned into canonical events."""
+
+    code = "DECODE_FAILED"
+
+
+class ApplyError(CdcflowError):
+    """An event could not be applied to its target table."""
+
+    code = "APPLY_FAILED"
+
+
+class TransientError(CdcflowError):
+    """A failure worth retrying."""
+
+    code = "TRANSIENT"

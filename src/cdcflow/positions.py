@@ -1,0 +1,96 @@
+"""Parsers for producers' native positions, shared by every dialect.
+
+Each parser turns a native position into a tuple of integers/strings for
+:func:`cdcflow.sequence.encode`. Raw positions are never compared as text: ``0/A`` > ``0/1000``
+as text but not as an LSN.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_PG_LSN = re.compile(r"^\s*([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})\s*$")
+_BINLOG_NUMBER = re.compile(r"(\d+)\s*$")
+_HLC = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*$")
+_MSSQL_LSN_COLON = re.compile(r"^\s*([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,4})\s*$")
+_MSSQL_LSN_HEX = re.compile(r"^\s*(?:0x)?([0-9A-Fa-f]{20})\s*$")
+
+
+def pg_lsn(text: str) -> int:
+    """Postgres LSN ``X/Y`` (two hex numbers) → one 64-bit integer."""
+    m = _PG_LSN.match(text) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"not a Postgres LSN (expected 'X/Y' in hex): {text!r}")
+    return (int(m.group(1), 16) << 32) | int(m.group(2), 16)
+
+
+def mysql_binlog(file: str, position: int | str) -> tuple[int, int]:
+    """MySQL binlog file + position → (file number, position).
+
+    ``mysql-bin.000123`` → 123: the file number orders files; their names share one base.
+    """
+    if not isinstance(file, str):
+        raise ValueError(f"binlog file must be a string, got {file!r}")
+    m = _BINLOG_NUMBER.search(file)
+    if not m:
+        raise ValueError(f"binlog file name has no sequence number: {file!r}")
+    try:
+        pos = int(position)
+    except (TypeError, ValueError):
+        raise ValueError(f"binlog position is not an integer: {position!r}") from None
+    if pos < 0:
+        raise ValueError(f"binlog position is negative: {pos}")
+    return int(m.group(1)), pos
+
+
+def mongodb_cluster_time(value: Any) -> tuple[int, int]:
+    """MongoDB cluster time ``{"t": seconds, "i": increment}`` (or extended JSON
+    ``{"$timestamp": {"t":..., "i":...}}``) → (t, i)."""
+    if isinstance(value, dict) and "$timestamp" in value:
+        value = value["$timestamp"]
+    if not isinstance(value, dict) or "t" not in value or "i" not in value:
+        raise ValueError(f"not a MongoDB cluster_time {{t, i}}: {value!r}")
+    t, i = value["t"], value["i"]
+    if not isinstance(t, int) or not isinstance(i, int) or isinstance(t, bool):
+        raise ValueError(f"cluster_time t and i must be integers: {value!r}")
+    return t, i
+
+
+def gtid(value: str) -> None:
+    """A MySQL GTID set is kept in ``position`` for audit but carries no total order."""
+    return None
+
+
+def crdb_hlc(text: str | int) -> tuple[int, int]:
+    """CockroachDB HLC ``wall.logical`` (``1532377312562986715.0000000000``) → (wall, logical),
+    compared as numbers, never through a float."""
+    m = _HLC.match(str(text))
+    if not m:
+        raise ValueError(f"not a CockroachDB HLC timestamp 'wall.logical': {text!r}")
+    return int(m.group(1)), int(m.group(2) or "0")
+
+
+def mssql_lsn(text: str) -> int:
+    """SQL Server LSN (``0000002A:000001B8:0003``, ``0x0000002A000001B80003`` or 20 hex digits)
+    → one integer (VLF, block, slot)."""
+    if not isinstance(text, str):
+        raise ValueError(f"SQL Server LSN must be a string: {text!r}")
+    m = _MSSQL_LSN_COLON.match(text)
+    if m:
+        return (int(m.group(1), 16) << 48) | (int(m.group(2), 16) << 16) | int(m.group(3), 16)
+    m = _MSSQL_LSN_HEX.match(text)
+    if m:
+        return int(m.group(1), 16)
+    raise ValueError(f"not a SQL Server LSN: {text!r}")
+
+
+def oracle_scn(value: int | str) -> int:
+    """Oracle SCN (number or numeric string) → integer."""
+    try:
+        scn = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"not an Oracle SCN: {value!r}") from None
+    if scn < 0:
+        raise ValueError(f"Oracle SCN is negative: {scn}")
+    return scn

@@ -1,0 +1,637 @@
+"""Typed values: canonical column types, per-source type tables, and value conversion.
+
+A canonical event carries typed row images (``before``/``after``/``key``) and, in ``types``, the
+canonical type of each column. Canonical type names are Spark SQL names plus a few logical names
+that Iceberg stores as strings or structs:
+
+=====================  ==================================  ===================================
+canonical type         Python value                        Iceberg / Spark column
+=====================  ==================================  ===================================
+``boolean``            ``bool``                            boolean
+``int`` ``bigint``     ``int``                             int / bigint
+``float`` ``double``   ``float``                           float / double
+``decimal(p,s)``       ``decimal.Decimal``                 decimal(p,s)
+``string``             ``str``                             string
+``binary``             ``bytes``                           binary
+``date``               ``datetime.date``                   date
+``timestamp``          aware ``datetime`` (UTC)            timestamp (with zone, UTC)
+``timestamp_ntz``      naive ``datetime``                  timestamp_ntz (wall clock)
+``time``               ``str`` ``HH:MM:SS[.ffffff]``       string (Spark has no time type)
+``uuid``               ``str`` (lower case)                string
+``json``               ``str`` (JSON text)                 string
+``array<T>``           ``list``                            array<T>
+``point``              ``{"x": float, "y": float}``        struct<x:double,y:double>
+=====================  ==================================  ===================================
+
+Inside Spark, a row image is a ``map<string,string>`` whose values are the *wire strings* of
+:func:`to_wire` (casts back to the column type are plain Spark SQL, see :func:`spark_type`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import math
+import re
+import uuid as uuidlib
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import orjson
+
+UTC = dt.UTC
+
+DEFAULT_DECIMAL = "decimal(38,18)"
+_DECIMAL_RE = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+_ARRAY_RE = re.compile(r"^array<(.+)>$")
+
+SCALAR_TYPES = frozenset(
+    {
+        "boolean",
+        "int",
+        "bigint",
+        "float",
+        "double",
+        "string",
+        "binary",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+        "time",
+        "uuid",
+        "json",
+        "point",
+    }
+)
+
+
+class ValueTypeError(ValueError):
+    """A wire value does not parse as its declared type."""
+
+
+# --------------------------------------------------------------------------- canonical types
+
+
+def decimal_type(precision: int, scale: int) -> str:
+    """Canonical name of a decimal type, clamped to Iceberg's maximum precision of 38."""
+    if precision > 38:
+        precision = 38
+    if scale > precision:
+        scale = precision
+    return f"decimal({precision},{scale})"
+
+
+def parse_decimal_type(t: str) -> tuple[int, int] | None:
+    """``decimal(p,s)`` → (p, s), else ``None``."""
+    m = _DECIMAL_RE.match(t)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def is_valid_type(t: str) -> bool:
+    """Whether ``t`` is a canonical type name."""
+    if t in SCALAR_TYPES or parse_decimal_type(t):
+        return True
+    m = _ARRAY_RE.match(t)
+    return bool(m) and is_valid_type(m.group(1))
+
+
+def spark_type(t: str) -> str:
+    """Spark SQL type used for a canonical type in a replica table."""
+    if t in ("time", "uuid", "json"):
+        return "string"
+    if t == "point":
+        return "struct<x:double,y:double>"
+    m = _ARRAY_RE.match(t)
+    if m:
+        return f"array<{spark_type(m.group(1))}>"
+    return t
+
+
+def spark_from_wire(expr: str, t: str) -> str:
+    """Spark SQL expression turning a wire string ``expr`` back into column type ``t``."""
+    st = spark_type(t)
+    if t in ("string", "time", "uuid", "json"):
+        return expr
+    if t == "binary":
+        return f"unbase64({expr})"
+    if t == "point" or t.startswith("array<"):
+        return f"from_json({expr}, '{st}')"
+    return f"cast({expr} as {st})"
+
+
+_INT_RANK = {"int": 1, "bigint": 2}
+_FLOAT_RANK = {"float": 1, "double": 2}
+
+
+def widen(old: str, new: str) -> str | None:
+    """The type a column must have to hold values of both ``old`` and ``new`` without loss,
+    limited to the widenings Iceberg allows (int→bigint, float→double, decimal precision up with
+    the same scale). ``None`` when no such safe type exists.
+    """
+    if old == new:
+        return old
+    if old in _INT_RANK and new in _INT_RANK:
+        return old if _INT_RANK[old] >= _INT_RANK[new] else new
+    if old in _FLOAT_RANK and new in _FLOAT_RANK:
+        return old if _FLOAT_RANK[old] >= _FLOAT_RANK[new] else new
+    do, dn = parse_decimal_type(old), parse_decimal_type(new)
+    if do and dn:
+        if do[1] != dn[1]:
+            return None
+        return old if do[0] >= dn[0] else new
+    if do and new in _INT_RANK:
+        # an integer fits a decimal column when the integer part has room for it
+        digits = 10 if new == "int" else 19
+        return old if do[0] - do[1] >= digits else None
+    # Same storage type (e.g. json stored in a string column): the column type stays.
+    if spark_type(old) == spark_type(new) == "string":
+        return old
+    return None
+
+
+# --------------------------------------------------------------------------- value parsing
+
+_TS_RE = re.compile(
+    r"^\s*(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?)?"
+    r"\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?\s*$"
+)
+_TIME_RE = re.compile(r"^\s*(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?\s*$")
+_INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
+
+
+def _parse_ts(text: str) -> tuple[dt.datetime, dt.timezone | None]:
+    m = _TS_RE.match(text)
+    if not m:
+        raise ValueTypeError(f"not an ISO-8601 timestamp: {text!r}")
+    y, mo, d, h, mi, s, frac, tz = m.groups()
+    micros = int((frac or "0").ljust(6, "0")[:6])  # beyond microseconds: truncated (Spark's unit)
+    try:
+        naive = dt.datetime(
+            int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(s or 0), micros
+        )
+    except ValueError as e:
+        raise ValueTypeError(f"not a valid timestamp: {text!r} ({e})") from None
+    zone: dt.timezone | None = None
+    if tz:
+        if tz in ("Z", "z"):
+            zone = UTC
+        else:
+            sign = -1 if tz[0] == "-" else 1
+            digits = tz[1:].replace(":", "")
+            hours, minutes = int(digits[:2]), int(digits[2:4] or 0)
+            zone = dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes))
+    return naive, zone
+
+
+def parse_timestamp(value: Any) -> dt.datetime:
+    """Instant → aware UTC datetime. Accepts ISO-8601 text (``T`` or space, up to 9 fractional
+    digits, ``Z`` or an offset; no zone means UTC), epoch numbers are not guessed."""
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if not isinstance(value, str):
+        raise ValueTypeError(f"timestamp must be text, got {type(value).__name__}: {value!r}")
+    naive, zone = _parse_ts(value)
+    return naive.replace(tzinfo=zone or UTC).astimezone(UTC)
+
+
+def parse_timestamp_ntz(value: Any) -> dt.datetime:
+    """Wall-clock timestamp → naive datetime. A ``Z``/``+00:00`` suffix is accepted (the
+    unified format writes Postgres ``timestamp`` as ``...Z``); another offset is an error."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None and value.utcoffset() != dt.timedelta(0):
+            raise ValueTypeError(f"timestamp without zone carries an offset: {value!r}")
+        return value.replace(tzinfo=None)
+    if not isinstance(value, str):
+        raise ValueTypeError(f"timestamp must be text, got {type(value).__name__}: {value!r}")
+    naive, zone = _parse_ts(value)
+    if zone is not None and zone.utcoffset(None) != dt.timedelta(0):
+        raise ValueTypeError(f"timestamp without time zone carries an offset: {value!r}")
+    return naive
+
+
+def _to_int(value: Any, bits: int) -> int:
+    if isinstance(value, bool):
+        raise ValueTypeError(f"expected an integer, got a boolean: {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and _INT_RE.match(value):
+        n = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        n = int(value)
+    elif isinstance(value, Decimal) and value == value.to_integral_value():
+        n = int(value)
+    else:
+        raise ValueTypeError(f"expected an integer, got {value!r}")
+    limit = 1 << (bits - 1)
+    if not -limit <= n < limit:
+        raise ValueTypeError(f"integer {n} does not fit {bits} bits")
+    return n
+
+
+def _to_decimal(value: Any, t: str) -> Decimal:
+    p, s = parse_decimal_type(t) or (38, 18)
+    if isinstance(value, bool):
+        raise ValueTypeError(f"expected a decimal, got a boolean: {value!r}")
+    try:
+        if isinstance(value, float):
+            d = Decimal(repr(value))
+        elif isinstance(value, (int, str, Decimal)):
+            d = Decimal(value.strip() if isinstance(value, str) else value)
+        else:
+            raise InvalidOperation
+    except InvalidOperation:
+        raise ValueTypeError(f"expected a decimal number, got {value!r}") from None
+    if not d.is_finite():
+        raise ValueTypeError(f"decimal must be finite, got {value!r}")
+    exp = d.as_tuple().exponent
+    assert isinstance(exp, int)
+    if -exp > s:
+        q = d.quantize(Decimal(1).scaleb(-s))
+        if q != d:
+            raise ValueTypeError(f"{value!r} has more than {s} fractional digits for {t}")
+        d = q
+    integer_digits = len(str(abs(int(d)))) if int(d) != 0 else 0
+    if integer_digits > p - s:
+        raise ValueTypeError(f"{value!r} does not fit {t}")
+    return d
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueTypeError(f"expected a number, got a boolean: {value!r}")
+    if isinstance(value, (int, float, Decimal)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise ValueTypeError(f"expected a floating-point number, got {value!r}")
+
+
+_TRUE = {"true", "t", "1", "yes", "y"}
+_FALSE = {"false", "f", "0", "no", "n"}
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise ValueTypeError(f"expected a boolean, got {value!r}")
+
+
+def _to_binary(value: Any) -> bytes:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueTypeError(f"expected base64 text, got {value[:60]!r}") from None
+    raise ValueTypeError(f"expected base64 text, got {value!r}")
+
+
+def _to_date(value: Any) -> dt.date:
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value.strip()[:10])
+        except ValueError:
+            pass
+    raise ValueTypeError(f"expected a date YYYY-MM-DD, got {value!r}")
+
+
+def _to_time(value: Any) -> str:
+    if isinstance(value, dt.time):
+        return value.isoformat()
+    if isinstance(value, str):
+        m = _TIME_RE.match(value)
+        if m:
+            h, mi, s, frac = m.groups()
+            if int(h) < 24 and int(mi) < 60 and int(s or 0) < 61:
+                base = f"{h}:{mi}:{s or '00'}"
+                return f"{base}.{frac[:6].ljust(6, '0')}" if frac else base
+    raise ValueTypeError(f"expected a time HH:MM:SS, got {value!r}")
+
+
+def _to_uuid(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            return str(uuidlib.UUID(value.strip()))
+        except ValueError:
+            pass
+    raise ValueTypeError(f"expected a UUID, got {value!r}")
+
+
+def _to_json(value: Any) -> str:
+    # JSON columns arrive as objects/arrays (unified format) or as JSON text (most others);
+    # text is kept as given.
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+_POINT_TEXT = re.compile(r"^\s*\(\s*([^,]+)\s*,\s*([^)]+)\s*\)\s*$")
+
+
+def _to_point(value: Any) -> dict[str, float]:
+    if isinstance(value, dict) and "x" in value and "y" in value:
+        return {"x": _to_float(value["x"]), "y": _to_float(value["y"])}
+    if isinstance(value, str):
+        m = _POINT_TEXT.match(value)
+        if m:
+            return {"x": _to_float(m.group(1)), "y": _to_float(m.group(2))}
+    raise ValueTypeError(f"expected a point {{x, y}} or '(x,y)', got {value!r}")
+
+
+def _to_string(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, dict, list)):
+        return orjson.dumps(value).decode()
+    if isinstance(value, (int, float, Decimal)):
+        return str(value)
+    raise ValueTypeError(f"expected text, got {value!r}")
+
+
+def convert(value: Any, t: str) -> Any:
+    """Turn a wire value into the Python value of canonical type ``t`` (``None`` stays None).
+
+    Raises :class:`ValueTypeError` naming the value and the type when it does not parse.
+    """
+    if value is None:
+        return None
+    if t == "string":
+        return _to_string(value)
+    if t == "bigint":
+        return _to_int(value, 64)
+    if t == "int":
+        return _to_int(value, 32)
+    if t.startswith("decimal"):
+        return _to_decimal(value, t)
+    if t == "boolean":
+        return _to_bool(value)
+    if t in ("double", "float"):
+        return _to_float(value)
+    if t == "timestamp":
+        return parse_timestamp(value)
+    if t == "timestamp_ntz":
+        return parse_timestamp_ntz(value)
+    if t == "date":
+        return _to_date(value)
+    if t == "binary":
+        return _to_binary(value)
+    if t == "json":
+        return _to_json(value)
+    if t == "time":
+        return _to_time(value)
+    if t == "uuid":
+        return _to_uuid(value)
+    if t == "point":
+        return _to_point(value)
+    m = _ARRAY_RE.match(t)
+    if m:
+        if not isinstance(value, list):
+            raise ValueTypeError(f"expected an array for {t}, got {value!r}")
+        inner = m.group(1)
+        return [convert(v, inner) for v in value]
+    raise ValueTypeError(f"unknown canonical type {t!r}")
+
+
+def infer_type(value: Any) -> str | None:
+    """Canonical type of a JSON-native value when the producer declares none.
+
+    Booleans, integers (bigint), floats (double), text (string), objects and arrays (json).
+    ``None`` gives no type. Text is never guessed to be a timestamp or a number: declare the
+    column's type in the source configuration for that.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, Decimal):
+        exp = value.as_tuple().exponent
+        scale = max(0, -exp) if isinstance(exp, int) else 0
+        return decimal_type(38, min(scale, 18)) if scale else "bigint"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (dict, list)):
+        return "json"
+    if isinstance(value, bytes):
+        return "binary"
+    return None
+
+
+# --------------------------------------------------------------------------- wire strings
+
+
+def _fmt_ts(v: dt.datetime) -> str:
+    if v.tzinfo is not None:
+        v = v.astimezone(UTC).replace(tzinfo=None)
+        return v.isoformat(timespec="microseconds") + "Z"
+    return v.isoformat(timespec="microseconds")
+
+
+def to_wire(value: Any) -> str | None:
+    """The string form of a typed value inside Spark row-image maps (see module docstring)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.datetime):
+        return _fmt_ts(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
+    if isinstance(value, (list, dict)):
+        return orjson.dumps(value, default=json_default).decode()
+    return str(value)
+
+
+def from_wire(text: str | None, t: str) -> Any:
+    """Invert :func:`to_wire` for canonical type ``t``."""
+    if text is None:
+        return None
+    if t in ("string", "json", "time", "uuid"):
+        return text
+    if t in ("point",) or t.startswith("array<"):
+        return convert(orjson.loads(text), t)
+    return convert(text, t)
+
+
+def json_default(value: Any) -> Any:
+    """orjson ``default`` for typed values: exact decimals, ISO timestamps, base64 bytes."""
+    if isinstance(value, Decimal):
+        return orjson.Fragment(format(value, "f"))
+    if isinstance(value, dt.datetime):
+        return _fmt_ts(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------- source type tables
+
+TypeMapper = Callable[[str], str]
+
+# Postgres, from the unified format's type-mapping table plus the usual aliases.
+POSTGRES: dict[str, str] = {
+    "smallint": "int",
+    "int2": "int",
+    "integer": "int",
+    "int": "int",
+    "int4": "int",
+    "serial": "int",
+    "bigint": "bigint",
+    "int8": "bigint",
+    "bigserial": "bigint",
+    "real": "float",
+    "float4": "float",
+    "double precision": "double",
+    "float8": "double",
+    "numeric": DEFAULT_DECIMAL,
+    "decimal": DEFAULT_DECIMAL,
+    "money": "decimal(19,2)",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "text": "string",
+    "varchar": "string",
+    "character varying": "string",
+    "char": "string",
+    "character": "string",
+    "bpchar": "string",
+    "name": "string",
+    "citext": "string",
+    "timestamp": "timestamp_ntz",
+    "timestamp without time zone": "timestamp_ntz",
+    "timestamptz": "timestamp",
+    "timestamp with time zone": "timestamp",
+    "date": "date",
+    "time": "time",
+    "time without time zone": "time",
+    "timetz": "string",
+    "time with time zone": "string",
+    "interval": "string",
+    "uuid": "uuid",
+    "json": "json",
+    "jsonb": "json",
+    "bytea": "binary",
+    "inet": "string",
+    "cidr": "string",
+    "macaddr": "string",
+    "point": "point",
+    "xml": "string",
+}
+
+# MySQL, from the unified format's type-mapping table plus the usual aliases.
+MYSQL: dict[str, str] = {
+    "tinyint(1)": "boolean",
+    "bool": "boolean",
+    "boolean": "boolean",
+    "tinyint": "int",
+    "smallint": "int",
+    "mediumint": "int",
+    "int": "int",
+    "integer": "int",
+    "bigint": "bigint",
+    "float": "float",
+    "double": "double",
+    "real": "double",
+    "decimal": "decimal(10,0)",
+    "numeric": "decimal(10,0)",
+    "char": "string",
+    "varchar": "string",
+    "tinytext": "string",
+    "text": "string",
+    "mediumtext": "string",
+    "longtext": "string",
+    "enum": "string",
+    "set": "array<string>",
+    "datetime": "timestamp_ntz",
+    "timestamp": "timestamp",
+    "date": "date",
+    "time": "time",
+    "year": "int",
+    "json": "json",
+    "binary": "binary",
+    "varbinary": "binary",
+    "tinyblob": "binary",
+    "blob": "binary",
+    "mediumblob": "binary",
+    "longblob": "binary",
+    "bit": "binary",
+}
+
+SOURCE_TYPE_TABLES: dict[str, dict[str, str]] = {"postgres": POSTGRES, "mysql": MYSQL}
+
+_TYPE_ARGS = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_ ]*?)\s*(?:\(\s*([^)]*)\))?\s*(\[\])?\s*$")
+
+
+def source_type(source: str, native: str) -> str:
+    """Canonical type for a source database's native column type (``numeric(10,2)``,
+    ``varchar(20)``, ``integer[]``, ``TINYINT(1)``...). Unknown types raise ``ValueTypeError``
+    naming the type; canonical names are accepted as they are.
+    """
+    table = SOURCE_TYPE_TABLES.get(source)
+    raw = native.strip()
+    low = raw.lower()
+    if is_valid_type(low):
+        return low
+    if table is None:
+        raise ValueTypeError(
+            f"no type table for source {source!r}; declare canonical types "
+            f"(one of {', '.join(sorted(SCALAR_TYPES))}, decimal(p,s), array<T>)"
+        )
+    if low in table:
+        return table[low]
+    if low.startswith("_"):  # Postgres internal array names: _int4
+        return f"array<{source_type(source, low[1:])}>"
+    m = _TYPE_ARGS.match(low)
+    if not m:
+        raise ValueTypeError(f"cannot read {source} type {native!r}")
+    base, args, is_array = m.group(1).strip(), m.group(2), m.group(3)
+    if is_array:
+        inner = source_type(source, base + (f"({args})" if args else ""))
+        return f"array<{inner}>"
+    if base in ("numeric", "decimal") and args:
+        parts = [a.strip() for a in args.split(",")]
+        try:
+            p = int(parts[0])
+            s = int(parts[1]) if len(parts) > 1 else 0
+        except ValueError:
+            raise ValueTypeError(f"bad precision in {native!r}") from None
+        return decimal_type(p, s)
+    if base in table:
+        return table[base]
+    raise ValueTypeError(f"unknown {source} type {native!r}")
