@@ -116,7 +116,7 @@ def to_json_dict(ev: Mapping[str, Any]) -> dict[str, Any]:
 
 def dumps(ev: Mapping[str, Any]) -> bytes:
     """One canonical event as compact JSON (typed values, exact decimals)."""
-    return orjson.dumps(to_json_dict(ev), default=json_default)
+    return orjson.dumps(to_json_dict(ev), default=json_default, option=orjson.OPT_UTC_Z)
 
 
 def loads(data: bytes | str) -> dict[str, Any]:

@@ -147,12 +147,20 @@ class Decoder:
             if dialect is None:
                 assert self.detector is not None
                 doc: Any = None
+                json_problem: DecodeError | None = None
                 try:
                     doc = parse_json(msg)
-                except DecodeError:
+                except DecodeError as e:
                     if not self._binary_capable():
                         raise
-                dialect = self.detector.detect(msg, doc)
+                    json_problem = e
+                try:
+                    dialect = self.detector.detect(msg, doc)
+                except DecodeError:
+                    # a message that is not even JSON is reported as such
+                    if json_problem is not None:
+                        raise json_problem from None
+                    raise
             results = dialect.decode(msg)
         except DecodeError as e:
             rej = Rejection(

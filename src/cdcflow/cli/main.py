@@ -1,0 +1,93 @@
+"""The ``cdcflow`` command line.
+
+Heavy imports (pyspark) happen inside the commands that need them, so ``--help`` and
+``cdcflow inspect`` start without a JVM. Known errors print ``[CODE] message`` and a hint on
+stderr; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cdcflow.errors import CdcflowError
+
+_DEBUG = False
+
+#: (module, click command attribute); modules are imported when the CLI starts, and import
+#: nothing heavy at module level.
+COMMANDS: list[tuple[str, str]] = [
+    ("cdcflow.cli.inspect", "inspect_cmd"),
+]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.version_option(package_name="cdcflow")
+def cli(debug: bool) -> None:
+    """cdcflow: CDC messages of every dialect → exact Apache Iceberg replicas on Spark."""
+    global _DEBUG
+    _DEBUG = debug
+
+
+def _register(module: str, name: str) -> None:
+    import importlib
+
+    cmd = getattr(importlib.import_module(module), name)
+    cli.add_command(cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one error funnel for every command."""
+    for module, name in COMMANDS:
+        if name not in cli.commands:
+            _register(module, name)
+    try:
+        rv = cli.main(args=argv, prog_name="cdcflow", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except click.exceptions.Exit as e:
+        return int(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except CdcflowError as e:
+        click.echo(str(e), err=True)
+        if e.hint:
+            click.echo(f"hint: {e.hint}", err=True)
+        if _DEBUG:
+            raise
+        return 2
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+
+
+def echo_err(message: str) -> None:
+    """Write one line to stderr."""
+    click.echo(message, err=True)
+
+
+def resolve_paths(paths: tuple[str, ...]) -> list[Path | None]:
+    """Files named on the command line; directories expand to their files (sorted);
+    ``-`` means stdin (``None``)."""
+    out: list[Path | None] = []
+    for p in paths or ("-",):
+        if p == "-":
+            out.append(None)
+            continue
+        path = Path(p)
+        if path.is_dir():
+            out.extend(
+                f for f in sorted(path.rglob("*"))
+                if f.is_file() and not f.name.startswith(("_", "."))
+            )
+        elif path.exists():
+            out.append(path)
+        else:
+            raise CdcflowError(f"no such file: {p}", code="FILE_NOT_FOUND")
+    return out
+
