@@ -1,0 +1,189 @@
+"""Pipeline configuration: a YAML file validated with clear errors.
+
+Example::
+
+    pipeline: shop                     # name; identifies this pipeline in table commits
+    checkpoint: ./checkpoints/shop
+    namespace: shop                    # Iceberg namespace of the replicas
+    catalog: {name: cdc, type: hadoop, warehouse: ./warehouse}
+    spark: {master: "local[*]", conf: {spark.driver.memory: 4g}}
+    sources:
+      - name: pg
+        path: ./landing/pg             # local path or any Hadoop-filesystem URI
+        dialect: savegress             # or auto
+        keys: {users: [id]}            # for producers that send no key names
+        types: {users: {amount: "numeric(10,2)"}}
+    tables:
+      default: {mode: merge, deletes: hard}
+      audit_log: {mode: append}
+    tombstone_retention: 7d
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cdcflow.errors import ConfigError
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int) -> int:
+    """``90s``, ``15m``, ``12h``, ``7d`` (or plain seconds) → seconds."""
+    if isinstance(text, int):
+        return text
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"expected a duration like 30s, 15m, 12h or 7d, got {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CatalogConfig(_Model):
+    """The Iceberg catalog the replicas live in."""
+
+    name: str = "cdc"
+    type: Literal["hadoop", "rest", "hive", "jdbc", "glue"] = "hadoop"
+    uri: str | None = None
+    warehouse: str = "./warehouse"
+    options: dict[str, str] = Field(default_factory=dict)
+
+
+class SparkConfig(_Model):
+    """Spark settings; ``conf`` is passed through."""
+
+    master: str = "local[*]"
+    shuffle_partitions: int = 4
+    iceberg_jar: str | None = None
+    iceberg_packages: str | None = None
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class SourceConfig(_Model):
+    """One landing zone and how to decode it."""
+
+    name: str
+    path: str
+    dialect: str = "auto"
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    types: dict[str, dict[str, str]] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+    max_files_per_batch: int | None = None
+
+    @field_validator("dialect")
+    @classmethod
+    def _known_dialect(cls, v: str) -> str:
+        from cdcflow.dialects import dialect_class
+
+        if v != "auto":
+            dialect_class(v)
+        return v
+
+
+class TableConfig(_Model):
+    """How one target table is written."""
+
+    mode: Literal["merge", "append"] = "merge"
+    keys: list[str] | None = None
+    deletes: Literal["hard", "soft"] = "hard"
+    name: str | None = None
+
+
+class PipelineConfig(_Model):
+    """A whole pipeline (``cdcflow run CONFIG``)."""
+
+    pipeline: str = "cdcflow"
+    checkpoint: str = "./checkpoints/cdcflow"
+    namespace: str = "cdc"
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    sources: list[SourceConfig]
+    tables: dict[str, TableConfig] = Field(default_factory=dict)
+    tombstone_retention: str = "7d"
+    follow_interval: str = "10s"
+    parallel_tables: int = 2
+
+    @field_validator("tombstone_retention", "follow_interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+    @field_validator("namespace", "pipeline")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+            raise ValueError(f"must be letters, digits and _ (got {v!r})")
+        return v
+
+    def table(self, name: str) -> TableConfig:
+        """Settings of a target table (its own entry, else ``default``)."""
+        return self.tables.get(name) or self.tables.get("default") or TableConfig()
+
+    @property
+    def retention_seconds(self) -> int:
+        """Tombstone retention in seconds."""
+        return parse_duration(self.tombstone_retention)
+
+
+def _format_errors(err: ValidationError, origin: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "literal_error":
+            msg = f"{msg} (got {e.get('input')!r})"
+        lines.append(f"{loc}: {msg}")
+    return f"invalid configuration {origin}: " + "; ".join(lines)
+
+
+def load_config(data: Mapping[str, Any], origin: str = "") -> PipelineConfig:
+    """Validate a configuration mapping; errors name each bad key and the allowed values."""
+    try:
+        return PipelineConfig.model_validate(dict(data))
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, origin)) from None
+
+
+def load_config_file(path: str | Path) -> PipelineConfig:
+    """Read and validate a YAML configuration file."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"configuration file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} must hold a mapping at the top level")
+    cfg = load_config(data, f"({p})")
+    return _relative_to(cfg, p.parent)
+
+
+def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
+    """Resolve relative local paths against the configuration file's folder."""
+
+    def fix(path: str) -> str:
+        if "://" in path or Path(path).is_absolute():
+            return path
+        return str((base / path).resolve())
+
+    return cfg.model_copy(
+        update={
+            "checkpoint": fix(cfg.checkpoint),
+            "catalog": cfg.catalog.model_copy(update={"warehouse": fix(cfg.catalog.warehouse)}),
+            "sources": [s.model_copy(update={"path": fix(s.path)}) for s in cfg.sources],
+        }
+    )

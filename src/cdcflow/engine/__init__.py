@@ -1,0 +1,1 @@
+"""The engine: micro-batches of canonical events → sinks (Spark SQL only)."""

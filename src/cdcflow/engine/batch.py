@@ -1,0 +1,348 @@
+"""One micro-batch: validate → dead-letter → dedup → order → collapse → sinks.
+
+The batch function runs inside ``foreachBatch``. It only ever collects *metadata* to the
+driver (tables, operations and column types seen, counts), never event data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdcflow.config import PipelineConfig
+from cdcflow.engine.commit import commit_properties, committed_steps, ledger_props
+from cdcflow.engine.sql import lit, q
+from cdcflow.engine.tables import (
+    ensure_namespace,
+    evolve,
+    plan_schema,
+    read_columns,
+)
+from cdcflow.sinks.append import apply_append, ensure_changelog
+from cdcflow.sinks.deadletter import event_rows, rejected_rows, write_dead_letters
+from cdcflow.sinks.merge import (
+    MergeTarget,
+    apply_merge,
+    ensure_merge_table,
+    key_columns_from_table,
+)
+
+HISTORY_COLUMNS = (
+    "pipeline string, batch_id bigint, started_at timestamp, finished_at timestamp, "
+    "events bigint, operations map<string,bigint>, duplicates bigint, conflicts bigint, "
+    "stale bigint, dead_lettered bigint, tables map<string,bigint>, seconds double"
+)
+
+_ROW_OPS = "('INSERT','UPDATE','DELETE','UPSERT','SNAPSHOT')"
+_ROW_OP_SET = frozenset({"INSERT", "UPDATE", "DELETE", "UPSERT", "SNAPSHOT"})
+
+
+@dataclass(frozen=True)
+class TableOutcome:
+    """What happened to one target table in a batch."""
+
+    table: str
+    mode: str
+    events: int
+    duplicates: int = 0
+    conflicts: int = 0
+    stale: int = 0
+    dead_lettered: int = 0
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """Progress figures of one micro-batch."""
+
+    batch_id: int
+    events: int
+    operations: dict[str, int]
+    duplicates: int
+    conflicts: int
+    stale: int
+    dead_lettered: int
+    tables: dict[str, int]
+    seconds: float
+    outcomes: tuple[TableOutcome, ...] = field(default_factory=tuple)
+
+    @property
+    def rate(self) -> float:
+        """Events per second."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def target_name(table: str) -> str:
+    """Default replica name of a source table: lower case, non-identifier characters → ``_``."""
+    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in table.lower())
+    return out or "_"
+
+
+class BatchProcessor:
+    """The ``foreachBatch`` function of a pipeline."""
+
+    def __init__(self, spark: Any, cfg: PipelineConfig, pipeline_id: str,
+                 on_report: Any = None) -> None:
+        self.spark = spark
+        self.cfg = cfg
+        self.pipeline_id = pipeline_id
+        self.on_report = on_report
+        self.catalog = cfg.catalog.name
+        self.namespace = f"{q(self.catalog)}.{q(cfg.namespace)}"
+        self.internal = f"{q(self.catalog)}.{q(cfg.namespace + '__cdcflow')}"
+        self.first_batch = True
+        self.reports: list[BatchReport] = []
+
+    def ident(self, table: str) -> str:
+        """Replica identifier for a target name."""
+        return f"{self.namespace}.{q(table)}"
+
+    @property
+    def dead_letter_table(self) -> str:
+        """Identifier of the dead-letter table."""
+        return f"{self.internal}.dead_letters"
+
+    @property
+    def history_table(self) -> str:
+        """Identifier of the batch-history table."""
+        return f"{self.internal}.batches"
+
+    def tombstone_table(self, table: str) -> str:
+        """Identifier of a replica's tombstone table."""
+        return f"{self.internal}.{q('tombstones__' + table)}"
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        started = time.time()
+        spark = self.spark
+        check = self.first_batch
+        ensure_namespace(spark, self.catalog, self.cfg.namespace)
+        ensure_namespace(spark, self.catalog, self.cfg.namespace + "__cdcflow")
+        if check and "history" in committed_steps(
+            spark, self.history_table, self.pipeline_id, batch_id
+        ):
+            self.first_batch = False
+            return
+        decoded = df.selectExpr(
+            "*",
+            "xxhash64(coalesce(`table`, ''), coalesce(operation, ''), coalesce(sequence, ''), "
+            "to_json(key), to_json(before), to_json(after), partial) AS _fp",
+            "regexp_replace(lower(coalesce(`table`, '')), '[^a-z0-9_]', '_') AS _target",
+        ).persist()
+        try:
+            report = self._process(decoded, batch_id, check, started)
+        finally:
+            decoded.unpersist()
+        self.first_batch = False
+        self.reports.append(report)
+        if self.on_report:
+            self.on_report(report)
+
+    # ------------------------------------------------------------------ steps
+
+    def _process(self, decoded: Any, batch_id: int, check: bool, started: float) -> BatchReport:
+        spark = self.spark
+        events = decoded.where("error_code IS NULL")
+        ops_rows = events.groupBy("_target", "operation").agg(
+            {"*": "count", "partial": "max"}
+        ).collect()
+        per_table_ops: dict[str, dict[str, int]] = defaultdict(dict)
+        partial_tables: set[str] = set()
+        operations: dict[str, int] = defaultdict(int)
+        for r in ops_rows:
+            n = int(r["count(1)"])
+            operations[r["operation"]] += n
+            if r["_target"]:
+                per_table_ops[r["_target"]][r["operation"]] = n
+                if r["max(partial)"]:
+                    partial_tables.add(r["_target"])
+        type_rows = spark.sql(
+            "SELECT DISTINCT _target, t.key AS col, t.value AS type FROM "
+            f"(SELECT _target, types FROM {_view(events, 'typed')}) "
+            "LATERAL VIEW explode(types) t AS key, value"
+        ).collect()
+        seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        for r in type_rows:
+            seen[r["_target"]][r["col"]].add(r["type"])
+        key_rows = events.where("key IS NOT NULL").selectExpr(
+            "_target", "array_sort(map_keys(key)) AS names"
+        ).distinct().collect()
+        key_names: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+        for r in key_rows:
+            key_names[r["_target"]].add(tuple(r["names"]))
+
+        dead = [rejected_rows(decoded.where("error_code IS NOT NULL"), self.pipeline_id,
+                              batch_id)]
+        jobs = []
+        outcomes: list[TableOutcome] = []
+        for target, ops in sorted(per_table_ops.items()):
+            if not (set(ops) - {"BEGIN", "COMMIT", "RESOLVED"}):
+                continue
+            jobs.append((target, ops))
+
+        def run(job: tuple[str, dict[str, int]]) -> tuple[TableOutcome, list[Any]]:
+            target, ops = job
+            return self._table(events, target, ops, seen.get(target, {}),
+                               key_names.get(target, set()), target in partial_tables,
+                               batch_id, check)
+
+        with ThreadPoolExecutor(max_workers=max(1, self.cfg.parallel_tables)) as pool:
+            for outcome, rejects in pool.map(run, jobs):
+                outcomes.append(outcome)
+                dead.extend(rejects)
+
+        dlq = dead[0]
+        for d in dead[1:]:
+            dlq = dlq.unionByName(d)
+        dead_n = write_dead_letters(spark, self.dead_letter_table, dlq, self.pipeline_id,
+                                    batch_id, check)
+        total = sum(operations.values())
+        report = BatchReport(
+            batch_id=batch_id,
+            events=total,
+            operations=dict(operations),
+            duplicates=sum(o.duplicates for o in outcomes),
+            conflicts=sum(o.conflicts for o in outcomes),
+            stale=sum(o.stale for o in outcomes),
+            dead_lettered=dead_n,
+            tables={o.table: o.events for o in outcomes},
+            seconds=time.time() - started,
+            outcomes=tuple(outcomes),
+        )
+        self._history(report, started)
+        return report
+
+    def _table(
+        self,
+        events: Any,
+        target: str,
+        ops: dict[str, int],
+        seen: dict[str, set[str]],
+        key_sets: set[tuple[str, ...]],
+        has_partial: bool,
+        batch_id: int,
+        check: bool,
+    ) -> tuple[TableOutcome, list[Any]]:
+        spark = self.spark
+        tcfg = self.cfg.table(target)
+        name = tcfg.name or target
+        ident = self.ident(name)
+        mine = events.where(f"_target = {lit(target)}")
+        rejects: list[Any] = []
+        existing = read_columns(spark, ident)
+        plan = plan_schema(existing, seen)
+        if plan.conflicts:
+            cond = " OR ".join(
+                f"types[{lit(c)}] IN ({', '.join(lit(t) for t in sorted(bad))})"
+                for c, bad in plan.conflicts.items()
+            )
+            reason = "; ".join(plan.reasons.values())
+            rejects.append(event_rows(mine.where(cond), self.pipeline_id, batch_id,
+                                      "TYPE_CONFLICT", lit(reason)))
+            mine = mine.where(f"NOT ({cond})")
+        n_events = sum(ops.values())
+
+        if tcfg.mode == "append":
+            ensure_changelog(spark, ident, plan)
+            apply_append(spark, mine, ident, plan.types, self.pipeline_id, batch_id, check)
+            return TableOutcome(name, "append", n_events), rejects
+
+        keys = self._keys(spark, ident, tcfg.keys, key_sets, name)
+        row_events = sum(n for op, n in ops.items() if op in _ROW_OP_SET)
+        if keys is None and not row_events:
+            # schema-only events (DDL) for a table not created yet: rows will carry the columns
+            if existing is not None:
+                evolve(spark, ident, plan)
+            return TableOutcome(name, "merge", n_events), rejects
+        if keys is None:
+            rejects.append(event_rows(
+                mine.where(f"operation IN {_ROW_OPS}"), self.pipeline_id, batch_id,
+                "KEY_UNKNOWN",
+                lit(f"no key columns known for table {name!r}: the producer sends none; set "
+                    f"tables.{name}.keys or the source's keys in the configuration"),
+            ))
+            return TableOutcome(name, "merge", n_events), rejects
+        for k in keys:
+            plan.types.setdefault(k, "string")
+        missing_key = " OR ".join(
+            f"coalesce(key[{lit(k)}], CASE WHEN operation = 'DELETE' THEN before[{lit(k)}] "
+            f"ELSE after[{lit(k)}] END) IS NULL" for k in keys
+        )
+        bad_keys = f"operation IN {_ROW_OPS} AND ({missing_key})"
+        rejects.append(event_rows(
+            mine.where(bad_keys), self.pipeline_id, batch_id, "KEY_MISSING",
+            lit(f"row event lacks a value for key column(s) {list(keys)} of table {name!r}"),
+        ))
+        mine = mine.where(f"NOT ({bad_keys})")
+        if existing is None:
+            ensure_merge_table(spark, ident, keys, plan.types)
+        else:
+            evolve(spark, ident, plan)
+        result = apply_merge(
+            spark,
+            mine,
+            MergeTarget(
+                ident=ident,
+                tombstones=self.tombstone_table(name),
+                keys=keys,
+                types=plan.types,
+                soft_deletes=tcfg.deletes == "soft",
+                pipeline=self.pipeline_id,
+                batch_id=batch_id,
+                check_ledger=check,
+            ),
+            has_partial,
+        )
+        return TableOutcome(
+            name, "merge", n_events, result.duplicates, result.conflicts, result.stale,
+            skipped=result.skipped,
+        ), rejects
+
+    def _keys(self, spark: Any, ident: str, configured: list[str] | None,
+              key_sets: set[tuple[str, ...]], name: str) -> tuple[str, ...] | None:
+        if configured:
+            return tuple(configured)
+        recorded = key_columns_from_table(spark, ident)
+        if recorded:
+            return recorded
+        if len(key_sets) == 1:
+            return next(iter(key_sets))
+        if len(key_sets) > 1:
+            # producers disagree: the widest set names the whole key
+            return max(key_sets, key=len)
+        for src in self.cfg.sources:
+            if name in src.keys:
+                return tuple(src.keys[name])
+        return None
+
+    def _history(self, report: BatchReport, started: float) -> None:
+        spark = self.spark
+        ident = self.history_table
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {ident} ({HISTORY_COLUMNS}) USING iceberg "
+            "TBLPROPERTIES ('format-version'='2')"
+        )
+        ops = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.operations.items())
+        tables = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.tables.items())
+        with commit_properties(spark, ledger_props(self.pipeline_id, report.batch_id, "history")):
+            spark.sql(
+                f"""
+                INSERT INTO {ident} SELECT {lit(self.pipeline_id)}, {report.batch_id},
+                  timestamp_seconds({started}), current_timestamp(), {report.events},
+                  {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
+                  {report.duplicates}, {report.conflicts}, {report.stale},
+                  {report.dead_lettered},
+                  {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
+                  {report.seconds}
+                """
+            )
+
+
+def _view(df: Any, prefix: str) -> str:
+    from cdcflow.engine.sql import view_name
+
+    name = view_name(prefix)
+    df.createOrReplaceTempView(name)
+    return name

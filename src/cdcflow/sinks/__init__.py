@@ -1,0 +1,1 @@
+"""Sinks: where canonical events go (Iceberg replicas, changelogs, dead letters)."""
