@@ -19,6 +19,13 @@ _DEBUG = False
 #: nothing heavy at module level.
 COMMANDS: list[tuple[str, str]] = [
     ("cdcflow.cli.inspect", "inspect_cmd"),
+    ("cdcflow.cli.pipeline", "run_cmd"),
+    ("cdcflow.cli.pipeline", "demo_cmd"),
+    ("cdcflow.cli.results", "tables_cmd"),
+    ("cdcflow.cli.results", "show_cmd"),
+    ("cdcflow.cli.results", "sql_cmd"),
+    ("cdcflow.cli.results", "dead_letters_cmd"),
+    ("cdcflow.cli.results", "history_cmd"),
 ]
 
 
