@@ -36,7 +36,7 @@ import math
 import re
 import uuid as uuidlib
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 import orjson
@@ -247,11 +247,12 @@ def _to_decimal(value: Any, t: str) -> Decimal:
         raise ValueTypeError(f"decimal must be finite, got {value!r}")
     exp = d.as_tuple().exponent
     assert isinstance(exp, int)
-    if -exp > s:
+    with localcontext() as ctx:
+        ctx.prec = 100  # decimal(38, s) needs more than the default 28 digits
         q = d.quantize(Decimal(1).scaleb(-s))
-        if q != d:
-            raise ValueTypeError(f"{value!r} has more than {s} fractional digits for {t}")
-        d = q
+    if -exp > s and q != d:
+        raise ValueTypeError(f"{value!r} has more than {s} fractional digits for {t}")
+    d = q
     integer_digits = len(str(abs(int(d)))) if int(d) != 0 else 0
     if integer_digits > p - s:
         raise ValueTypeError(f"{value!r} does not fit {t}")

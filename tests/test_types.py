@@ -1,0 +1,108 @@
+"""Typed values: conversion, wire strings, type tables, widening."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from cdcflow import types as T
+
+
+def test_decimal_strings_are_exact() -> None:
+    assert T.convert("123.456", "decimal(6,3)") == Decimal("123.456")
+    assert T.convert("12.5", "decimal(10,2)") == Decimal("12.50")
+    assert T.to_wire(T.convert("12.5", "decimal(10,2)")) == "12.50"
+    with pytest.raises(T.ValueTypeError, match="fractional digits"):
+        T.convert("1.234", "decimal(10,2)")
+    with pytest.raises(T.ValueTypeError, match="does not fit"):
+        T.convert("123456", "decimal(6,3)")
+
+
+def test_timestamps() -> None:
+    ts = T.convert("2025-01-15T10:30:00.123456Z", "timestamp")
+    assert ts == dt.datetime(2025, 1, 15, 10, 30, 0, 123456, tzinfo=dt.UTC)
+    assert T.convert("2025-01-15T12:30:00+02:00", "timestamp") == dt.datetime(
+        2025, 1, 15, 10, 30, tzinfo=dt.UTC
+    )
+    # SQL Server datetime2(7): 7 fractional digits truncated to microseconds
+    assert T.convert("2026-08-07 16:25:00.8833333", "timestamp_ntz") == dt.datetime(
+        2026, 8, 7, 16, 25, 0, 883333
+    )
+    # the unified format writes Postgres `timestamp` with a Z
+    assert T.convert("2025-01-15T10:30:00Z", "timestamp_ntz") == dt.datetime(2025, 1, 15, 10, 30)
+    with pytest.raises(T.ValueTypeError, match="offset"):
+        T.convert("2025-01-15T10:30:00+02:00", "timestamp_ntz")
+    assert T.to_wire(ts) == "2025-01-15T10:30:00.123456Z"
+
+
+def test_binary_json_point_array() -> None:
+    assert T.convert("SGVsbG8gV29ybGQ=", "binary") == b"Hello World"
+    with pytest.raises(T.ValueTypeError, match="base64"):
+        T.convert("not base64!", "binary")
+    assert T.convert({"key": "value"}, "json") == '{"key":"value"}'
+    assert T.convert({"x": 1.0, "y": 2}, "point") == {"x": 1.0, "y": 2.0}
+    assert T.convert("(1.5,2)", "point") == {"x": 1.5, "y": 2.0}
+    assert T.convert([1, 2, 3], "array<int>") == [1, 2, 3]
+    assert T.to_wire([1, 2]) == "[1,2]"
+
+
+def test_ints_and_bools() -> None:
+    assert T.convert("105", "int") == 105
+    with pytest.raises(T.ValueTypeError, match="32 bits"):
+        T.convert(2**31, "int")
+    with pytest.raises(T.ValueTypeError, match="integer"):
+        T.convert("1.5", "bigint")
+    assert T.convert("true", "boolean") is True
+    assert T.convert(0, "boolean") is False
+
+
+@pytest.mark.parametrize(
+    ("source", "native", "canonical"),
+    [
+        ("postgres", "integer", "int"),
+        ("postgres", "numeric(10,2)", "decimal(10,2)"),
+        ("postgres", "NUMERIC", T.DEFAULT_DECIMAL),
+        ("postgres", "timestamptz", "timestamp"),
+        ("postgres", "timestamp without time zone", "timestamp_ntz"),
+        ("postgres", "jsonb", "json"),
+        ("postgres", "bytea", "binary"),
+        ("postgres", "integer[]", "array<int>"),
+        ("postgres", "_int8", "array<bigint>"),
+        ("postgres", "varchar(20)", "string"),
+        ("postgres", "point", "point"),
+        ("mysql", "TINYINT(1)", "boolean"),
+        ("mysql", "tinyint", "int"),
+        ("mysql", "DECIMAL(12,4)", "decimal(12,4)"),
+        ("mysql", "datetime", "timestamp_ntz"),
+        ("mysql", "timestamp", "timestamp"),
+        ("mysql", "set", "array<string>"),
+        ("mysql", "blob", "binary"),
+        ("mysql", "enum", "string"),
+    ],
+)
+def test_source_type_tables(source: str, native: str, canonical: str) -> None:
+    assert T.source_type(source, native) == canonical
+
+
+def test_unknown_source_type_is_named() -> None:
+    with pytest.raises(T.ValueTypeError, match="geography"):
+        T.source_type("postgres", "geography")
+
+
+def test_widening() -> None:
+    assert T.widen("int", "bigint") == "bigint"
+    assert T.widen("float", "double") == "double"
+    assert T.widen("decimal(10,2)", "decimal(12,2)") == "decimal(12,2)"
+    assert T.widen("decimal(10,2)", "decimal(10,3)") is None
+    assert T.widen("bigint", "string") is None
+
+
+def test_inference_never_guesses_text() -> None:
+    assert T.infer_type("2025-01-15T10:30:00Z") == "string"
+    assert T.infer_type(1) == "bigint"
+    assert T.infer_type(1.5) == "double"
+    assert T.infer_type(True) == "boolean"
+    assert T.infer_type({"a": 1}) == "json"
+    assert T.infer_type(None) is None
