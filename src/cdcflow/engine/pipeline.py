@@ -122,4 +122,19 @@ class Pipeline:
         finally:
             if query.isActive:
                 query.stop()
+        if query.exception() is None:
+            self.expire_tombstones(processor)
         return processor.reports
+
+    def expire_tombstones(self, processor: BatchProcessor) -> None:
+        """Drop tombstones older than ``tombstone_retention`` (after each run)."""
+        from cdcflow.sinks.merge import expire_tombstones
+
+        ns = f"{self.cfg.catalog.name}.{self.cfg.namespace}__cdcflow"
+        try:
+            names = [r["tableName"] for r in self.spark.sql(f"SHOW TABLES IN {ns}").collect()]
+        except Exception:
+            return
+        for name in names:
+            if name.startswith("tombstones__"):
+                expire_tombstones(self.spark, f"{ns}.`{name}`", self.cfg.retention_seconds)
