@@ -84,9 +84,13 @@ class SourceConfig(_Model):
     @classmethod
     def _known_dialect(cls, v: str) -> str:
         from cdcflow.dialects import dialect_class
+        from cdcflow.errors import UnknownDialectError
 
         if v != "auto":
-            dialect_class(v)
+            try:
+                dialect_class(v)
+            except UnknownDialectError as e:
+                raise ValueError(e.message) from None
         return v
 
 

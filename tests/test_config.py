@@ -1,0 +1,64 @@
+"""Configuration validation names the bad key and the allowed values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdcflow.config import load_config, load_config_file, parse_duration
+from cdcflow.errors import ConfigError
+
+BASE = {"sources": [{"name": "s", "path": "/tmp/x", "dialect": "savegress"}]}
+
+
+def test_defaults() -> None:
+    cfg = load_config(BASE)
+    assert cfg.table("anything").mode == "merge"
+    assert cfg.retention_seconds == 7 * 86400
+    assert cfg.catalog.type == "hadoop"
+
+
+def test_unknown_key_is_named() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config({**BASE, "tabels": {}})
+    assert e.value.code == "CONFIG_INVALID"
+    assert "tabels: unknown key" in e.value.message
+
+
+def test_bad_literal_lists_allowed_values() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config({**BASE, "tables": {"t": {"mode": "upsert"}}})
+    assert "tables.t.mode" in e.value.message
+    assert "'merge'" in e.value.message and "'append'" in e.value.message
+    assert "'upsert'" in e.value.message
+
+
+def test_unknown_dialect_suggests_closest() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config({"sources": [{"name": "s", "path": "/x", "dialect": "savegres"}]})
+    assert "Did you mean 'savegress'" in e.value.message
+
+
+def test_durations() -> None:
+    assert parse_duration("90s") == 90
+    assert parse_duration("2h") == 7200
+    with pytest.raises(ConfigError, match="tombstone_retention"):
+        load_config({**BASE, "tombstone_retention": "a week"})
+
+
+def test_file_paths_resolve_relative_to_the_file(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("pipeline: p\nsources:\n  - {name: s, path: landing}\n")
+    cfg = load_config_file(f)
+    assert cfg.sources[0].path == str(tmp_path / "landing")
+    assert cfg.catalog.warehouse == str(tmp_path / "warehouse")
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config_file(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources: [")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config_file(bad)
