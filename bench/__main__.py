@@ -32,8 +32,15 @@ def _lsn(n: int) -> str:
     return f"{n >> 32:X}/{n & 0xFFFFFFFF:X}"
 
 
-def write_events(folder: Path, n: int, keys: int, files: int, seed: int = 1,
-                 first_lsn: int = 1, inserts_only: bool = False) -> None:
+def write_events(
+    folder: Path,
+    n: int,
+    keys: int,
+    files: int,
+    seed: int = 1,
+    first_lsn: int = 1,
+    inserts_only: bool = False,
+) -> None:
     """Savegress events over one table ``items`` (id, name, qty, price, updated_at)."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -51,12 +58,21 @@ def write_events(folder: Path, n: int, keys: int, files: int, seed: int = 1,
             op = "UPDATE" if k in alive else "INSERT"
             if k in alive and rng.random() < 0.1:
                 op = "DELETE"
-        row = {"id": k, "name": f"item-{k}-{i}", "qty": rng.randrange(1000),
-               "price": f"{rng.randrange(100000) / 100:.2f}",
-               "updated_at": "2025-01-15T10:30:00.123456Z"}
-        doc: dict[str, Any] = {"id": f"e{lsn}", "operation": op, "table": "items",
-                               "source": "postgres", "timestamp": "2025-01-15T10:30:00Z",
-                               "position": {"lsn": _lsn(lsn), "sequence": 0}}
+        row = {
+            "id": k,
+            "name": f"item-{k}-{i}",
+            "qty": rng.randrange(1000),
+            "price": f"{rng.randrange(100000) / 100:.2f}",
+            "updated_at": "2025-01-15T10:30:00.123456Z",
+        }
+        doc: dict[str, Any] = {
+            "id": f"e{lsn}",
+            "operation": op,
+            "table": "items",
+            "source": "postgres",
+            "timestamp": "2025-01-15T10:30:00Z",
+            "position": {"lsn": _lsn(lsn), "sequence": 0},
+        }
         if op == "DELETE":
             doc["before"] = row
             alive.discard(k)
@@ -83,8 +99,9 @@ TYPES = {"items": {"price": "numeric(10,2)", "updated_at": "timestamptz"}}
 
 
 def bench_decode(spark: Any, root: Path, n: int) -> dict[str, float]:
-    from cdcflow.dialects.base import DialectOptions
     from cdcflow.spark.arrow import decode_dataframe, read_raw
+
+    from cdcflow.dialects.base import DialectOptions
 
     folder = root / "decode"
     write_events(folder, n, keys=n // 4, files=8)
@@ -96,15 +113,21 @@ def bench_decode(spark: Any, root: Path, n: int) -> dict[str, float]:
     def ours() -> None:
         opts = DialectOptions(table_keys={"items": ("id",)}, column_types=TYPES)
         df = decode_dataframe(read_raw(spark, str(folder), streaming=False), "savegress", opts)
-        df.selectExpr("sum(xxhash64(id, sequence, operation, to_json(after), to_json(before), "
-                      "timestamp)) AS h").collect()
+        df.selectExpr(
+            "sum(xxhash64(id, sequence, operation, to_json(after), to_json(before), "
+            "timestamp)) AS h"
+        ).collect()
 
     baseline()  # warm up both paths once
     ours()
     t_base = _best(baseline)
     t_ours = _best(ours)
-    return {"events": n, "baseline_events_per_s": n / t_base, "ours_events_per_s": n / t_ours,
-            "ratio": t_base / t_ours}
+    return {
+        "events": n,
+        "baseline_events_per_s": n / t_base,
+        "ours_events_per_s": n / t_ours,
+        "ratio": t_base / t_ours,
+    }
 
 
 def _best(fn: Any, runs: int = 3) -> float:
@@ -119,20 +142,33 @@ def _best(fn: Any, runs: int = 3) -> float:
 def _pipeline_cfg(root: Path, name: str, landing: Path) -> Any:
     from cdcflow.config import load_config
 
-    return load_config({
-        "pipeline": name, "checkpoint": str(root / f"ck_{name}"), "namespace": name,
-        "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
-        "sources": [{"name": "s", "path": str(landing), "dialect": "savegress",
-                     "keys": {"items": ["id"]}, "types": TYPES}],
-    })
+    return load_config(
+        {
+            "pipeline": name,
+            "checkpoint": str(root / f"ck_{name}"),
+            "namespace": name,
+            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
+            "sources": [
+                {
+                    "name": "s",
+                    "path": str(landing),
+                    "dialect": "savegress",
+                    "keys": {"items": ["id"]},
+                    "types": TYPES,
+                }
+            ],
+        }
+    )
 
 
 def handwritten(spark: Any, folder: Path, table: str) -> None:
     """The minimal pipeline people write by hand: dedup by row_number, one MERGE, no guards."""
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {table} (id bigint, name string, qty bigint, "
-              "price decimal(10,2), updated_at timestamp) USING iceberg "
-              "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
-              "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {table} (id bigint, name string, qty bigint, "
+        "price decimal(10,2), updated_at timestamp) USING iceberg "
+        "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
+        "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')"
+    )
     src = spark.read.text(str(folder)).selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
     src.createOrReplaceTempView("bench_raw")
     spark.sql("""
@@ -167,9 +203,15 @@ def bench_end_to_end(spark: Any, root: Path, n: int) -> dict[str, float]:
     t_ours = time.perf_counter() - t
     same = spark.sql(
         "SELECT count(*) AS n FROM (SELECT id, name, qty, price, updated_at FROM "
-        "cdc.bench_e2e.items EXCEPT SELECT * FROM cdc.bench_hand.items)").collect()[0]["n"]
-    return {"events": n, "baseline_events_per_s": n / t_base, "ours_events_per_s": n / t_ours,
-            "ratio": t_base / t_ours, "rows_differing_from_baseline": int(same)}
+        "cdc.bench_e2e.items EXCEPT SELECT * FROM cdc.bench_hand.items)"
+    ).collect()[0]["n"]
+    return {
+        "events": n,
+        "baseline_events_per_s": n / t_base,
+        "ours_events_per_s": n / t_ours,
+        "ratio": t_base / t_ours,
+        "rows_differing_from_baseline": int(same),
+    }
 
 
 def bench_growth(spark: Any, root: Path, base_rows: int, batch: int) -> dict[str, float]:
@@ -182,8 +224,7 @@ def bench_growth(spark: Any, root: Path, base_rows: int, batch: int) -> dict[str
         cfg = _pipeline_cfg(root, f"bench_growth_{label}", landing)
         Pipeline(cfg, spark).run()
         # the fixed batch: updates of random existing keys and new inserts
-        write_events(landing / "batch", batch, keys=rows, files=2, seed=9,
-                     first_lsn=rows + 10)
+        write_events(landing / "batch", batch, keys=rows, files=2, seed=9, first_lsn=rows + 10)
         t = time.perf_counter()
         Pipeline(cfg, spark).run()
         out[f"{label}_rows"] = rows
@@ -204,8 +245,10 @@ def chart(results: dict[str, Any], path: Path) -> None:
     axes[0].set_title(f"decode events/s (×{d['ratio']:.2f})")
     axes[1].bar(["hand-written", "cdcflow"], [e["baseline_events_per_s"], e["ours_events_per_s"]])
     axes[1].set_title(f"end-to-end events/s (×{e['ratio']:.2f})")
-    axes[2].bar([f"{g['small_rows']:,} rows", f"{g['large_rows']:,} rows"],
-                [g["small_seconds"], g["large_seconds"]])
+    axes[2].bar(
+        [f"{g['small_rows']:,} rows", f"{g['large_rows']:,} rows"],
+        [g["small_seconds"], g["large_seconds"]],
+    )
     axes[2].set_title(f"fixed batch seconds (×{g['cost_ratio_100x']:.2f})")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -216,23 +259,33 @@ def main() -> int:
 
     root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
     try:
-        spark = build_session(SparkSettings(warehouse=str(root / "warehouse"),
-                                            shuffle_partitions=4))
+        spark = build_session(
+            SparkSettings(warehouse=str(root / "warehouse"), shuffle_partitions=4)
+        )
         results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}, "scale": SCALE}
         results["decode"] = bench_decode(spark, root, int(400_000 * SCALE))
-        print(f"(a) decode: cdcflow {results['decode']['ours_events_per_s']:,.0f} events/s, "
-              f"from_json {results['decode']['baseline_events_per_s']:,.0f} events/s, "
-              f"ratio {results['decode']['ratio']:.2f}×", flush=True)
+        print(
+            f"(a) decode: cdcflow {results['decode']['ours_events_per_s']:,.0f} events/s, "
+            f"from_json {results['decode']['baseline_events_per_s']:,.0f} events/s, "
+            f"ratio {results['decode']['ratio']:.2f}×",
+            flush=True,
+        )
         results["end_to_end"] = bench_end_to_end(spark, root, int(200_000 * SCALE))
         e = results["end_to_end"]
-        print(f"(b) end to end: cdcflow {e['ours_events_per_s']:,.0f} events/s, hand-written "
-              f"{e['baseline_events_per_s']:,.0f} events/s, ratio {e['ratio']:.2f}× "
-              f"(rows differing: {e['rows_differing_from_baseline']})", flush=True)
+        print(
+            f"(b) end to end: cdcflow {e['ours_events_per_s']:,.0f} events/s, hand-written "
+            f"{e['baseline_events_per_s']:,.0f} events/s, ratio {e['ratio']:.2f}× "
+            f"(rows differing: {e['rows_differing_from_baseline']})",
+            flush=True,
+        )
         results["growth"] = bench_growth(spark, root, int(10_000 * SCALE), int(10_000 * SCALE))
         g = results["growth"]
-        print(f"(c) growth: fixed batch {g['small_seconds']:.1f}s at {g['small_rows']:,} rows, "
-              f"{g['large_seconds']:.1f}s at {g['large_rows']:,} rows, "
-              f"ratio {g['cost_ratio_100x']:.2f}×", flush=True)
+        print(
+            f"(c) growth: fixed batch {g['small_seconds']:.1f}s at {g['small_rows']:,} rows, "
+            f"{g['large_seconds']:.1f}s at {g['large_rows']:,} rows, "
+            f"ratio {g['cost_ratio_100x']:.2f}×",
+            flush=True,
+        )
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "bench.json").write_text(json.dumps(results, indent=2))
         chart(results, RESULTS / "bench.png")

@@ -15,6 +15,8 @@ def shared_path(*parts: str) -> Path:
     """A path under ../shared, or skip the test saying what is missing."""
     p = SHARED.joinpath(*parts)
     if not p.exists():
-        pytest.skip(f"{p} is absent: the shared specs/conformance folder is not next to the "
-                    "project (set CDCFLOW_SHARED to its location)")
+        pytest.skip(
+            f"{p} is absent: the shared specs/conformance folder is not next to the "
+            "project (set CDCFLOW_SHARED to its location)"
+        )
     return p

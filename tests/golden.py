@@ -18,8 +18,9 @@ def check_golden(dialect: str, name: str, lines: list[bytes]) -> None:
         if os.environ.get("CI") and not path.exists():
             raise AssertionError(f"golden file missing: {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"".join(orjson.dumps(a, option=orjson.OPT_SORT_KEYS) + b"\n"
-                                  for a in actual))
+        path.write_bytes(
+            b"".join(orjson.dumps(a, option=orjson.OPT_SORT_KEYS) + b"\n" for a in actual)
+        )
     expected = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
     problems = []
     if len(actual) != len(expected):

@@ -16,11 +16,22 @@ from cdcflow.engine.pipeline import Pipeline
 _files = itertools.count()
 
 
-def ev(op: str, table: str, seq: int, *, after: dict[str, Any] | None = None,
-       before: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def ev(
+    op: str,
+    table: str,
+    seq: int,
+    *,
+    after: dict[str, Any] | None = None,
+    before: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A unified-format event at commit position ``seq`` (an LSN)."""
-    doc: dict[str, Any] = {"operation": op, "table": table, "source": "postgres",
-                           "position": {"lsn": f"0/{seq:X}", "sequence": 0}}
+    doc: dict[str, Any] = {
+        "operation": op,
+        "table": table,
+        "source": "postgres",
+        "position": {"lsn": f"0/{seq:X}", "sequence": 0},
+    }
     if after is not None:
         doc["after"] = after
     if before is not None:
@@ -33,8 +44,11 @@ def land(landing: Path, messages: list[dict[str, Any]] | bytes) -> Path:
     """Write one landing file atomically (temp name, then rename)."""
     landing.mkdir(parents=True, exist_ok=True)
     n = next(_files)
-    data = messages if isinstance(messages, bytes) else b"\n".join(
-        orjson.dumps(m) for m in messages) + b"\n"
+    data = (
+        messages
+        if isinstance(messages, bytes)
+        else b"\n".join(orjson.dumps(m) for m in messages) + b"\n"
+    )
     tmp = landing / f"_tmp-{n}"
     tmp.write_bytes(data)
     final = landing / f"{n:06d}.jsonl"
@@ -49,8 +63,14 @@ def config(root: Path, name: str, **overrides: Any) -> PipelineConfig:
         "checkpoint": str(root / "checkpoint"),
         "namespace": name,
         "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
-        "sources": [{"name": "src", "path": str(root / "landing"), "dialect": "savegress",
-                     "keys": overrides.pop("keys", {})}],
+        "sources": [
+            {
+                "name": "src",
+                "path": str(root / "landing"),
+                "dialect": "savegress",
+                "keys": overrides.pop("keys", {}),
+            }
+        ],
         "tables": overrides.pop("tables", {}),
     }
     doc.update(overrides)
@@ -62,8 +82,9 @@ def run(spark: Any, cfg: PipelineConfig) -> list[Any]:
     return Pipeline(cfg, spark).run()
 
 
-def rows(spark: Any, cfg: PipelineConfig, table: str, cols: str = "*",
-         where: str = "") -> list[dict[str, Any]]:
+def rows(
+    spark: Any, cfg: PipelineConfig, table: str, cols: str = "*", where: str = ""
+) -> list[dict[str, Any]]:
     """Rows of a replica as dicts, sorted."""
     sql = f"SELECT {cols} FROM {cfg.catalog.name}.{cfg.namespace}.{table}"
     if where:

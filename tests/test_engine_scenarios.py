@@ -6,7 +6,6 @@ late and out-of-order events, run 3 redelivers run 1's files unchanged).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +14,20 @@ from tests.scenario import config, ev, land, rows, run
 
 pytestmark = pytest.mark.spark
 
-KEYS = {t: ["id"] for t in (
-    "s1_order", "s2_stale", "s3_delete", "s3_soft", "s4_partial", "s5_pk", "s5_truncate",
-    "s6_schema", "s8_bad")}
+KEYS = {
+    t: ["id"]
+    for t in (
+        "s1_order",
+        "s2_stale",
+        "s3_delete",
+        "s3_soft",
+        "s4_partial",
+        "s5_pk",
+        "s5_truncate",
+        "s6_schema",
+        "s8_bad",
+    )
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,72 +37,101 @@ def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
     landing = root / "landing"
     run1 = [
         # 1: order by sequence, duplicates, conflicts
-        [ev("INSERT", "s1_order", 10, after={"id": 1, "v": "a"}),
-         ev("UPDATE", "s1_order", 30, after={"id": 1, "v": "c"}),
-         ev("UPDATE", "s1_order", 20, after={"id": 1, "v": "b"}),
-         ev("INSERT", "s1_order", 10, after={"id": 1, "v": "a"}),
-         ev("INSERT", "s1_order", 40, after={"id": 2, "v": "x"})],
-        [ev("INSERT", "s1_order", 40, after={"id": 2, "v": "y"}),  # same seq, delivered later
-         # 2: stale in a later run
-         ev("INSERT", "s2_stale", 10, after={"id": 1, "v": "a"}),
-         ev("UPDATE", "s2_stale", 50, after={"id": 1, "v": "new"}),
-         # 3: tombstones
-         ev("INSERT", "s3_delete", 10, after={"id": 1, "v": "a"}),
-         ev("DELETE", "s3_delete", 20, before={"id": 1, "v": "a"}),
-         ev("DELETE", "s3_delete", 20, before={"id": 2}),
-         ev("INSERT", "s3_delete", 10, after={"id": 2, "v": "late"}),
-         ev("INSERT", "s3_delete", 10, after={"id": 3, "v": "a"}),
-         ev("DELETE", "s3_delete", 20, before={"id": 3}),
-         ev("INSERT", "s3_soft", 10, after={"id": 1, "v": "a"}),
-         ev("DELETE", "s3_soft", 20, before={"id": 1, "v": "a"}),
-         # 4: partial images
-         ev("INSERT", "s4_partial", 10, after={"id": 1, "a": "a0", "b": "b0"}),
-         ev("UPDATE", "s4_partial", 30, after={"id": 1, "a": "a30"}, partial=True),
-         # 5: primary-key change, truncate
-         ev("INSERT", "s5_pk", 10, after={"id": 1, "v": "a"}),
-         ev("UPDATE", "s5_pk", 20, before={"id": 1, "v": "a"}, after={"id": 2, "v": "a"}),
-         ev("INSERT", "s5_truncate", 10, after={"id": 1}),
-         ev("INSERT", "s5_truncate", 11, after={"id": 2}),
-         ev("INSERT", "s5_truncate", 25, after={"id": 5}),
-         ev("TRUNCATE", "s5_truncate", 20),
-         ev("INSERT", "s5_truncate", 30, after={"id": 3}),
-         # 6: schema evolution
-         ev("INSERT", "s6_schema", 10, after={"id": 1, "v": "a"}),
-         ev("DDL", "s6_schema", 15, ddl_type="ALTER_TABLE",
-            ddl_command="ALTER TABLE s6_schema ADD COLUMN extra integer"),
-         ev("INSERT", "s6_schema", 20, after={"id": 2, "v": "b", "extra": 5})],
+        [
+            ev("INSERT", "s1_order", 10, after={"id": 1, "v": "a"}),
+            ev("UPDATE", "s1_order", 30, after={"id": 1, "v": "c"}),
+            ev("UPDATE", "s1_order", 20, after={"id": 1, "v": "b"}),
+            ev("INSERT", "s1_order", 10, after={"id": 1, "v": "a"}),
+            ev("INSERT", "s1_order", 40, after={"id": 2, "v": "x"}),
+        ],
+        [
+            ev("INSERT", "s1_order", 40, after={"id": 2, "v": "y"}),  # same seq, delivered later
+            # 2: stale in a later run
+            ev("INSERT", "s2_stale", 10, after={"id": 1, "v": "a"}),
+            ev("UPDATE", "s2_stale", 50, after={"id": 1, "v": "new"}),
+            # 3: tombstones
+            ev("INSERT", "s3_delete", 10, after={"id": 1, "v": "a"}),
+            ev("DELETE", "s3_delete", 20, before={"id": 1, "v": "a"}),
+            ev("DELETE", "s3_delete", 20, before={"id": 2}),
+            ev("INSERT", "s3_delete", 10, after={"id": 2, "v": "late"}),
+            ev("INSERT", "s3_delete", 10, after={"id": 3, "v": "a"}),
+            ev("DELETE", "s3_delete", 20, before={"id": 3}),
+            ev("INSERT", "s3_soft", 10, after={"id": 1, "v": "a"}),
+            ev("DELETE", "s3_soft", 20, before={"id": 1, "v": "a"}),
+            # 4: partial images
+            ev("INSERT", "s4_partial", 10, after={"id": 1, "a": "a0", "b": "b0"}),
+            ev("UPDATE", "s4_partial", 30, after={"id": 1, "a": "a30"}, partial=True),
+            # 5: primary-key change, truncate
+            ev("INSERT", "s5_pk", 10, after={"id": 1, "v": "a"}),
+            ev("UPDATE", "s5_pk", 20, before={"id": 1, "v": "a"}, after={"id": 2, "v": "a"}),
+            ev("INSERT", "s5_truncate", 10, after={"id": 1}),
+            ev("INSERT", "s5_truncate", 11, after={"id": 2}),
+            ev("INSERT", "s5_truncate", 25, after={"id": 5}),
+            ev("TRUNCATE", "s5_truncate", 20),
+            ev("INSERT", "s5_truncate", 30, after={"id": 3}),
+            # 6: schema evolution
+            ev("INSERT", "s6_schema", 10, after={"id": 1, "v": "a"}),
+            ev(
+                "DDL",
+                "s6_schema",
+                15,
+                ddl_type="ALTER_TABLE",
+                ddl_command="ALTER TABLE s6_schema ADD COLUMN extra integer",
+            ),
+            ev("INSERT", "s6_schema", 20, after={"id": 2, "v": "b", "extra": 5}),
+        ],
     ]
     run1_files = [land(landing, m) for m in run1]
     # 8: bad input beside good input in one file
-    bad = (b'{"operation":"INSERT","table":"s8_bad","after":{"id":1},"position":{"lsn":"0/1"}}\n'
-           b'{"operation":"INSERT","table":"s8_bad","after":{"id":\n'
-           b'this is not json\n'
-           b'{"operation":"INSERT","table":"s8_bad","after":{"id":9,"v":"\xff"}}\n'
-           b'{"operation":"EXPLODE","table":"s8_bad","after":{"id":3}}\n'
-           b'{"operation":"DELETE","table":"s8_bad"}\n'
-           b'{"operation":"INSERT","table":"s8_bad","after":{"id":2},"position":{"lsn":"0/2"}}\n')
+    bad = (
+        b'{"operation":"INSERT","table":"s8_bad","after":{"id":1},"position":{"lsn":"0/1"}}\n'
+        b'{"operation":"INSERT","table":"s8_bad","after":{"id":\n'
+        b"this is not json\n"
+        b'{"operation":"INSERT","table":"s8_bad","after":{"id":9,"v":"\xff"}}\n'
+        b'{"operation":"EXPLODE","table":"s8_bad","after":{"id":3}}\n'
+        b'{"operation":"DELETE","table":"s8_bad"}\n'
+        b'{"operation":"INSERT","table":"s8_bad","after":{"id":2},"position":{"lsn":"0/2"}}\n'
+    )
     bad_file = land(landing, bad)
     reports1 = run(spark, cfg)
     snap1 = {t: rows(spark, cfg, t) for t in ("s1_order", "s2_stale", "s5_pk")}
-    land(landing, [
-        ev("UPDATE", "s2_stale", 30, after={"id": 1, "v": "old"}),
-        ev("INSERT", "s3_delete", 15, after={"id": 1, "v": "resurrected?"}),
-        ev("INSERT", "s3_delete", 30, after={"id": 3, "v": "again"}),
-        ev("INSERT", "s3_soft", 15, after={"id": 1, "v": "late"}),
-        ev("UPDATE", "s4_partial", 20, after={"id": 1, "b": "b20"}, partial=True),
-        ev("INSERT", "s5_pk", 5, after={"id": 1, "v": "older"}),
-        ev("INSERT", "s5_truncate", 15, after={"id": 4}),
-        ev("INSERT", "s6_schema", 30, after={"id": 3, "v": 123}),  # v is a string column
-        ev("INSERT", "s6_schema", 31, after={"id": 4, "v": "d", "extra": 6}),
-    ])
+    land(
+        landing,
+        [
+            ev("UPDATE", "s2_stale", 30, after={"id": 1, "v": "old"}),
+            ev("INSERT", "s3_delete", 15, after={"id": 1, "v": "resurrected?"}),
+            ev("INSERT", "s3_delete", 30, after={"id": 3, "v": "again"}),
+            ev("INSERT", "s3_soft", 15, after={"id": 1, "v": "late"}),
+            ev("UPDATE", "s4_partial", 20, after={"id": 1, "b": "b20"}, partial=True),
+            ev("INSERT", "s5_pk", 5, after={"id": 1, "v": "older"}),
+            ev("INSERT", "s5_truncate", 15, after={"id": 4}),
+            ev("INSERT", "s6_schema", 30, after={"id": 3, "v": 123}),  # v is a string column
+            ev("INSERT", "s6_schema", 31, after={"id": 4, "v": "d", "extra": 6}),
+        ],
+    )
     reports2 = run(spark, cfg)
-    before3 = {t: rows(spark, cfg, t) for t in ("s1_order", "s2_stale", "s3_delete", "s4_partial",
-                                                  "s5_pk", "s5_truncate", "s6_schema")}
+    before3 = {
+        t: rows(spark, cfg, t)
+        for t in (
+            "s1_order",
+            "s2_stale",
+            "s3_delete",
+            "s4_partial",
+            "s5_pk",
+            "s5_truncate",
+            "s6_schema",
+        )
+    }
     for f in run1_files:  # redelivery of run 1, unchanged, under new names
         land(landing, f.read_bytes())
     reports3 = run(spark, cfg)
-    return {"cfg": cfg, "reports": (reports1, reports2, reports3), "snap1": snap1,
-            "before3": before3, "bad_file": bad_file}
+    return {
+        "cfg": cfg,
+        "reports": (reports1, reports2, reports3),
+        "snap1": snap1,
+        "before3": before3,
+        "bad_file": bad_file,
+    }
 
 
 def _vals(spark: Any, w: dict[str, Any], table: str, cols: str = "id, v") -> list[dict]:
@@ -132,12 +171,16 @@ def test_5_primary_key_change_and_truncate(spark: Any, world: dict) -> None:
 
 def test_6_added_column_and_type_conflict(spark: Any, world: dict) -> None:
     got = _vals(spark, world, "s6_schema", "id, v, extra")
-    assert got == [{"id": 1, "v": "a", "extra": None}, {"id": 2, "v": "b", "extra": 5},
-                   {"id": 4, "v": "d", "extra": 6}]
+    assert got == [
+        {"id": 1, "v": "a", "extra": None},
+        {"id": 2, "v": "b", "extra": 5},
+        {"id": 4, "v": "d", "extra": 6},
+    ]
     cfg = world["cfg"]
     dl = spark.sql(
         f"SELECT error_code, error_message FROM cdc.{cfg.namespace}__cdcflow.dead_letters "
-        "WHERE `table` = 's6_schema'").collect()
+        "WHERE `table` = 's6_schema'"
+    ).collect()
     assert [r["error_code"] for r in dl] == ["TYPE_CONFLICT"]
     assert "'v' is string" in dl[0]["error_message"]
 
@@ -155,8 +198,12 @@ def test_8_bad_input_is_dead_lettered_good_input_applied(spark: Any, world: dict
         "dead_letters WHERE origin LIKE '%" + world["bad_file"].name + "' ORDER BY line"
     ).collect()
     assert [(r["error_code"], r["line"]) for r in dl] == [
-        ("TRUNCATED_JSON", 2), ("NOT_JSON", 3), ("BAD_UTF8", 4), ("UNKNOWN_OPERATION", 5),
-        ("DELETE_WITHOUT_KEY", 6)]
+        ("TRUNCATED_JSON", 2),
+        ("NOT_JSON", 3),
+        ("BAD_UTF8", 4),
+        ("UNKNOWN_OPERATION", 5),
+        ("DELETE_WITHOUT_KEY", 6),
+    ]
     assert bytes(dl[1]["raw"]) == b"this is not json"
     assert all(r["offset"] > 0 for r in dl)
 
@@ -164,6 +211,8 @@ def test_8_bad_input_is_dead_lettered_good_input_applied(spark: Any, world: dict
 def test_run3_redelivery_made_no_new_dead_letters(spark: Any, world: dict) -> None:
     # the redelivered run-1 files hold no bad lines; dead letters of run 1 stay single
     cfg = world["cfg"]
-    n = spark.sql(f"SELECT count(*) AS n FROM cdc.{cfg.namespace}__cdcflow.dead_letters "
-                  "WHERE error_code = 'NOT_JSON'").collect()[0]["n"]
+    n = spark.sql(
+        f"SELECT count(*) AS n FROM cdc.{cfg.namespace}__cdcflow.dead_letters "
+        "WHERE error_code = 'NOT_JSON'"
+    ).collect()[0]["n"]
     assert n == 1

@@ -30,7 +30,9 @@ def inspect(tmp_path: Path, name: str, data: bytes, *args: str) -> tuple[int, li
     (tmp_path / name).write_bytes(data)
     proc = subprocess.run(
         [sys.executable, "-m", "cdcflow", "inspect", *args, name],
-        cwd=tmp_path, capture_output=True, timeout=60,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
     )
     return proc.returncode, proc.stdout.splitlines(), proc.stderr.decode()
 
@@ -46,17 +48,32 @@ def spec_cases() -> dict[str, bytes]:
     ts = "2025-01-15T10:30:00Z"
     markers = [
         {"operation": "BEGIN", "transaction_id": "tx-100", "timestamp": ts},
-        {"operation": "INSERT", "table": "orders", "transaction_id": "tx-100", "timestamp": ts,
-         "after": {"id": 7, "total": "19.99"}},
-        {"operation": "UPDATE", "table": "inventory", "transaction_id": "tx-100",
-         "timestamp": ts, "before": {"id": 3, "stock": 10}, "after": {"id": 3, "stock": 9}},
+        {
+            "operation": "INSERT",
+            "table": "orders",
+            "transaction_id": "tx-100",
+            "timestamp": ts,
+            "after": {"id": 7, "total": "19.99"},
+        },
+        {
+            "operation": "UPDATE",
+            "table": "inventory",
+            "transaction_id": "tx-100",
+            "timestamp": ts,
+            "before": {"id": 3, "stock": 10},
+            "after": {"id": 3, "stock": 9},
+        },
         {"operation": "COMMIT", "transaction_id": "tx-100", "timestamp": ts},
     ]
     batch_shape = orjson.loads(re.sub(r",\s*\.\.\.\s*}", "}", blocks[-1]))
     batch_events = [
         _complete(batch_shape["events"][0], table="users", after={"id": 1, "name": "a"}),
-        _complete(batch_shape["events"][1], table="users",
-                  before={"id": 1, "name": "a"}, after={"id": 1, "name": "b"}),
+        _complete(
+            batch_shape["events"][1],
+            table="users",
+            before={"id": 1, "name": "a"},
+            after={"id": 1, "name": "b"},
+        ),
         _complete(batch_shape["events"][2], table="users", before={"id": 1, "name": "b"}),
     ]
     batch = {**batch_shape, "batch_size": len(batch_events), "events": batch_events}
@@ -85,23 +102,42 @@ def spec_cases() -> dict[str, bytes]:
 
 @pytest.mark.parametrize(
     "case",
-    ["full_event", "insert_fragment", "update_fragment", "delete_fragment", "ddl_fragment",
-     "transaction_markers", "batch", "kafka_form"],
+    [
+        "full_event",
+        "insert_fragment",
+        "update_fragment",
+        "delete_fragment",
+        "ddl_fragment",
+        "transaction_markers",
+        "batch",
+        "kafka_form",
+    ],
 )
 def test_spec_examples_golden(tmp_path: Path, case: str) -> None:
     data = spec_cases()[case]
     rc, lines, err = inspect(
-        tmp_path, f"{case}.json", data, "--dialect", "savegress", "--key", "users=id",
-        "--key", "orders=id", "--key", "inventory=id",
-        "--type", "users.created_at=timestamptz", "--type", "orders.total=numeric(10,2)",
+        tmp_path,
+        f"{case}.json",
+        data,
+        "--dialect",
+        "savegress",
+        "--key",
+        "users=id",
+        "--key",
+        "orders=id",
+        "--key",
+        "inventory=id",
+        "--type",
+        "users.created_at=timestamptz",
+        "--type",
+        "orders.total=numeric(10,2)",
     )
     assert rc == 0, err
     check_golden("savegress", f"spec_{case}", lines)
 
 
 def test_spec_full_event_typed_fields(tmp_path: Path) -> None:
-    rc, lines, err = inspect(tmp_path, "e.json", spec_cases()["full_event"],
-                             "--key", "users=id")
+    rc, lines, err = inspect(tmp_path, "e.json", spec_cases()["full_event"], "--key", "users=id")
     assert rc == 0, err
     ev = orjson.loads(lines[0])
     assert ev["operation"] == "UPDATE"
@@ -115,8 +151,13 @@ def test_spec_full_event_typed_fields(tmp_path: Path) -> None:
 
 
 def test_spec_insert_fragment_declared_types(tmp_path: Path) -> None:
-    rc, lines, _ = inspect(tmp_path, "i.json", spec_cases()["insert_fragment"],
-                           "--type", "users.created_at=timestamptz")
+    rc, lines, _ = inspect(
+        tmp_path,
+        "i.json",
+        spec_cases()["insert_fragment"],
+        "--type",
+        "users.created_at=timestamptz",
+    )
     ev = orjson.loads(lines[0])
     assert ev["after"]["created_at"] == "2025-01-15T10:30:00Z"
     assert ev["types"]["created_at"] == "timestamp"
@@ -174,8 +215,17 @@ def test_conformance_list_is_complete() -> None:
 @pytest.mark.parametrize("name", sorted(CONFORMANCE_EXPECT))
 def test_conformance_sample(tmp_path: Path, name: str) -> None:
     src = shared_path("conformance", "other", name)
-    rc, lines, err = inspect(tmp_path, name, src.read_bytes(), "--dialect", "savegress",
-                             "--key", "users=id", "--key", "orders=id")
+    rc, lines, err = inspect(
+        tmp_path,
+        name,
+        src.read_bytes(),
+        "--dialect",
+        "savegress",
+        "--key",
+        "users=id",
+        "--key",
+        "orders=id",
+    )
     code = CONFORMANCE_EXPECT[name]
     if code is None:
         assert rc == 0, err
@@ -207,7 +257,8 @@ def test_mysql_and_mongodb_positions_order() -> None:
         return out.events[0]["sequence"]
 
     assert seq({"file": "mysql-bin.000002", "position": 4}) > seq(
-        {"file": "mysql-bin.000001", "position": 99999})
+        {"file": "mysql-bin.000001", "position": 99999}
+    )
     assert seq({"cluster_time": {"t": 10, "i": 2}}) > seq({"cluster_time": {"t": 10, "i": 1}})
     assert seq({"lsn": "0/1000", "sequence": 1}) > seq({"lsn": "0/A", "sequence": 5})
 
@@ -216,24 +267,51 @@ def test_mysql_and_mongodb_positions_order() -> None:
 
 BAD_INPUT = [
     ("not_json", b"hello there", "NOT_JSON", "not JSON"),
-    ("truncated", b'{"operation": "INSERT", "table": "t", "after": {"id": 1', "TRUNCATED_JSON",
-     "truncated"),
-    ("bad_utf8", b'{"operation": "INSERT", "table": "t", "after": {"n": "\xff\xfe"}}',
-     "BAD_UTF8", "UTF-8"),
-    ("unknown_op", b'{"operation": "MERGE", "table": "t", "after": {"id": 1}}',
-     "UNKNOWN_OPERATION", "'MERGE'"),
+    (
+        "truncated",
+        b'{"operation": "INSERT", "table": "t", "after": {"id": 1',
+        "TRUNCATED_JSON",
+        "truncated",
+    ),
+    (
+        "bad_utf8",
+        b'{"operation": "INSERT", "table": "t", "after": {"n": "\xff\xfe"}}',
+        "BAD_UTF8",
+        "UTF-8",
+    ),
+    (
+        "unknown_op",
+        b'{"operation": "MERGE", "table": "t", "after": {"id": 1}}',
+        "UNKNOWN_OPERATION",
+        "'MERGE'",
+    ),
     ("no_table", b'{"operation": "INSERT", "after": {"id": 1}}', "MISSING_TABLE", "no 'table'"),
-    ("delete_no_key", b'{"operation": "DELETE", "table": "t", "before": null}',
-     "DELETE_WITHOUT_KEY", "neither a 'key' nor a 'before'"),
-    ("batch_size", b'{"batch_id": "b1", "batch_size": 3, "events": [{"operation": "INSERT", '
-     b'"table": "t", "after": {"id": 1}}]}', "BATCH_SIZE_MISMATCH", "batch_size=3"),
+    (
+        "delete_no_key",
+        b'{"operation": "DELETE", "table": "t", "before": null}',
+        "DELETE_WITHOUT_KEY",
+        "neither a 'key' nor a 'before'",
+    ),
+    (
+        "batch_size",
+        b'{"batch_id": "b1", "batch_size": 3, "events": [{"operation": "INSERT", '
+        b'"table": "t", "after": {"id": 1}}]}',
+        "BATCH_SIZE_MISMATCH",
+        "batch_size=3",
+    ),
     ("no_operation", b'{"table": "t", "after": {"id": 1}}', "MISSING_OPERATION", "operation"),
-    ("bad_position", b'{"operation": "INSERT", "table": "t", "after": {"id": 1}, '
-     b'"position": {"lsn": "zz"}}', "BAD_POSITION", "Postgres LSN"),
+    (
+        "bad_position",
+        b'{"operation": "INSERT", "table": "t", "after": {"id": 1}, "position": {"lsn": "zz"}}',
+        "BAD_POSITION",
+        "Postgres LSN",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "data", "code", "words"), BAD_INPUT, ids=[b[0] for b in BAD_INPUT])
+@pytest.mark.parametrize(
+    ("name", "data", "code", "words"), BAD_INPUT, ids=[b[0] for b in BAD_INPUT]
+)
 def test_bad_input_codes(name: str, data: bytes, code: str, words: str) -> None:
     out = Decoder("savegress").decode(RawMessage(data, origin="f.json", offset=0, line=1))
     assert out.events == []
@@ -249,10 +327,14 @@ def test_corrupt_protobuf(tmp_path: Path) -> None:
 
 
 def test_bad_item_in_batch_keeps_the_rest() -> None:
-    doc = {"batch_id": "b", "batch_size": 2, "events": [
-        {"operation": "INSERT", "table": "t", "after": {"id": 1}},
-        {"operation": "NOPE", "table": "t", "after": {"id": 2}},
-    ]}
+    doc = {
+        "batch_id": "b",
+        "batch_size": 2,
+        "events": [
+            {"operation": "INSERT", "table": "t", "after": {"id": 1}},
+            {"operation": "NOPE", "table": "t", "after": {"id": 2}},
+        ],
+    }
     out = Decoder("savegress").decode(RawMessage(orjson.dumps(doc)))
     assert len(out.events) == 1
     assert out.rejections[0].code == "UNKNOWN_OPERATION"
@@ -260,8 +342,10 @@ def test_bad_item_in_batch_keeps_the_rest() -> None:
 
 
 def test_inspect_reports_and_continues(tmp_path: Path) -> None:
-    data = b'{"operation":"INSERT","table":"t","after":{"id":1}}\n{"broken\n' \
-           b'{"operation":"DELETE","table":"t","before":{"id":1}}\n'
+    data = (
+        b'{"operation":"INSERT","table":"t","after":{"id":1}}\n{"broken\n'
+        b'{"operation":"DELETE","table":"t","before":{"id":1}}\n'
+    )
     rc, lines, err = inspect(tmp_path, "mixed.jsonl", data)
     assert rc == 1
     assert len(lines) == 2

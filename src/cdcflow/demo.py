@@ -40,16 +40,18 @@ def demo_config(workdir: Path, dialect: str, options: Any) -> PipelineConfig:
     )
 
 
-def run_demo(workdir: Path, *, seed: int = 7, transactions: int = 150,
-             echo: Callable[[str], None] = print) -> bool:
+def run_demo(
+    workdir: Path, *, seed: int = 7, transactions: int = 150, echo: Callable[[str], None] = print
+) -> bool:
     """Run the demo; returns whether every replica equals the oracle."""
+    from cdcflow.spark.session import build_session
+    from cdcflow.testing.workload import generate
+
     from cdcflow.cli.pipeline import format_report
     from cdcflow.engine.pipeline import Pipeline, spark_settings
-    from cdcflow.spark.session import build_session
     from cdcflow.testing import oracle
     from cdcflow.testing.compare import diff_table, read_replica
     from cdcflow.testing.renderers import renderer, renderer_names
-    from cdcflow.testing.workload import generate
 
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -57,8 +59,10 @@ def run_demo(workdir: Path, *, seed: int = 7, transactions: int = 150,
     workload = generate(seed, tables=3, transactions=transactions)
     expected = oracle.apply(workload)
     n_changes = sum(len(t.changes) for t in workload.transactions)
-    echo(f"workload: {len(workload.tables)} tables, {len(workload.transactions)} transactions, "
-         f"{n_changes} changes (seed {seed})")
+    echo(
+        f"workload: {len(workload.tables)} tables, {len(workload.transactions)} transactions, "
+        f"{n_changes} changes (seed {seed})"
+    )
     spark = None
     all_ok = True
     split = int(len(workload.transactions) * 0.6)
@@ -73,10 +77,16 @@ def run_demo(workdir: Path, *, seed: int = 7, transactions: int = 150,
         pipe = Pipeline(cfg, spark)
         echo(f"\n[{dialect}] run 1: {len(first.files)} file(s) in {landing}")
         pipe.run(on_report=lambda r: echo("  " + format_report(r)))
-        second = render(workload, landing, seed=seed + 1,
-                        transactions=slice(overlap, len(workload.transactions)))
-        echo(f"[{dialect}] run 2: {len(second.files)} more file(s), transactions "
-             f"{overlap}..{split} delivered again")
+        second = render(
+            workload,
+            landing,
+            seed=seed + 1,
+            transactions=slice(overlap, len(workload.transactions)),
+        )
+        echo(
+            f"[{dialect}] run 2: {len(second.files)} more file(s), transactions "
+            f"{overlap}..{split} delivered again"
+        )
         pipe.run(on_report=lambda r: echo("  " + format_report(r)))
         echo(f"[{dialect}] replicas in cdc.{cfg.namespace}:")
         for name, table in sorted(workload.tables.items()):

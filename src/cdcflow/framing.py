@@ -32,7 +32,9 @@ def json_error(data: bytes, exc: orjson.JSONDecodeError) -> DecodeError:
                 code="BAD_UTF8",
             )
     if "end of data" in text:
-        return DecodeError(f"truncated JSON: the message ends early ({text})", code="TRUNCATED_JSON")
+        return DecodeError(
+            f"truncated JSON: the message ends early ({text})", code="TRUNCATED_JSON"
+        )
     if "zero-length" in text:
         return DecodeError("empty message", code="NOT_JSON")
     return DecodeError(f"message is not JSON: {text}", code="NOT_JSON")
@@ -78,8 +80,13 @@ def split_json(data: bytes, origin: str | None) -> Iterator[RawMessage]:
         if isinstance(doc, list):
             for i, element in enumerate(doc):
                 yield RawMessage(
-                    data=orjson.dumps(element), origin=origin, offset=0, line=None,
-                    index=i, doc=element, parsed=True,
+                    data=orjson.dumps(element),
+                    origin=origin,
+                    offset=0,
+                    line=None,
+                    index=i,
+                    doc=element,
+                    parsed=True,
                 )
         else:
             yield RawMessage(data=data, origin=origin, offset=0, line=1, doc=doc, parsed=True)
@@ -164,7 +171,9 @@ class Decoder:
             results = dialect.decode(msg)
         except DecodeError as e:
             rej = Rejection(
-                code=e.code, message=e.message, raw=msg.data,
+                code=e.code,
+                message=e.message,
+                raw=msg.data,
                 dialect=dialect.name if dialect else None,
             )
             return Outcome(msg, [], [rej])

@@ -168,9 +168,7 @@ def _parse_ts(text: str) -> tuple[dt.datetime, dt.timezone | None]:
     y, mo, d, h, mi, s, frac, tz = m.groups()
     micros = int((frac or "0").ljust(6, "0")[:6])  # beyond microseconds: truncated (Spark's unit)
     try:
-        naive = dt.datetime(
-            int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(s or 0), micros
-        )
+        naive = dt.datetime(int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(s or 0), micros)
     except ValueError as e:
         raise ValueTypeError(f"not a valid timestamp: {text!r} ({e})") from None
     zone: dt.timezone | None = None

@@ -14,8 +14,9 @@ from cdcflow.event import dumps
 from cdcflow.framing import Decoder
 
 
-def _origin_text(origin: str | None, line: int | None, offset: int, index: int | None,
-                 item: int | None) -> str:
+def _origin_text(
+    origin: str | None, line: int | None, offset: int, index: int | None, item: int | None
+) -> str:
     where = origin or "<stdin>"
     if index is not None:
         where += f" element {index}"
@@ -52,15 +53,31 @@ def _parse_types(values: tuple[str, ...]) -> dict[str, dict[str, str]]:
 @click.command("inspect")
 @click.argument("paths", nargs=-1)
 @click.option(
-    "--dialect", "dialect", default="auto", show_default=True,
-    help=f"Dialect of the messages, or auto to detect per message. Known: {', '.join(dialect_names())}.",
+    "--dialect",
+    "dialect",
+    default="auto",
+    show_default=True,
+    help="Dialect of the messages, or auto to detect per message. Known: "
+    + ", ".join(dialect_names())
+    + ".",
 )
-@click.option("--key", "keys", multiple=True, metavar="TABLE=COL[,COL]",
-              help="Key columns of a table, for producers that send no key names.")
-@click.option("--type", "types", multiple=True, metavar="TABLE.COLUMN=TYPE",
-              help="Declared column type (native, e.g. numeric(10,2), or canonical).")
-def inspect_cmd(paths: tuple[str, ...], dialect: str, keys: tuple[str, ...],
-                types: tuple[str, ...]) -> None:
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    metavar="TABLE=COL[,COL]",
+    help="Key columns of a table, for producers that send no key names.",
+)
+@click.option(
+    "--type",
+    "types",
+    multiple=True,
+    metavar="TABLE.COLUMN=TYPE",
+    help="Declared column type (native, e.g. numeric(10,2), or canonical).",
+)
+def inspect_cmd(
+    paths: tuple[str, ...], dialect: str, keys: tuple[str, ...], types: tuple[str, ...]
+) -> None:
     """Decode CDC messages (files, directories or - for stdin) and print one canonical event
     per line as JSON. Messages that cannot be decoded are reported on stderr as
     [CODE] message with their file and line; the exit status is then 1."""

@@ -89,7 +89,8 @@ def resolve_paths(paths: tuple[str, ...]) -> list[Path | None]:
         path = Path(p)
         if path.is_dir():
             out.extend(
-                f for f in sorted(path.rglob("*"))
+                f
+                for f in sorted(path.rglob("*"))
                 if f.is_file() and not f.name.startswith(("_", "."))
             )
         elif path.exists():
@@ -97,4 +98,3 @@ def resolve_paths(paths: tuple[str, ...]) -> list[Path | None]:
         else:
             raise CdcflowError(f"no such file: {p}", code="FILE_NOT_FOUND")
     return out
-

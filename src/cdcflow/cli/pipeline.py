@@ -37,8 +37,10 @@ def run_cmd(config: str, follow: bool) -> None:
 
     cfg = load_config_file(config)
     pipeline = Pipeline(cfg)
-    echo_err(f"pipeline {cfg.pipeline}: {len(cfg.sources)} source(s) → "
-             f"{cfg.catalog.name}.{cfg.namespace}" + (" (following)" if follow else ""))
+    echo_err(
+        f"pipeline {cfg.pipeline}: {len(cfg.sources)} source(s) → "
+        f"{cfg.catalog.name}.{cfg.namespace}" + (" (following)" if follow else "")
+    )
     reports = pipeline.run(follow=follow, on_report=lambda r: click.echo(format_report(r)))
     total = sum(r.events for r in reports)
     dead = sum(r.dead_lettered for r in reports)
@@ -46,11 +48,18 @@ def run_cmd(config: str, follow: bool) -> None:
 
 
 @click.command("demo")
-@click.option("--dir", "workdir", default="./demo-data", show_default=True,
-              type=click.Path(file_okay=False), help="Working directory (recreated).")
+@click.option(
+    "--dir",
+    "workdir",
+    default="./demo-data",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Working directory (recreated).",
+)
 @click.option("--seed", default=7, show_default=True, help="Workload seed.")
-@click.option("--transactions", default=150, show_default=True,
-              help="Source transactions to generate.")
+@click.option(
+    "--transactions", default=150, show_default=True, help="Source transactions to generate."
+)
 def demo_cmd(workdir: str, seed: int, transactions: int) -> None:
     """Zero-configuration end-to-end run: generate a workload, render it in every registered
     dialect with delivery faults, run the pipeline twice (the second run redelivers part of the

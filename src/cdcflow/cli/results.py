@@ -8,9 +8,10 @@ import click
 
 
 def _session(config: str) -> tuple[Any, Any]:
+    from cdcflow.spark.session import build_session
+
     from cdcflow.config import load_config_file
     from cdcflow.engine.pipeline import spark_settings
-    from cdcflow.spark.session import build_session
 
     cfg = load_config_file(config)
     return cfg, build_session(spark_settings(cfg))
@@ -25,8 +26,13 @@ def _print(df: Any, limit: int, as_json: bool) -> None:
 
 
 _config_arg = click.argument("config", type=click.Path(dir_okay=False))
-_json_opt = click.option("--output", type=click.Choice(["table", "json"]), default="table",
-                         show_default=True, help="Table text or JSON lines.")
+_json_opt = click.option(
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Table text or JSON lines.",
+)
 
 
 @click.command("tables")

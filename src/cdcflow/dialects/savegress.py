@@ -107,8 +107,10 @@ class SavegressDialect(Dialect):
             return 0.95
         headers = doc.get("headers")
         if "value" in doc and isinstance(headers, (dict, list)):
-            names = headers.keys() if isinstance(headers, dict) else (
-                h.get("key", "") for h in headers if isinstance(h, dict)
+            names = (
+                headers.keys()
+                if isinstance(headers, dict)
+                else (h.get("key", "") for h in headers if isinstance(h, dict))
             )
             if any(str(n).lower().startswith(_HEADER_PREFIX) for n in names):
                 return 0.95
@@ -135,7 +137,9 @@ class SavegressDialect(Dialect):
             parts = split_delimited(data)
         except DecodeError as e:
             # the stream is unusable from the bad prefix on: one message carries the error
-            return [RawMessage(data=data, origin=origin, offset=0, headers={"x-error": e.code.encode()})]
+            return [
+                RawMessage(data=data, origin=origin, offset=0, headers={"x-error": e.code.encode()})
+            ]
         return [
             RawMessage(data=body, origin=origin, offset=off, headers={"content-type": b"protobuf"})
             for off, body in parts
@@ -154,8 +158,11 @@ class SavegressDialect(Dialect):
         doc = parse_json(msg)
         kafka_key = msg.key.decode("utf-8", "replace") if msg.key is not None else None
         extra: dict[str, Any] = {}
-        if isinstance(doc, dict) and "value" in doc and ("headers" in doc or "key" in doc) and (
-            "operation" not in doc
+        if (
+            isinstance(doc, dict)
+            and "value" in doc
+            and ("headers" in doc or "key" in doc)
+            and ("operation" not in doc)
         ):
             # Kafka message form written as a JSON record
             kafka_key = doc.get("key") if isinstance(doc.get("key"), str) else kafka_key
@@ -180,7 +187,9 @@ class SavegressDialect(Dialect):
             return self._batch(doc, msg, extra)
         return [self._event(doc, msg, 0, extra, headers=headers, kafka_key=kafka_key)]
 
-    def _batch(self, doc: Mapping[str, Any], msg: RawMessage, extra: dict[str, Any]) -> list[Decoded]:
+    def _batch(
+        self, doc: Mapping[str, Any], msg: RawMessage, extra: dict[str, Any]
+    ) -> list[Decoded]:
         events = doc.get("events")
         if not isinstance(events, list):
             raise self.fail("BAD_BATCH", f"batch 'events' must be an array, got {_kind(events)}")
@@ -206,8 +215,11 @@ class SavegressDialect(Dialect):
             return self._event(doc, msg, item, extra)
         except DecodeError as e:
             return Rejection(
-                code=e.code, message=f"item {item}: {e.message}", raw=orjson.dumps(doc),
-                item=item, dialect=self.name,
+                code=e.code,
+                message=f"item {item}: {e.message}",
+                raw=orjson.dumps(doc),
+                item=item,
+                dialect=self.name,
             )
 
     @staticmethod
@@ -292,7 +304,9 @@ class SavegressDialect(Dialect):
                 ms = int(headers[_HEADER_PREFIX + "timestamp"])
                 timestamp = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
             except ValueError:
-                raise self.fail("BAD_TIMESTAMP", "savegress-timestamp header is not epoch ms") from None
+                raise self.fail(
+                    "BAD_TIMESTAMP", "savegress-timestamp header is not epoch ms"
+                ) from None
 
         declared = self.options.types_for(table, schema)
         types: dict[str, str] = {}
@@ -302,8 +316,9 @@ class SavegressDialect(Dialect):
         except ValueTypeError as e:
             raise self.fail("BAD_VALUE", str(e)) from None
 
-        key = self._key(doc, op, table, schema, typed_before, typed_after, declared, source, types,
-                        kafka_key)
+        key = self._key(
+            doc, op, table, schema, typed_before, typed_after, declared, source, types, kafka_key
+        )
 
         ddl_type = _opt_str(doc, "ddl_type")
         ddl_command = _opt_str(doc, "ddl_command")
@@ -338,7 +353,10 @@ class SavegressDialect(Dialect):
         )
 
     def _sequence(
-        self, position: Mapping[str, Any] | None, msg: RawMessage, item: int,
+        self,
+        position: Mapping[str, Any] | None,
+        msg: RawMessage,
+        item: int,
         metadata: dict[str, Any],
     ) -> tuple[str, str | None]:
         try:
@@ -389,7 +407,9 @@ class SavegressDialect(Dialect):
         explicit = doc.get("key")
         if explicit is not None:
             if not isinstance(explicit, dict) or not explicit:
-                raise self.fail("BAD_KEY", f"'key' must be a non-empty object, got {_kind(explicit)}")
+                raise self.fail(
+                    "BAD_KEY", f"'key' must be a non-empty object, got {_kind(explicit)}"
+                )
             try:
                 return _typed(explicit, declared, source, types)
             except ValueTypeError as e:
@@ -403,8 +423,11 @@ class SavegressDialect(Dialect):
                 raw = kafka_key.split(":", 1)[1]
                 col = names[0]
                 try:
-                    return {col: convert(raw, types.get(col) or _declared(declared, col, source)
-                                         or "string")}
+                    return {
+                        col: convert(
+                            raw, types.get(col) or _declared(declared, col, source) or "string"
+                        )
+                    }
                 except ValueTypeError as e:
                     raise self.fail("BAD_VALUE", f"key from Kafka key: {e}") from None
             raise self.fail(
@@ -450,7 +473,9 @@ def _image(doc: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     if v is None:
         return None
     if not isinstance(v, dict):
-        raise DecodeError(f"'{name}' must be an object or null, got {_kind(v)}", code="BAD_ROW_IMAGE")
+        raise DecodeError(
+            f"'{name}' must be an object or null, got {_kind(v)}", code="BAD_ROW_IMAGE"
+        )
     return v
 
 

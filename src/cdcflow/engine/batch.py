@@ -84,8 +84,9 @@ def target_name(table: str) -> str:
 class BatchProcessor:
     """The ``foreachBatch`` function of a pipeline."""
 
-    def __init__(self, spark: Any, cfg: PipelineConfig, pipeline_id: str,
-                 on_report: Any = None) -> None:
+    def __init__(
+        self, spark: Any, cfg: PipelineConfig, pipeline_id: str, on_report: Any = None
+    ) -> None:
         self.spark = spark
         self.cfg = cfg
         self.pipeline_id = pipeline_id
@@ -145,9 +146,9 @@ class BatchProcessor:
     def _process(self, decoded: Any, batch_id: int, check: bool, started: float) -> BatchReport:
         spark = self.spark
         events = decoded.where("error_code IS NULL")
-        ops_rows = events.groupBy("_target", "operation").agg(
-            {"*": "count", "partial": "max"}
-        ).collect()
+        ops_rows = (
+            events.groupBy("_target", "operation").agg({"*": "count", "partial": "max"}).collect()
+        )
         per_table_ops: dict[str, dict[str, int]] = defaultdict(dict)
         partial_tables: set[str] = set()
         operations: dict[str, int] = defaultdict(int)
@@ -166,15 +167,17 @@ class BatchProcessor:
         seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         for r in type_rows:
             seen[r["_target"]][r["col"]].add(r["type"])
-        key_rows = events.where("key IS NOT NULL").selectExpr(
-            "_target", "array_sort(map_keys(key)) AS names"
-        ).distinct().collect()
+        key_rows = (
+            events.where("key IS NOT NULL")
+            .selectExpr("_target", "array_sort(map_keys(key)) AS names")
+            .distinct()
+            .collect()
+        )
         key_names: dict[str, set[tuple[str, ...]]] = defaultdict(set)
         for r in key_rows:
             key_names[r["_target"]].add(tuple(r["names"]))
 
-        dead = [rejected_rows(decoded.where("error_code IS NOT NULL"), self.pipeline_id,
-                              batch_id)]
+        dead = [rejected_rows(decoded.where("error_code IS NOT NULL"), self.pipeline_id, batch_id)]
         jobs = []
         outcomes: list[TableOutcome] = []
         for target, ops in sorted(per_table_ops.items()):
@@ -184,9 +187,16 @@ class BatchProcessor:
 
         def run(job: tuple[str, dict[str, int]]) -> tuple[TableOutcome, list[Any]]:
             target, ops = job
-            return self._table(events, target, ops, seen.get(target, {}),
-                               key_names.get(target, set()), target in partial_tables,
-                               batch_id, check)
+            return self._table(
+                events,
+                target,
+                ops,
+                seen.get(target, {}),
+                key_names.get(target, set()),
+                target in partial_tables,
+                batch_id,
+                check,
+            )
 
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.parallel_tables)) as pool:
             for outcome, rejects in pool.map(run, jobs):
@@ -196,8 +206,9 @@ class BatchProcessor:
         dlq = dead[0]
         for d in dead[1:]:
             dlq = dlq.unionByName(d)
-        dead_n = write_dead_letters(spark, self.dead_letter_table, dlq, self.pipeline_id,
-                                    batch_id, check)
+        dead_n = write_dead_letters(
+            spark, self.dead_letter_table, dlq, self.pipeline_id, batch_id, check
+        )
         total = sum(operations.values())
         report = BatchReport(
             batch_id=batch_id,
@@ -239,8 +250,11 @@ class BatchProcessor:
                 for c, bad in plan.conflicts.items()
             )
             reason = "; ".join(plan.reasons.values())
-            rejects.append(event_rows(mine.where(cond), self.pipeline_id, batch_id,
-                                      "TYPE_CONFLICT", lit(reason)))
+            rejects.append(
+                event_rows(
+                    mine.where(cond), self.pipeline_id, batch_id, "TYPE_CONFLICT", lit(reason)
+                )
+            )
             mine = mine.where(f"NOT ({cond})")
         n_events = sum(ops.values())
 
@@ -257,24 +271,36 @@ class BatchProcessor:
                 evolve(spark, ident, plan)
             return TableOutcome(name, "merge", n_events), rejects
         if keys is None:
-            rejects.append(event_rows(
-                mine.where(f"operation IN {_ROW_OPS}"), self.pipeline_id, batch_id,
-                "KEY_UNKNOWN",
-                lit(f"no key columns known for table {name!r}: the producer sends none; set "
-                    f"tables.{name}.keys or the source's keys in the configuration"),
-            ))
+            rejects.append(
+                event_rows(
+                    mine.where(f"operation IN {_ROW_OPS}"),
+                    self.pipeline_id,
+                    batch_id,
+                    "KEY_UNKNOWN",
+                    lit(
+                        f"no key columns known for table {name!r}: the producer sends none; set "
+                        f"tables.{name}.keys or the source's keys in the configuration"
+                    ),
+                )
+            )
             return TableOutcome(name, "merge", n_events), rejects
         for k in keys:
             plan.types.setdefault(k, "string")
         missing_key = " OR ".join(
             f"coalesce(key[{lit(k)}], CASE WHEN operation = 'DELETE' THEN before[{lit(k)}] "
-            f"ELSE after[{lit(k)}] END) IS NULL" for k in keys
+            f"ELSE after[{lit(k)}] END) IS NULL"
+            for k in keys
         )
         bad_keys = f"operation IN {_ROW_OPS} AND ({missing_key})"
-        rejects.append(event_rows(
-            mine.where(bad_keys), self.pipeline_id, batch_id, "KEY_MISSING",
-            lit(f"row event lacks a value for key column(s) {list(keys)} of table {name!r}"),
-        ))
+        rejects.append(
+            event_rows(
+                mine.where(bad_keys),
+                self.pipeline_id,
+                batch_id,
+                "KEY_MISSING",
+                lit(f"row event lacks a value for key column(s) {list(keys)} of table {name!r}"),
+            )
+        )
         mine = mine.where(f"NOT ({bad_keys})")
         if existing is None:
             ensure_merge_table(spark, ident, keys, plan.types)
@@ -296,12 +322,23 @@ class BatchProcessor:
             has_partial,
         )
         return TableOutcome(
-            name, "merge", n_events, result.duplicates, result.conflicts, result.stale,
+            name,
+            "merge",
+            n_events,
+            result.duplicates,
+            result.conflicts,
+            result.stale,
             skipped=result.skipped,
         ), rejects
 
-    def _keys(self, spark: Any, ident: str, configured: list[str] | None,
-              key_sets: set[tuple[str, ...]], name: str) -> tuple[str, ...] | None:
+    def _keys(
+        self,
+        spark: Any,
+        ident: str,
+        configured: list[str] | None,
+        key_sets: set[tuple[str, ...]],
+        name: str,
+    ) -> tuple[str, ...] | None:
         if configured:
             return tuple(configured)
         recorded = key_columns_from_table(spark, ident)

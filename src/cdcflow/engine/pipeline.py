@@ -95,25 +95,32 @@ class Pipeline:
         frames = []
         for src in self.cfg.sources:
             Path(src.path).mkdir(parents=True, exist_ok=True) if "://" not in src.path else None
-            raw = read_raw(self.spark, src.path, streaming=True,
-                           max_files_per_trigger=src.max_files_per_batch)
+            raw = read_raw(
+                self.spark, src.path, streaming=True, max_files_per_trigger=src.max_files_per_batch
+            )
             frames.append(decode_dataframe(raw, src.dialect, source_options(src)))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
-    def run(self, follow: bool = False,
-            on_report: Callable[[BatchReport], None] | None = None,
-            timeout: float | None = None) -> list[BatchReport]:
+    def run(
+        self,
+        follow: bool = False,
+        on_report: Callable[[BatchReport], None] | None = None,
+        timeout: float | None = None,
+    ) -> list[BatchReport]:
         """Run the pipeline: until the landing zones are drained (default) or forever
         (``follow``). Returns the batch reports of this run."""
         pid = pipeline_identity(self.spark, self.cfg.checkpoint, self.cfg.pipeline)
         processor = BatchProcessor(self.spark, self.cfg, pid, on_report)
         writer = (
-            self.events().writeStream.foreachBatch(processor)
+            self.events()
+            .writeStream.foreachBatch(processor)
             .option("checkpointLocation", self.cfg.checkpoint.rstrip("/") + "/stream")
             .queryName(f"cdcflow_{self.cfg.pipeline}")
         )
         if follow:
-            writer = writer.trigger(processingTime=f"{parse_duration(self.cfg.follow_interval)} seconds")
+            writer = writer.trigger(
+                processingTime=f"{parse_duration(self.cfg.follow_interval)} seconds"
+            )
         else:
             writer = writer.trigger(availableNow=True)
         query = writer.start()

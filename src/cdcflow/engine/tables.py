@@ -85,7 +85,9 @@ class SchemaPlan:
     reasons: dict[str, str] = field(default_factory=dict)
 
 
-def plan_schema(existing: Mapping[str, str] | None, seen: Mapping[str, Iterable[str]]) -> SchemaPlan:
+def plan_schema(
+    existing: Mapping[str, str] | None, seen: Mapping[str, Iterable[str]]
+) -> SchemaPlan:
     """Decide column additions, widenings and conflicts for the types seen in a batch."""
     plan = SchemaPlan(types=dict(existing or {}))
     for col, vtypes in sorted(seen.items()):

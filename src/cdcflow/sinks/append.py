@@ -69,7 +69,7 @@ def apply_append(
                             'source_timestamp', timestamp, 'event_id', id, 'fingerprint', _fp,
                             'transaction_id', transaction_id, 'partial', partial,
                             'applied_at', current_timestamp()) AS _cdc,
-               {image('before')} AS before, {image('after')} AS after
+               {image("before")} AS before, {image("after")} AS after
         FROM (SELECT *, row_number() OVER (PARTITION BY id, _fp ORDER BY origin, offset, item)
                         AS _rn FROM {src}
               WHERE operation IN ('INSERT','UPDATE','UPSERT','SNAPSHOT','DELETE','TRUNCATE'))

@@ -197,7 +197,10 @@ def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool)
     names_arr = ", ".join(lit(c) for c in data_cols)
     seqs_arr = ", ".join(q("_cs_" + c) for c in data_cols)
     inner_cols = ", ".join(col_exprs + seq_exprs)
-    base_fixed = "CASE WHEN _tomb IS NOT NULL AND coalesce(_base_seq, '') <= _tomb THEN _tomb ELSE _base_seq END"
+    base_fixed = (
+        "CASE WHEN _tomb IS NOT NULL AND coalesce(_base_seq, '') <= _tomb THEN _tomb "
+        "ELSE _base_seq END"
+    )
     spark.sql(
         f"""
         SELECT *, {_colseq_map(names_arr, seqs_arr, "coalesce(_base_seq, '')", bool(data_cols))}
@@ -303,9 +306,7 @@ def _merge(spark: Any, target: MergeTarget, source: str, data_cols: Sequence[str
         delete_clause = ""
         not_matched = "WHEN NOT MATCHED THEN INSERT"
     else:
-        delete_clause = (
-            "WHEN MATCHED AND NOT s._exists AND s._seq > t._cdc.sequence THEN DELETE"
-        )
+        delete_clause = "WHEN MATCHED AND NOT s._exists AND s._seq > t._cdc.sequence THEN DELETE"
         not_matched = "WHEN NOT MATCHED AND s._exists THEN INSERT"
     sql = f"""
         MERGE INTO {target.ident} t USING {source} s ON {on}
@@ -351,7 +352,9 @@ def _record_tombstones(spark: Any, target: MergeTarget, source: str) -> None:
     spark.catalog.dropTempView(view)
 
 
-def ensure_merge_table(spark: Any, ident: str, keys: Sequence[str], types: Mapping[str, str]) -> None:
+def ensure_merge_table(
+    spark: Any, ident: str, keys: Sequence[str], types: Mapping[str, str]
+) -> None:
     """Create the replica table on first sight (keys first)."""
     ordered = {k: types[k] for k in keys}
     ordered.update({c: t for c, t in types.items() if c not in ordered})

@@ -41,8 +41,9 @@ def normalize_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) ->
     return sorted(out, key=repr)
 
 
-def read_replica(spark: Any, ident: str, columns: Sequence[str],
-                 where: str = "") -> list[dict[str, Any]]:
+def read_replica(
+    spark: Any, ident: str, columns: Sequence[str], where: str = ""
+) -> list[dict[str, Any]]:
     """Rows of a replica over ``columns``; timestamps read as UTC text so the Python time zone
     does not matter."""
     schema = {f.name: f.dataType.simpleString() for f in spark.table(ident).schema.fields}
@@ -52,7 +53,7 @@ def read_replica(spark: Any, ident: str, columns: Sequence[str],
         if t is None:
             exprs.append(f"NULL AS {q(c)}")
         elif t in ("timestamp", "timestamp_ntz"):
-            exprs.append(f"date_format({q(c)}, \"{_TS_FORMAT}\") AS {q(c)}")
+            exprs.append(f'date_format({q(c)}, "{_TS_FORMAT}") AS {q(c)}')
         else:
             exprs.append(q(c))
     sql = f"SELECT {', '.join(exprs)} FROM {ident}"
@@ -77,8 +78,12 @@ class TableDiff:
         return not self.missing and not self.unexpected
 
 
-def diff_table(table: str, expected: Iterable[Mapping[str, Any]],
-               actual: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> TableDiff:
+def diff_table(
+    table: str,
+    expected: Iterable[Mapping[str, Any]],
+    actual: Iterable[Mapping[str, Any]],
+    columns: Sequence[str],
+) -> TableDiff:
     """Compare expected and actual rows over ``columns``."""
     e = normalize_rows(expected, columns)
     a = normalize_rows(actual, columns)
