@@ -117,7 +117,8 @@ class BatchProcessor:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         started = time.time()
-        spark = self.spark
+        # the batch frame belongs to the query's own session: temp views must live there
+        self.spark = spark = df.sparkSession
         check = self.first_batch
         ensure_namespace(spark, self.catalog, self.cfg.namespace)
         ensure_namespace(spark, self.catalog, self.cfg.namespace + "__cdcflow")
@@ -367,12 +368,12 @@ class BatchProcessor:
             spark.sql(
                 f"""
                 INSERT INTO {ident} SELECT {lit(self.pipeline_id)}, {report.batch_id},
-                  timestamp_seconds({started}), current_timestamp(), {report.events},
+                  timestamp_millis({int(started * 1000)}), current_timestamp(), {report.events},
                   {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
                   {report.duplicates}, {report.conflicts}, {report.stale},
                   {report.dead_lettered},
                   {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
-                  {report.seconds}
+                  {report.seconds:.3f}D
                 """
             )
 

@@ -114,11 +114,13 @@ def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool)
     )
     pk_old_present = " AND ".join(f"before[{lit(k)}] IS NOT NULL" for k in keys)
     common = "sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item"
+    # soft deletes keep the row as it was deleted (its before image) in the replica
+    deleted_image = "before" if target.soft_deletes else "CAST(NULL AS map<string,string>)"
     rows_view = view_name("rows")
     spark.sql(
         f"""
         SELECT {key_select}, {common}, operation AS _op, partial AS _partial,
-               CASE WHEN operation = 'DELETE' THEN NULL ELSE after END AS _after, _fp
+               CASE WHEN operation = 'DELETE' THEN {deleted_image} ELSE after END AS _after, _fp
         FROM {src}
         WHERE operation IN ('INSERT','UPDATE','UPSERT','SNAPSHOT','DELETE')
           AND sequence > {lit(watermark)}
@@ -136,10 +138,10 @@ def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool)
     ranked = view_name("ranked")
     spark.sql(
         f"""
-        SELECT *, row_number() OVER w AS _rn, size(collect_set(_fp) OVER w) AS _nfp
+        SELECT *, row_number() OVER w AS _rn, size(collect_set(_fp) OVER p) AS _nfp
         FROM {rows_view}
-        WINDOW w AS (PARTITION BY {part}, _seq ORDER BY origin DESC, offset DESC, item DESC
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+        WINDOW w AS (PARTITION BY {part}, _seq ORDER BY origin DESC, offset DESC, item DESC),
+               p AS (PARTITION BY {part}, _seq)
         """
     ).createOrReplaceTempView(ranked)
 

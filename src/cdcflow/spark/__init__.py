@@ -1,0 +1,1 @@
+"""Spark integration: session builder, Arrow-batched decoding, raw readers."""

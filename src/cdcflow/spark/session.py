@@ -1,0 +1,143 @@
+"""The SparkSession builder used everywhere.
+
+Defaults: ``local[*]``, the Iceberg 1.9.2 Spark runtime jar from the installed PyPI wheel
+``snowpark-connect-deps-iceberg`` (no Maven repository needed), an Iceberg Hadoop catalog named
+``cdc`` with warehouse ``./warehouse``, UTC session time zone, workers on the driver's Python,
+Spark logging at WARN. Everything can be overridden. Settings apply to the first session of a
+process (``getOrCreate``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from cdcflow.errors import ConfigError, EnvironmentProblem
+
+ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
+_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How to build the SparkSession."""
+
+    master: str = "local[*]"
+    app_name: str = "cdcflow"
+    catalog_name: str = "cdc"
+    catalog_type: str = "hadoop"
+    catalog_uri: str | None = None
+    warehouse: str = "./warehouse"
+    catalog_options: Mapping[str, str] = field(default_factory=dict)
+    iceberg_jar: str | None = None
+    iceberg_packages: str | None = None
+    shuffle_partitions: int = 4
+    conf: Mapping[str, str] = field(default_factory=dict)
+    log_level: str = "WARN"
+
+
+def settings_from_mapping(d: Mapping[str, Any]) -> SparkSettings:
+    """Settings from a configuration mapping; unknown keys are errors naming the allowed ones."""
+    allowed = {f.name for f in fields(SparkSettings)}
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"unknown Spark setting(s) {unknown}; allowed: {', '.join(sorted(allowed))}"
+        )
+    return SparkSettings(**{k: v for k, v in d.items() if v is not None})
+
+
+def find_java() -> str:
+    """Path of the ``java`` executable, or :class:`EnvironmentProblem` saying what to install."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise EnvironmentProblem(
+            "java not found: Spark needs a Java 17 runtime. Install one (e.g. "
+            "`apt-get install openjdk-17-jre-headless`) or set JAVA_HOME.",
+            code="JAVA_MISSING",
+        )
+    return found
+
+
+def default_iceberg_jar() -> str:
+    """The Iceberg runtime jar shipped by the ``snowpark-connect-deps-iceberg`` wheel."""
+    try:
+        import snowpark_connect_deps_iceberg as pkg
+    except ImportError:
+        raise EnvironmentProblem(
+            "the Iceberg runtime wheel is not installed: install cdcflow with the spark extra "
+            "(`pip install 'cdcflow[spark]'`) or set spark.iceberg_jar / iceberg_packages",
+            code="ICEBERG_JAR_MISSING",
+        ) from None
+    jar = Path(pkg.__file__).parent / "jars" / ICEBERG_JAR
+    return str(jar)
+
+
+def _warehouse(path: str) -> str:
+    if "://" in path:
+        return path
+    return str(Path(path).resolve())
+
+
+def spark_conf(settings: SparkSettings) -> dict[str, str]:
+    """The Spark configuration a session gets (without building it)."""
+    conf: dict[str, str] = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.extensions": _EXTENSIONS,
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.driver.memory": "4g",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    cat = f"spark.sql.catalog.{settings.catalog_name}"
+    conf[cat] = "org.apache.iceberg.spark.SparkCatalog"
+    conf[f"{cat}.type"] = settings.catalog_type
+    conf[f"{cat}.warehouse"] = _warehouse(settings.warehouse)
+    if settings.catalog_uri:
+        conf[f"{cat}.uri"] = settings.catalog_uri
+    for k, v in settings.catalog_options.items():
+        conf[f"{cat}.{k}"] = str(v)
+    if settings.iceberg_packages:
+        conf["spark.jars.packages"] = settings.iceberg_packages
+    else:
+        jar = settings.iceberg_jar or default_iceberg_jar()
+        if "://" not in jar and not Path(jar).exists():
+            raise EnvironmentProblem(
+                f"Iceberg runtime jar not found: {jar}. Install cdcflow with the spark extra, "
+                "or point spark.iceberg_jar at an iceberg-spark-runtime-3.5 jar.",
+                code="ICEBERG_JAR_MISSING",
+            )
+        conf["spark.jars"] = jar
+    conf.update({k: str(v) for k, v in settings.conf.items()})
+    return conf
+
+
+def build_session(settings: SparkSettings | None = None) -> Any:
+    """Create (or get) the SparkSession with Iceberg configured."""
+    settings = settings or SparkSettings()
+    find_java()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    conf = spark_conf(settings)
+    for name in ("py4j", "py4j.clientserver", "pyspark"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.log_level)
+    return spark

@@ -1,0 +1,29 @@
+"""Shared fixtures: one SparkSession for the whole run (UTC, small shuffle partitions)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The test SparkSession with an Iceberg Hadoop catalog ``cdc`` in a temp warehouse."""
+    if shutil.which("java") is None:
+        pytest.skip("java is not installed: Spark tests need a Java 17 runtime")
+    from cdcflow.spark.session import SparkSettings, build_session
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = build_session(
+        SparkSettings(
+            master="local[2]",
+            warehouse=str(warehouse),
+            shuffle_partitions=2,
+            conf={"spark.driver.memory": "2g", "spark.sql.adaptive.coalescePartitions.enabled": "true"},
+        )
+    )
+    yield session
+    session.stop()
