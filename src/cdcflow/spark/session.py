@@ -94,6 +94,7 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.extensions": _EXTENSIONS,
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
         "spark.pyspark.python": sys.executable,
