@@ -22,7 +22,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             master="local[2]",
             warehouse=str(warehouse),
             shuffle_partitions=2,
-            conf={"spark.driver.memory": "2g", "spark.sql.adaptive.coalescePartitions.enabled": "true"},
+            conf={
+                "spark.driver.memory": "2g",
+                "spark.sql.adaptive.coalescePartitions.enabled": "true",
+            },
         )
     )
     yield session

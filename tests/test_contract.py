@@ -15,8 +15,13 @@ from cdcflow.testing.workload import generate
 from tests.golden import GOLDEN_DIR
 
 DIALECTS = dialect_names()
-_OPS = {"insert": "INSERT", "update": "UPDATE", "delete": "DELETE", "truncate": "TRUNCATE",
-        "add_column": "DDL"}
+_OPS = {
+    "insert": "INSERT",
+    "update": "UPDATE",
+    "delete": "DELETE",
+    "truncate": "TRUNCATE",
+    "add_column": "DDL",
+}
 
 
 @pytest.mark.parametrize("name", DIALECTS)
@@ -66,7 +71,10 @@ def test_render_decode_round_trip_and_detection(name: str, tmp_path: Path) -> No
     fixed, auto = decoded
     assert [e["id"] for e in fixed] == [e["id"] for e in auto]
     assert {e["dialect"] for e in auto} == {name}
-    row_events = sorted((e["table"], e["operation"], e["sequence"]) for e in fixed
-                        if e["operation"] not in ("BEGIN", "COMMIT", "RESOLVED"))
+    row_events = sorted(
+        (e["table"], e["operation"], e["sequence"])
+        for e in fixed
+        if e["operation"] not in ("BEGIN", "COMMIT", "RESOLVED")
+    )
     changes = sorted((c.table, _OPS[c.kind]) for c in w.changes())
     assert sorted((t, op) for t, op, _ in row_events) == changes

@@ -29,8 +29,9 @@ _n = itertools.count()
     runs=st.integers(min_value=1, max_value=3),
     overlap=st.booleans(),
 )
-def test_replicas_equal_the_oracle(spark: Any, dialect: str, seed: int, runs: int,
-                                   overlap: bool) -> None:
+def test_replicas_equal_the_oracle(
+    spark: Any, dialect: str, seed: int, runs: int, overlap: bool
+) -> None:
     w = generate(seed, tables=3, transactions=60)
     expected = oracle.apply(w)
     root = Path(tempfile.mkdtemp(prefix="cdcflow-prop-"))
@@ -40,12 +41,10 @@ def test_replicas_equal_the_oracle(spark: Any, dialect: str, seed: int, runs: in
     cfg = None
     for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
         start = max(0, lo - 5) if overlap and i else lo  # redeliver the tail of the last run
-        res = render(w, root / "landing" / dialect, seed=seed + i,
-                     transactions=slice(start, hi))
+        res = render(w, root / "landing" / dialect, seed=seed + i, transactions=slice(start, hi))
         if cfg is None:
             cfg = demo_config(root, dialect, res.options)
-            cfg = cfg.model_copy(update={"namespace": f"prop{next(_n)}",
-                                         "pipeline": f"prop{seed}"})
+            cfg = cfg.model_copy(update={"namespace": f"prop{next(_n)}", "pipeline": f"prop{seed}"})
         Pipeline(cfg, spark).run()
     assert cfg is not None
     for name, table in w.tables.items():

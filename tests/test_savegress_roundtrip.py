@@ -11,8 +11,13 @@ from cdcflow.framing import Decoder
 from cdcflow.testing.render_savegress import decode_options, render_messages
 from cdcflow.testing.workload import generate
 
-_OPS = {"insert": "INSERT", "update": "UPDATE", "delete": "DELETE", "truncate": "TRUNCATE",
-        "add_column": "DDL"}
+_OPS = {
+    "insert": "INSERT",
+    "update": "UPDATE",
+    "delete": "DELETE",
+    "truncate": "TRUNCATE",
+    "add_column": "DDL",
+}
 
 
 @settings(max_examples=15, deadline=None)

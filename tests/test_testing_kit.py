@@ -27,9 +27,12 @@ def test_every_feature_appears() -> None:
     assert {"insert", "update", "delete", "truncate", "add_column"} <= set(kinds)
     updates = [c for c in w.changes() if c.kind == "update"]
     assert any(c.changed for c in updates), "no partial update"
-    assert any(c.before and {k: c.before[k] for k in c.key} != c.key for c in updates), "no PK change"
+    assert any(c.before and {k: c.before[k] for k in c.key} != c.key for c in updates), (
+        "no PK change"
+    )
     inserted: dict[tuple, int] = collections.Counter(
-        (c.table, tuple(c.key.items())) for c in w.changes() if c.kind == "insert")
+        (c.table, tuple(c.key.items())) for c in w.changes() if c.kind == "insert"
+    )
     assert any(n > 1 for n in inserted.values()), "no re-insert of a deleted key"
     assert len({c.table for c in w.changes()}) == 3
     assert any(len({c.table for c in tx.changes}) > 1 for tx in w.transactions)
@@ -46,10 +49,21 @@ def test_oracle_never_sees_impossible_changes(seed: int) -> None:
             assert list(row) == cols
 
 
-def _ch(kind: str, key: dict, before: dict | None = None, after: dict | None = None,
-        **kw: object) -> Change:
-    return Change(kind, "t", key, before, after, txid="x", lsn=1, seq=1,
-                  commit_time=dt.datetime(2025, 1, 1, tzinfo=dt.UTC), **kw)  # type: ignore[arg-type]
+def _ch(
+    kind: str, key: dict, before: dict | None = None, after: dict | None = None, **kw: object
+) -> Change:
+    return Change(
+        kind,
+        "t",
+        key,
+        before,
+        after,
+        txid="x",
+        lsn=1,
+        seq=1,
+        commit_time=dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_oracle_hand_cases() -> None:
@@ -61,8 +75,12 @@ def test_oracle_hand_cases() -> None:
         _ch("delete", {"id": 2}, before={"id": 2, "v": "b"}),
         _ch("insert", {"id": 2}, after={"id": 2, "v": "again"}),
         _ch("add_column", {}, column="x", column_type="bigint"),
-        _ch("update", {"id": 2}, before={"id": 2, "v": "again"},
-            after={"id": 2, "v": "again", "x": 7}),
+        _ch(
+            "update",
+            {"id": 2},
+            before={"id": 2, "v": "again"},
+            after={"id": 2, "v": "again", "x": 7},
+        ),
     ]
     got = oracle.apply(changes, t)["t"]
     assert got == {(3,): {"id": 3, "v": "a", "x": None}, (2,): {"id": 2, "v": "again", "x": 7}}
@@ -85,13 +103,24 @@ def test_renderer_values_follow_the_spec_type_table() -> None:
 
 def test_render_to_landing_faults(tmp_path: Path) -> None:
     w = generate(4, transactions=60)
-    res = render_to_landing(w, tmp_path, seed=4, duplicates=0.5, redeliver_files=1,
-                            batch_envelopes=True, kafka_form=True)
+    res = render_to_landing(
+        w,
+        tmp_path,
+        seed=4,
+        duplicates=0.5,
+        redeliver_files=1,
+        batch_envelopes=True,
+        kafka_form=True,
+    )
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == sorted(p.name for p in res.files)
     assert not any(n.startswith("_") for n in names)
     assert len(res.files) == 5  # 4 + one redelivered
-    batches = [orjson.loads(line) for p in res.files for line in p.read_bytes().splitlines()
-               if b'"batch_id"' in line[:20]]
+    batches = [
+        orjson.loads(line)
+        for p in res.files
+        for line in p.read_bytes().splitlines()
+        if b'"batch_id"' in line[:20]
+    ]
     assert batches and all(b["batch_size"] == len(b["events"]) for b in batches)
     assert res.messages > sum(1 for _ in w.changes())  # duplicates were added

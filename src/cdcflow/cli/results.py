@@ -8,10 +8,9 @@ import click
 
 
 def _session(config: str) -> tuple[Any, Any]:
-    from cdcflow.spark.session import build_session
-
     from cdcflow.config import load_config_file
     from cdcflow.engine.pipeline import spark_settings
+    from cdcflow.spark.session import build_session
 
     cfg = load_config_file(config)
     return cfg, build_session(spark_settings(cfg))

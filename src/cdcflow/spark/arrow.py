@@ -105,8 +105,9 @@ class _Columns:
         offsets.append(len(keys))
         valid.append(True)
 
-    def add_event(self, ev: dict[str, Any], origin: str | None, offset: int,
-                  line: int | None, item: int) -> None:
+    def add_event(
+        self, ev: dict[str, Any], origin: str | None, offset: int, line: int | None, item: int
+    ) -> None:
         for f in _SCALARS:
             self.scalars[f].append(ev.get(f))
         self.timestamp.append(ev.get("timestamp"))
@@ -129,9 +130,17 @@ class _Columns:
         self.raw.append(None)
         self.rows += 1
 
-    def add_rejection(self, code: str, message: str, raw: bytes, dialect: str | None,
-                      origin: str | None, offset: int, line: int | None,
-                      item: int | None) -> None:
+    def add_rejection(
+        self,
+        code: str,
+        message: str,
+        raw: bytes,
+        dialect: str | None,
+        origin: str | None,
+        offset: int,
+        line: int | None,
+        item: int | None,
+    ) -> None:
         for f in _SCALARS:
             self.scalars[f].append(None)
         self.scalars["dialect"][-1] = dialect
@@ -229,7 +238,9 @@ def decode_dataframe(df: Any, dialect: str = "auto", options: DialectOptions | N
     return df.mapInArrow(fn, spark_schema_ddl())
 
 
-def read_raw(spark: Any, path: str, streaming: bool, max_files_per_trigger: int | None = None) -> Any:
+def read_raw(
+    spark: Any, path: str, streaming: bool, max_files_per_trigger: int | None = None
+) -> Any:
     """Files of a landing zone as ``binaryFile`` rows (sub-folders included).
 
     Names starting with ``_`` or ``.`` are ignored by Spark (land files by atomic rename);

@@ -94,8 +94,11 @@ def render_change(workload: Workload, ch: Change) -> dict[str, Any]:
     if ch.kind == "insert":
         doc.update(operation="INSERT", before=None, after=_row(workload, ch.table, ch.after))
     elif ch.kind == "update":
-        doc.update(operation="UPDATE", before=_row(workload, ch.table, ch.before),
-                   after=_row(workload, ch.table, ch.after))
+        doc.update(
+            operation="UPDATE",
+            before=_row(workload, ch.table, ch.before),
+            after=_row(workload, ch.table, ch.after),
+        )
     elif ch.kind == "delete":
         doc.update(operation="DELETE", before=_row(workload, ch.table, ch.before), after=None)
     elif ch.kind == "truncate":
@@ -113,19 +116,32 @@ def render_change(workload: Workload, ch: Change) -> dict[str, Any]:
     return doc
 
 
-def render_messages(workload: Workload, *, markers: bool = False,
-                    transactions: slice | None = None) -> list[dict[str, Any]]:
+def render_messages(
+    workload: Workload, *, markers: bool = False, transactions: slice | None = None
+) -> list[dict[str, Any]]:
     """Events in commit order (with BEGIN/COMMIT markers when asked)."""
     out: list[dict[str, Any]] = []
     for tx in workload.transactions[transactions or slice(None)]:
         ts = tx.commit_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         if markers:
-            out.append({"operation": "BEGIN", "transaction_id": tx.txid, "timestamp": ts,
-                        "position": {"lsn": pg_lsn(tx.lsn), "sequence": 0}})
+            out.append(
+                {
+                    "operation": "BEGIN",
+                    "transaction_id": tx.txid,
+                    "timestamp": ts,
+                    "position": {"lsn": pg_lsn(tx.lsn), "sequence": 0},
+                }
+            )
         out.extend(render_change(workload, ch) for ch in tx.changes)
         if markers:
-            out.append({"operation": "COMMIT", "transaction_id": tx.txid, "timestamp": ts,
-                        "position": {"lsn": pg_lsn(tx.lsn), "sequence": 1 << 30}})
+            out.append(
+                {
+                    "operation": "COMMIT",
+                    "transaction_id": tx.txid,
+                    "timestamp": ts,
+                    "position": {"lsn": pg_lsn(tx.lsn), "sequence": 1 << 30},
+                }
+            )
     return out
 
 
@@ -133,8 +149,9 @@ def decode_options(workload: Workload) -> DialectOptions:
     """Key names and Postgres column types the decoder needs for this workload."""
     return DialectOptions(
         table_keys={t: d.key for t, d in workload.tables.items()},
-        column_types={t: {c: PG_TYPES[ct] for c, ct in d.columns.items()}
-                      for t, d in workload.tables.items()},
+        column_types={
+            t: {c: PG_TYPES[ct] for c, ct in d.columns.items()} for t, d in workload.tables.items()
+        },
     )
 
 
@@ -152,8 +169,12 @@ def _kafka(doc: dict[str, Any], workload: Workload) -> dict[str, Any]:
             "savegress-event-id": doc.get("id", ""),
             "savegress-operation": doc["operation"],
             "savegress-table": table or "",
-            "savegress-timestamp": str(int(dt.datetime.fromisoformat(
-                doc["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)),
+            "savegress-timestamp": str(
+                int(
+                    dt.datetime.fromisoformat(doc["timestamp"].replace("Z", "+00:00")).timestamp()
+                    * 1000
+                )
+            ),
         },
     }
 
@@ -203,10 +224,16 @@ def render_to_landing(
             lines = []
             for j in range(0, len(chunk), 5):
                 part = chunk[j : j + 5]
-                lines.append(orjson.dumps({
-                    "batch_id": f"batch-{seed}-{i}-{j}", "batch_size": len(part),
-                    "batch_timestamp": "2025-01-15T10:30:00Z", "events": part,
-                }))
+                lines.append(
+                    orjson.dumps(
+                        {
+                            "batch_id": f"batch-{seed}-{i}-{j}",
+                            "batch_size": len(part),
+                            "batch_timestamp": "2025-01-15T10:30:00Z",
+                            "events": part,
+                        }
+                    )
+                )
         elif kafka_form and i % 2 == 1:
             lines = [orjson.dumps(_kafka(d, workload)) for d in chunk]
         else:
@@ -219,13 +246,33 @@ def render_to_landing(
     return RenderResult(files=written, options=decode_options(workload), messages=len(docs))
 
 
-def render(workload: Workload, landing: Path, *, seed: int, transactions: slice | None = None,
-           faults: bool = True) -> RenderResult:
+def render(
+    workload: Workload,
+    landing: Path,
+    *,
+    seed: int,
+    transactions: slice | None = None,
+    faults: bool = True,
+) -> RenderResult:
     """The registry's renderer: every fault the format allows when ``faults``."""
     if not faults:
-        return render_to_landing(workload, landing, seed=seed, duplicates=0.0, reorder=False,
-                                 transactions=transactions, files=1)
+        return render_to_landing(
+            workload,
+            landing,
+            seed=seed,
+            duplicates=0.0,
+            reorder=False,
+            transactions=transactions,
+            files=1,
+        )
     return render_to_landing(
-        workload, landing, seed=seed, batch_envelopes=True, kafka_form=True, markers=True,
-        duplicates=0.15, redeliver_files=1, transactions=transactions,
+        workload,
+        landing,
+        seed=seed,
+        batch_envelopes=True,
+        kafka_form=True,
+        markers=True,
+        duplicates=0.15,
+        redeliver_files=1,
+        transactions=transactions,
     )

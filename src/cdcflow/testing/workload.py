@@ -82,14 +82,25 @@ _TEMPLATES: list[tuple[str, tuple[str, ...], dict[str, str]]] = [
     (
         "accounts",
         ("id",),
-        {"id": "bigint", "name": "string", "balance": "decimal(10,2)", "active": "boolean",
-         "opened": "timestamp"},
+        {
+            "id": "bigint",
+            "name": "string",
+            "balance": "decimal(10,2)",
+            "active": "boolean",
+            "opened": "timestamp",
+        },
     ),
     (
         "orders",
         ("region", "order_no"),
-        {"region": "string", "order_no": "int", "amount": "decimal(10,2)",
-         "placed": "timestamp_ntz", "note": "string", "ship_date": "date"},
+        {
+            "region": "string",
+            "order_no": "int",
+            "amount": "decimal(10,2)",
+            "placed": "timestamp_ntz",
+            "note": "string",
+            "ship_date": "date",
+        },
     ),
     (
         "events",
@@ -118,7 +129,8 @@ def _value(rng: random.Random, t: str) -> Any:
         return round(rng.uniform(-1e6, 1e6), 3)
     if t == "timestamp":
         return dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
-            microseconds=rng.randrange(10**14))
+            microseconds=rng.randrange(10**14)
+        )
     if t == "timestamp_ntz":
         return dt.datetime(2024, 1, 1) + dt.timedelta(microseconds=rng.randrange(10**14))
     if t == "date":
@@ -197,20 +209,34 @@ def generate(
                 changes.append(ch)
         if changes:
             txs.append(Transaction(txid, lsn, commit, tuple(changes)))
-    return Workload(tables=dict(st.defs), initial_tables=initial, transactions=tuple(txs),
-                    seed=seed)
+    return Workload(
+        tables=dict(st.defs), initial_tables=initial, transactions=tuple(txs), seed=seed
+    )
 
 
-def _one_change(st: _State, feats: frozenset[str], table: str, txid: str, lsn: int, seq: int,
-                commit: dt.datetime) -> Change | None:
+def _one_change(
+    st: _State,
+    feats: frozenset[str],
+    table: str,
+    txid: str,
+    lsn: int,
+    seq: int,
+    commit: dt.datetime,
+) -> Change | None:
     rng = st.rng
     rows = st.rows[table]
     d = st.defs[table]
     coords = {"txid": txid, "lsn": lsn, "seq": seq, "commit_time": commit}
     roll = rng.random()
     choices = [
-        ("insert", 0.34), ("update", 0.24), ("partial", 0.1), ("delete", 0.1),
-        ("reinsert", 0.08), ("pk_change", 0.06), ("truncate", 0.015), ("add_column", 0.03),
+        ("insert", 0.34),
+        ("update", 0.24),
+        ("partial", 0.1),
+        ("delete", 0.1),
+        ("reinsert", 0.08),
+        ("pk_change", 0.06),
+        ("truncate", 0.015),
+        ("add_column", 0.03),
     ]
     total = sum(w for k, w in choices if k in feats)
     acc = 0.0
@@ -255,8 +281,9 @@ def _one_change(st: _State, feats: frozenset[str], table: str, txid: str, lsn: i
         else:
             new = fresh
         rows[kt] = new
-        return Change("update", table, {k: new[k] for k in d.key}, old, new, changed=changed,
-                      **coords)
+        return Change(
+            "update", table, {k: new[k] for k in d.key}, old, new, changed=changed, **coords
+        )
     if kind == "delete":
         kt = rng.choice(sorted(rows, key=repr))
         old = rows.pop(kt)
