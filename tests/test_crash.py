@@ -1,5 +1,5 @@
 """A pipeline killed with SIGKILL in the middle of a batch, then rerun, leaves the replicas
-exactly equal to the oracle (DESIGN §5 item 7)."""
+exactly equal to the oracle."""
 
 from __future__ import annotations
 

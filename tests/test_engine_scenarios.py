@@ -1,4 +1,5 @@
-"""DESIGN §5 items 1–8 as scenarios through the whole pipeline (landing files → Iceberg).
+"""The apply contract, item by item, as scenarios through the whole pipeline
+(landing files → Iceberg).
 
 One landing zone carries a table per scenario; the pipeline runs three times (run 2 brings
 late and out-of-order events, run 3 redelivers run 1's files unchanged).
@@ -149,6 +150,14 @@ def test_2_stale_event_in_later_run_is_ignored(spark: Any, world: dict) -> None:
     assert _vals(spark, world, "s2_stale") == [{"id": 1, "v": "new"}]
     meta = rows(spark, world["cfg"], "s2_stale", "_cdc.sequence AS s, _cdc.operation AS op")
     assert meta[0]["op"] == "UPDATE"
+    # run 2 is reported with its stale events: s2 (older than the replica row), s3 and s5_pk
+    # (older than a tombstone), s3_soft (older than the soft-deleted row)
+    stale = {o.table: o.stale for r in world["reports"][1] for o in r.outcomes}
+    assert stale["s2_stale"] == 1
+    assert stale["s3_delete"] == 1
+    assert stale["s5_pk"] == 1
+    assert stale["s3_soft"] == 1
+    assert stale["s4_partial"] == 0
 
 
 def test_3_tombstones_stop_late_inserts(spark: Any, world: dict) -> None:

@@ -1,4 +1,4 @@
-"""The sequence encoding preserves tuple order (DESIGN §4)."""
+"""The sequence encoding preserves tuple order."""
 
 from __future__ import annotations
 

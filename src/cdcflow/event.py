@@ -1,4 +1,4 @@
-"""The canonical change event: cdcflow's data contract (DESIGN §4).
+"""The canonical change event: cdcflow's data contract.
 
 In Python a canonical event is a plain ``dict`` with the fields of :data:`FIELDS` (hot paths use
 dicts and tuples, not objects). Its JSON form (``cdcflow inspect``, the unified stream) uses the
@@ -7,9 +7,9 @@ same names with typed values: exact decimals as JSON numbers, timestamps as ISO-
 row images are ``map<string,string>`` of wire strings (:func:`cdcflow.types.to_wire`) and
 ``types`` gives each column's canonical type.
 
-``types`` is the one field beyond DESIGN §4's list: row images are typed, and a column's type
-must travel with the event for formats whose values carry none (it is ``{}`` when nothing is
-known).
+``types`` is the one field beyond the contract's core list: row images are typed, and a
+column's type must travel with the event for formats whose values carry none (it is ``{}``
+when nothing is known).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ FIELDS: tuple[str, ...] = (
     "types",
 )
 
-#: Operations of DESIGN §4.
+#: Operations of the canonical event.
 OPERATIONS: frozenset[str] = frozenset(
     {
         "INSERT",
@@ -110,7 +110,7 @@ def event_id(
 
 
 def to_json_dict(ev: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON form's field order and names (DESIGN §4), for display and the unified stream."""
+    """The JSON form's field order and names, for display and the unified stream."""
     return {f: ev.get(f) for f in FIELDS}
 
 

@@ -36,7 +36,8 @@ import math
 import re
 import uuid as uuidlib
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation, localcontext
+from decimal import Context, Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -83,6 +84,7 @@ def decimal_type(precision: int, scale: int) -> str:
     return f"decimal({precision},{scale})"
 
 
+@lru_cache(maxsize=1024)
 def parse_decimal_type(t: str) -> tuple[int, int] | None:
     """``decimal(p,s)`` → (p, s), else ``None``."""
     m = _DECIMAL_RE.match(t)
@@ -190,8 +192,29 @@ def parse_timestamp(value: Any) -> dt.datetime:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     if not isinstance(value, str):
         raise ValueTypeError(f"timestamp must be text, got {type(value).__name__}: {value!r}")
+    if _is_plain_utc(value):
+        # 'YYYY-MM-DDTHH:MM:SS[.ffffff]Z', by far the most common form: the C parser; what it
+        # refuses goes through the full parser for the error message
+        try:
+            return dt.datetime.fromisoformat(value)
+        except ValueError:
+            pass
     naive, zone = _parse_ts(value)
     return naive.replace(tzinfo=zone or UTC).astimezone(UTC)
+
+
+def _is_plain_utc(text: str) -> bool:
+    n = len(text)
+    return (
+        (n == 20 or (n == 27 and text[19] == "."))
+        and text[-1] == "Z"
+        and text[10] == "T"
+        and text[4] == "-"
+        and text[7] == "-"
+        and text[13] == ":"
+        and text[16] == ":"
+        and text[:4].isdigit()
+    )
 
 
 def parse_timestamp_ntz(value: Any) -> dt.datetime:
@@ -228,6 +251,14 @@ def _to_int(value: Any, bits: int) -> int:
     return n
 
 
+_WIDE = Context(prec=100)
+
+
+@lru_cache(maxsize=64)
+def _scale_unit(scale: int) -> Decimal:
+    return Decimal(1).scaleb(-scale)
+
+
 def _to_decimal(value: Any, t: str) -> Decimal:
     p, s = parse_decimal_type(t) or (38, 18)
     if isinstance(value, bool):
@@ -245,9 +276,8 @@ def _to_decimal(value: Any, t: str) -> Decimal:
         raise ValueTypeError(f"decimal must be finite, got {value!r}")
     exp = d.as_tuple().exponent
     assert isinstance(exp, int)
-    with localcontext() as ctx:
-        ctx.prec = 100  # decimal(38, s) needs more than the default 28 digits
-        q = d.quantize(Decimal(1).scaleb(-s))
+    # decimal(38, s) needs more than the default context's 28 digits
+    q = d.quantize(_scale_unit(s), context=_WIDE)
     if -exp > s and q != d:
         raise ValueTypeError(f"{value!r} has more than {s} fractional digits for {t}")
     d = q
@@ -597,6 +627,7 @@ SOURCE_TYPE_TABLES: dict[str, dict[str, str]] = {"postgres": POSTGRES, "mysql": 
 _TYPE_ARGS = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_ ]*?)\s*(?:\(\s*([^)]*)\))?\s*(\[\])?\s*$")
 
 
+@lru_cache(maxsize=4096)
 def source_type(source: str, native: str) -> str:
     """Canonical type for a source database's native column type (``numeric(10,2)``,
     ``varchar(20)``, ``integer[]``, ``TINYINT(1)``...). Unknown types raise ``ValueTypeError``

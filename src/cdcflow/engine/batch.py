@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from cdcflow.config import PipelineConfig
 from cdcflow.engine.commit import commit_properties, committed_steps, ledger_props
 from cdcflow.engine.sql import lit, q
@@ -147,36 +149,32 @@ class BatchProcessor:
     def _process(self, decoded: Any, batch_id: int, check: bool, started: float) -> BatchReport:
         spark = self.spark
         events = decoded.where("error_code IS NULL")
-        ops_rows = (
-            events.groupBy("_target", "operation").agg({"*": "count", "partial": "max"}).collect()
-        )
+        # one pass over the cached batch: operations, column types and key-name sets per table
+        meta_rows = spark.sql(
+            "SELECT _target, operation, count(*) AS n, max(partial) AS has_partial, "
+            "collect_set(to_json(types)) AS type_sets, "
+            "collect_set(array_sort(map_keys(key))) AS key_sets "
+            f"FROM {_view(events, 'meta')} GROUP BY _target, operation"
+        ).collect()
         per_table_ops: dict[str, dict[str, int]] = defaultdict(dict)
         partial_tables: set[str] = set()
         operations: dict[str, int] = defaultdict(int)
-        for r in ops_rows:
-            n = int(r["count(1)"])
-            operations[r["operation"]] += n
-            if r["_target"]:
-                per_table_ops[r["_target"]][r["operation"]] = n
-                if r["max(partial)"]:
-                    partial_tables.add(r["_target"])
-        type_rows = spark.sql(
-            "SELECT DISTINCT _target, t.key AS col, t.value AS type FROM "
-            f"(SELECT _target, types FROM {_view(events, 'typed')}) "
-            "LATERAL VIEW explode(types) t AS key, value"
-        ).collect()
         seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        for r in type_rows:
-            seen[r["_target"]][r["col"]].add(r["type"])
-        key_rows = (
-            events.where("key IS NOT NULL")
-            .selectExpr("_target", "array_sort(map_keys(key)) AS names")
-            .distinct()
-            .collect()
-        )
         key_names: dict[str, set[tuple[str, ...]]] = defaultdict(set)
-        for r in key_rows:
-            key_names[r["_target"]].add(tuple(r["names"]))
+        for r in meta_rows:
+            n = int(r["n"])
+            target = r["_target"]
+            operations[r["operation"]] += n
+            if not target:
+                continue
+            per_table_ops[target][r["operation"]] = n
+            if r["has_partial"]:
+                partial_tables.add(target)
+            for text in r["type_sets"]:
+                for col, typ in orjson.loads(text).items():
+                    seen[target][col].add(typ)
+            for names in r["key_sets"]:
+                key_names[target].add(tuple(names))
 
         dead = [rejected_rows(decoded.where("error_code IS NOT NULL"), self.pipeline_id, batch_id)]
         jobs = []
@@ -321,6 +319,7 @@ class BatchProcessor:
                 check_ledger=check,
             ),
             has_partial,
+            ops,
         )
         return TableOutcome(
             name,

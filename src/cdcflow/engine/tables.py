@@ -9,7 +9,7 @@ from typing import Any
 from cdcflow.engine.sql import lit, q
 from cdcflow.types import parse_decimal_type, spark_type, widen
 
-#: Metadata column of merge-mode replicas (DESIGN §5 item 2).
+#: Metadata column of merge-mode replicas.
 CDC_STRUCT = (
     "struct<sequence:string, row_sequence:string, column_sequences:map<string,string>, "
     "operation:string, source_timestamp:timestamp, event_id:string, fingerprint:bigint, "

@@ -72,9 +72,19 @@ def _key_expr(k: str, t: str) -> str:
     return spark_from_wire(wire, t)
 
 
-def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool) -> MergeResult:
+def apply_merge(
+    spark: Any,
+    events: Any,
+    target: MergeTarget,
+    has_partial: bool,
+    operations: Mapping[str, int] | None = None,
+) -> MergeResult:
     """Apply one batch's events of one table (a DataFrame of canonical events plus ``_fp``
-    fingerprint and transport columns) to its replica."""
+    fingerprint and transport columns) to its replica.
+
+    ``operations`` (operation → count in this batch, when the caller knows it) lets the sink
+    skip work the batch does not need (no ``TRUNCATE``: no watermark query).
+    """
     keys = target.keys
     types = target.types
     data_cols = [c for c in types if c not in keys]
@@ -95,9 +105,11 @@ def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool)
     events.createOrReplaceTempView(src)
 
     # -- TRUNCATE (item 5): a watermark on the table; rows and events older than it go.
-    trunc = spark.sql(
-        f"SELECT max(sequence) AS s FROM {src} WHERE operation = 'TRUNCATE'"
-    ).collect()[0]["s"]
+    trunc = None
+    if operations is None or operations.get("TRUNCATE"):
+        trunc = spark.sql(
+            f"SELECT max(sequence) AS s FROM {src} WHERE operation = 'TRUNCATE'"
+        ).collect()[0]["s"]
     if trunc and trunc > watermark:
         set_property(spark, target.ident, TRUNCATE_PROPERTY, trunc)
         with commit_properties(spark, ledger_props(target.pipeline, target.batch_id, "truncate")):
@@ -136,12 +148,21 @@ def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool)
     # -- duplicates and conflicts (item 1)
     part = ", ".join(qk)
     ranked = view_name("ranked")
+    # one row per (key, sequence): the latest delivered copy, with how many copies and how many
+    # different contents there were. Distributing by key first lets this aggregation and the
+    # collapse below share one shuffle.
     spark.sql(
         f"""
-        SELECT *, row_number() OVER w AS _rn, size(collect_set(_fp) OVER p) AS _nfp
-        FROM {rows_view}
-        WINDOW w AS (PARTITION BY {part}, _seq ORDER BY origin DESC, offset DESC, item DESC),
-               p AS (PARTITION BY {part}, _seq)
+        SELECT {part}, _seq, _w._ts AS _ts, _w._id AS _id, _w._op AS _op,
+               _w._partial AS _partial, _w._after AS _after, _w._fp AS _fp, _nfp, _nseq
+        FROM (
+          SELECT {part}, _seq,
+                 max_by(struct(_ts, _id, _op, _partial, _after, _fp),
+                        struct(origin, offset, item)) AS _w,
+                 size(collect_set(_fp)) AS _nfp, count(*) AS _nseq
+          FROM (SELECT * FROM {rows_view} DISTRIBUTE BY {part})
+          GROUP BY {part}, _seq
+        )
         """
     ).createOrReplaceTempView(ranked)
 
@@ -159,9 +180,10 @@ def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool)
         SELECT {part}, max(_seq) AS _seq, max_by(_op, _seq) AS _op, max_by(_ts, _seq) AS _ts,
                max_by(_id, _seq) AS _id, max_by(_fp, _seq) AS _fp,
                max(CASE WHEN NOT _partial THEN _seq END) AS _base_seq,
-               max_by(_after, CASE WHEN NOT _partial THEN _seq END) AS _base_after
+               max_by(_after, CASE WHEN NOT _partial THEN _seq END) AS _base_after,
+               sum(_nseq) AS _n_in, sum(_nfp - 1) AS _n_conf, count(*) AS _n_win
                {partial_aggs}
-        FROM {ranked} WHERE _rn = 1
+        FROM {ranked}
         GROUP BY {part}
         """
     ).createOrReplaceTempView(collapsed)
@@ -195,7 +217,6 @@ def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool)
             f"CASE WHEN _tomb IS NOT NULL AND coalesce({cseq}, '') <= _tomb THEN _tomb "
             f"ELSE {cseq} END AS {q('_cs_' + c)}"
         )
-    source = view_name("source")
     names_arr = ", ".join(lit(c) for c in data_cols)
     seqs_arr = ", ".join(q("_cs_" + c) for c in data_cols)
     inner_cols = ", ".join(col_exprs + seq_exprs)
@@ -203,40 +224,72 @@ def apply_merge(spark: Any, events: Any, target: MergeTarget, has_partial: bool)
         "CASE WHEN _tomb IS NOT NULL AND coalesce(_base_seq, '') <= _tomb THEN _tomb "
         "ELSE _base_seq END"
     )
-    spark.sql(
+    staged_df = spark.sql(
         f"""
         SELECT *, {_colseq_map(names_arr, seqs_arr, "coalesce(_base_seq, '')", bool(data_cols))}
                AS _colseqs
         FROM (
           SELECT {", ".join(qk)}, _seq, _op, _ts, _id, _fp, _op <> 'DELETE' AS _exists,
+                 _tomb IS NULL OR _seq > _tomb AS _live, _n_in, _n_conf, _n_win,
                  {base_fixed} AS _base_seq{", " + inner_cols if inner_cols else ""}
           FROM (SELECT c.*, {tomb_seq} AS _tomb FROM {collapsed} c {tomb_join})
-          WHERE _tomb IS NULL OR _seq > _tomb
         )
         """
-    ).createOrReplaceTempView(source)
-
-    stats = spark.sql(
-        f"""
-        SELECT count(*) AS n,
-               coalesce(sum(CASE WHEN _rn = 1 THEN _nfp - 1 ELSE 0 END), 0) AS conflicts,
-               coalesce(sum(CASE WHEN _rn = 1 THEN 1 ELSE 0 END), 0) AS winners
-        FROM {ranked}
-        """
-    ).collect()[0]
-
-    if "merge" not in done:
-        _merge(spark, target, source, data_cols)
-    if not target.soft_deletes and "tombstones" not in done:
-        _record_tombstones(spark, target, source)
-    for v in (src, rows_view, ranked, collapsed, source):
-        spark.catalog.dropTempView(v)
+    ).persist()
+    try:
+        staged = view_name("staged")
+        staged_df.createOrReplaceTempView(staged)
+        # one pass over the staged rows gives every count the batch reports
+        soft = str(target.soft_deletes).lower()
+        stats = spark.sql(
+            f"""
+            SELECT coalesce(sum(_n_in), 0) AS n, coalesce(sum(_n_conf), 0) AS conflicts,
+                   coalesce(sum(_n_win), 0) AS winners,
+                   count_if(NOT _live) AS buried,
+                   count_if(_live AND NOT _exists) AS deletes,
+                   count_if(_live AND (_exists OR {soft})) AS writes
+            FROM {staged}
+            """
+        ).collect()[0]
+        source = view_name("source")
+        spark.sql(f"SELECT * FROM {staged} WHERE _live").createOrReplaceTempView(source)
+        written: int | None = None
+        if "merge" not in done:
+            _merge(spark, target, source, data_cols)
+            written = _records_added(spark, target)
+        if not target.soft_deletes and "tombstones" not in done and stats["deletes"]:
+            _record_tombstones(spark, target, source)
+        for v in (src, rows_view, ranked, collapsed, staged, source):
+            spark.catalog.dropTempView(v)
+    finally:
+        staged_df.unpersist()
     n = int(stats["n"])
     conflicts = int(stats["conflicts"])
     winners = int(stats["winners"])
+    # stale: a key's newest events that lost to its tombstone, or to a newer replica row (the
+    # guarded MERGE wrote no record for them)
+    stale = int(stats["buried"])
+    if written is not None:
+        stale += max(0, int(stats["writes"]) - written)
     return MergeResult(
-        events=n, duplicates=n - winners - conflicts, conflicts=conflicts, stale=0, skipped=False
+        events=n,
+        duplicates=n - winners - conflicts,
+        conflicts=conflicts,
+        stale=stale,
+        skipped=False,
     )
+
+
+def _records_added(spark: Any, target: MergeTarget) -> int:
+    """Records the batch's MERGE wrote (merge-on-read: inserted and updated rows only), from
+    its snapshot summary (0 when the MERGE changed nothing and made no snapshot)."""
+    rows = spark.sql(
+        f"SELECT summary['added-records'] AS n FROM {target.ident}.snapshots "
+        f"WHERE summary['cdcflow.pipeline'] = {lit(target.pipeline)} "
+        f"AND summary['cdcflow.batch'] = {lit(str(target.batch_id))} "
+        "AND summary['cdcflow.step'] = 'merge'"
+    ).collect()
+    return sum(int(r["n"] or 0) for r in rows)
 
 
 def _colseq_map(names_arr: str, seqs_arr: str, base: str, any_cols: bool) -> str:
@@ -323,8 +376,6 @@ def _merge(spark: Any, target: MergeTarget, source: str, data_cols: Sequence[str
 
 def _record_tombstones(spark: Any, target: MergeTarget, source: str) -> None:
     deletes = spark.sql(f"SELECT * FROM {source} WHERE NOT _exists")
-    if deletes.isEmpty():
-        return
     key_types = {k: target.types[k] for k in target.keys}
     if not table_exists(spark, target.tombstones):
         from cdcflow.types import spark_type

@@ -99,9 +99,8 @@ class _Columns:
             offsets.append(offsets[-1])
             valid.append(False)
             return
-        for k, v in value.items():
-            keys.append(k)
-            values.append(conv(v))
+        keys.extend(value)
+        values.extend(map(conv, value.values()))
         offsets.append(len(keys))
         valid.append(True)
 

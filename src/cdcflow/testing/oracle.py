@@ -1,6 +1,6 @@
 """The oracle: logical changes applied in commit order, in memory.
 
-Its result is what every replica must equal (DESIGN §5): per table, key tuple → full row over
+Its result is what every replica must equal: per table, key tuple → full row over
 the table's final columns (columns added later are ``None`` in rows not written since).
 """
 
