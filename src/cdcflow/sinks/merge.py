@@ -148,45 +148,71 @@ def apply_merge(
     # -- duplicates and conflicts (item 1)
     part = ", ".join(qk)
     ranked = view_name("ranked")
-    # one row per (key, sequence): the latest delivered copy, with how many copies and how many
-    # different contents there were. Distributing by key first lets this aggregation and the
-    # collapse below share one shuffle.
-    spark.sql(
-        f"""
-        SELECT {part}, _seq, _w._ts AS _ts, _w._id AS _id, _w._op AS _op,
-               _w._partial AS _partial, _w._after AS _after, _w._fp AS _fp, _nfp, _nseq
-        FROM (
-          SELECT {part}, _seq,
-                 max_by(struct(_ts, _id, _op, _partial, _after, _fp),
-                        struct(origin, offset, item)) AS _w,
-                 size(collect_set(_fp)) AS _nfp, count(*) AS _nseq
-          FROM (SELECT * FROM {rows_view} DISTRIBUTE BY {part})
-          GROUP BY {part}, _seq
-        )
-        """
-    ).createOrReplaceTempView(ranked)
-
-    # -- collapse per key (items 1, 4)
-    partial_aggs = ""
-    if has_partial:
+    collapsed = view_name("collapsed")
+    counts: Any = None
+    if not has_partial:
+        # No partial events: a key's newest event (latest delivered at its sequence) carries
+        # the whole row. One window picks it; the counts come from a narrow aggregate.
+        spark.sql(
+            f"""
+            SELECT *, row_number() OVER (PARTITION BY {part}
+                                         ORDER BY _seq DESC, origin DESC, offset DESC,
+                                                  item DESC) AS _rn
+            FROM {rows_view}
+            """
+        ).createOrReplaceTempView(ranked)
+        spark.sql(
+            f"""
+            SELECT {part}, _seq, _op, _ts, _id, _fp, _seq AS _base_seq, _after AS _base_after,
+                   0L AS _n_in, 0L AS _n_conf, 0L AS _n_win
+            FROM {ranked} WHERE _rn = 1
+            """
+        ).createOrReplaceTempView(collapsed)
+        counts = spark.sql(
+            f"""
+            SELECT coalesce(sum(c), 0) AS n, count(*) AS winners,
+                   coalesce(sum(nfp - 1), 0) AS conflicts
+            FROM (SELECT count(*) AS c, size(collect_set(_fp)) AS nfp FROM {rows_view}
+                  GROUP BY {part}, _seq)
+            """
+        ).collect()[0]
+    else:
+        # one row per (key, sequence): the latest delivered copy, with how many copies and how
+        # many different contents there were. Distributing by key first lets this aggregation
+        # and the collapse below share one shuffle.
+        spark.sql(
+            f"""
+            SELECT {part}, _seq, _w._ts AS _ts, _w._id AS _id, _w._op AS _op,
+                   _w._partial AS _partial, _w._after AS _after, _w._fp AS _fp, _nfp, _nseq
+            FROM (
+              SELECT {part}, _seq,
+                     max_by(struct(_ts, _id, _op, _partial, _after, _fp),
+                            struct(origin, offset, item)) AS _w,
+                     size(collect_set(_fp)) AS _nfp, count(*) AS _nseq
+              FROM (SELECT * FROM {rows_view} DISTRIBUTE BY {part})
+              GROUP BY {part}, _seq
+            )
+            """
+        ).createOrReplaceTempView(ranked)
+        # collapse per key (items 1, 4): the newest full image or delete is the base; partial
+        # events newer than it contribute their columns
         parts = []
         for i, c in enumerate(data_cols):
             cond = f"CASE WHEN _partial AND map_contains_key(_after, {lit(c)}) THEN _seq END"
             parts.append(f"max({cond}) AS _ps{i}, max_by(_after[{lit(c)}], {cond}) AS _pv{i}")
         partial_aggs = ", " + ", ".join(parts) if parts else ""
-    collapsed = view_name("collapsed")
-    spark.sql(
-        f"""
-        SELECT {part}, max(_seq) AS _seq, max_by(_op, _seq) AS _op, max_by(_ts, _seq) AS _ts,
-               max_by(_id, _seq) AS _id, max_by(_fp, _seq) AS _fp,
-               max(CASE WHEN NOT _partial THEN _seq END) AS _base_seq,
-               max_by(_after, CASE WHEN NOT _partial THEN _seq END) AS _base_after,
-               sum(_nseq) AS _n_in, sum(_nfp - 1) AS _n_conf, count(*) AS _n_win
-               {partial_aggs}
-        FROM {ranked}
-        GROUP BY {part}
-        """
-    ).createOrReplaceTempView(collapsed)
+        spark.sql(
+            f"""
+            SELECT {part}, max(_seq) AS _seq, max_by(_op, _seq) AS _op, max_by(_ts, _seq) AS _ts,
+                   max_by(_id, _seq) AS _id, max_by(_fp, _seq) AS _fp,
+                   max(CASE WHEN NOT _partial THEN _seq END) AS _base_seq,
+                   max_by(_after, CASE WHEN NOT _partial THEN _seq END) AS _base_after,
+                   sum(_nseq) AS _n_in, sum(_nfp - 1) AS _n_conf, count(*) AS _n_win
+                   {partial_aggs}
+            FROM {ranked}
+            GROUP BY {part}
+            """
+        ).createOrReplaceTempView(collapsed)
 
     # -- tombstones (item 3)
     tomb_exists = (not target.soft_deletes) and table_exists(spark, target.tombstones)
@@ -263,9 +289,10 @@ def apply_merge(
             spark.catalog.dropTempView(v)
     finally:
         staged_df.unpersist()
-    n = int(stats["n"])
-    conflicts = int(stats["conflicts"])
-    winners = int(stats["winners"])
+    totals = counts if counts is not None else stats
+    n = int(totals["n"])
+    conflicts = int(totals["conflicts"])
+    winners = int(totals["winners"])
     # stale: a key's newest events that lost to its tombstone, or to a newer replica row (the
     # guarded MERGE wrote no record for them)
     stale = int(stats["buried"])
