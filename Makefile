@@ -31,7 +31,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
-	$(VENV)/bin/mypy src/cdcflow
+	$(VENV)/bin/mypy -p cdcflow
 
 # Regenerates src/cdcflow/proto/savegress_pb2.py from the .proto with the pinned grpcio-tools.
 proto: $(STAMP)

@@ -96,7 +96,7 @@ def is_valid_type(t: str) -> bool:
     if t in SCALAR_TYPES or parse_decimal_type(t):
         return True
     m = _ARRAY_RE.match(t)
-    return bool(m) and is_valid_type(m.group(1))
+    return m is not None and is_valid_type(m.group(1))
 
 
 def spark_type(t: str) -> str:

@@ -226,7 +226,7 @@ def _one_change(
     rng = st.rng
     rows = st.rows[table]
     d = st.defs[table]
-    coords = {"txid": txid, "lsn": lsn, "seq": seq, "commit_time": commit}
+    coords: dict[str, Any] = {"txid": txid, "lsn": lsn, "seq": seq, "commit_time": commit}
     roll = rng.random()
     choices = [
         ("insert", 0.34),
