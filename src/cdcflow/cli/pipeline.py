@@ -20,7 +20,8 @@ def format_report(report: object) -> str:
     extra = f" · already committed: {', '.join(skipped)}" if skipped else ""
     return (
         f"batch {report.batch_id}: {report.events:,} events ({ops or 'none'}) · "
-        f"{report.duplicates:,} duplicates · {report.conflicts:,} conflicts · "
+        f"{report.duplicates:,} duplicates · {report.stale:,} stale · "
+        f"{report.conflicts:,} conflicts · "
         f"{report.dead_lettered:,} dead-lettered · tables {tables} · "
         f"{report.rate:,.0f} events/s in {report.seconds:.1f}s{extra}"
     )

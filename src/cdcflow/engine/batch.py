@@ -241,7 +241,7 @@ class BatchProcessor:
         ident = self.ident(name)
         mine = events.where(f"_target = {lit(target)}")
         rejects: list[Any] = []
-        existing = read_columns(spark, ident)
+        existing = read_columns(spark, ident, image="after" if tcfg.mode == "append" else None)
         plan = plan_schema(existing, seen)
         if plan.conflicts:
             cond = " OR ".join(

@@ -123,11 +123,17 @@ def plan_schema(
     return plan
 
 
-def read_columns(spark: Any, ident: str, skip: Iterable[str] = ("_cdc",)) -> dict[str, str] | None:
-    """Canonical types of a table's columns, or ``None`` if it does not exist."""
+def read_columns(
+    spark: Any, ident: str, skip: Iterable[str] = ("_cdc",), image: str | None = None
+) -> dict[str, str] | None:
+    """Canonical types of a table's columns, or ``None`` if it does not exist. With ``image``
+    (a changelog's ``after``), the fields of that struct column instead."""
     if not table_exists(spark, ident):
         return None
     schema = spark.table(ident).schema
+    if image is not None:
+        schema = schema[image].dataType
+        skip = ("_empty",)
     skipped = set(skip)
     return {
         f.name: canonical_from_spark(f.dataType.simpleString())
