@@ -15,7 +15,7 @@ from cdcflow.demo import demo_config
 from cdcflow.engine.pipeline import Pipeline
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
-from cdcflow.testing.renderers import renderer, renderer_names
+from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
 from cdcflow.testing.workload import generate
 
 pytestmark = pytest.mark.spark
@@ -32,7 +32,7 @@ _n = itertools.count()
 def test_replicas_equal_the_oracle(
     spark: Any, dialect: str, seed: int, runs: int, overlap: bool
 ) -> None:
-    w = generate(seed, tables=3, transactions=60)
+    w = generate(seed, tables=3, transactions=60, features=renderer_features(dialect))
     expected = oracle.apply(w)
     root = Path(tempfile.mkdtemp(prefix="cdcflow-prop-"))
     n = len(w.transactions)

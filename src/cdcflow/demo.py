@@ -19,6 +19,7 @@ def demo_config(workdir: Path, dialect: str, options: Any) -> PipelineConfig:
     """The configuration the demo writes for one dialect's landing zone."""
     keys = {t: list(k) for t, k in options.table_keys.items()}
     types = {t: dict(c) for t, c in options.column_types.items()}
+    extra = dict(options.extra)
     return load_config(
         {
             "pipeline": f"demo_{dialect}",
@@ -33,6 +34,7 @@ def demo_config(workdir: Path, dialect: str, options: Any) -> PipelineConfig:
                     "dialect": dialect,
                     "keys": keys,
                     "types": types,
+                    "options": extra,
                 }
             ],
         },
@@ -49,32 +51,36 @@ def run_demo(
     from cdcflow.spark.session import build_session
     from cdcflow.testing import oracle
     from cdcflow.testing.compare import diff_table, read_replica
-    from cdcflow.testing.renderers import renderer, renderer_names
+    from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
     from cdcflow.testing.workload import generate
 
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    workload = generate(seed, tables=3, transactions=transactions)
-    expected = oracle.apply(workload)
-    n_changes = sum(len(t.changes) for t in workload.transactions)
-    echo(
-        f"workload: {len(workload.tables)} tables, {len(workload.transactions)} transactions, "
-        f"{n_changes} changes (seed {seed})"
-    )
     spark = None
     all_ok = True
-    split = int(len(workload.transactions) * 0.6)
-    overlap = int(len(workload.transactions) * 0.4)
     for dialect in renderer_names():
         render = renderer(dialect)
+        # one workload per dialect: the same seed, limited to what the format can express
+        workload = generate(
+            seed, tables=3, transactions=transactions, features=renderer_features(dialect)
+        )
+        expected = oracle.apply(workload)
+        n_changes = sum(len(t.changes) for t in workload.transactions)
+        echo(
+            f"\n[{dialect}] workload: {len(workload.tables)} tables, "
+            f"{len(workload.transactions)} transactions, {n_changes} changes (seed {seed}; "
+            f"{', '.join(sorted(renderer_features(dialect)))})"
+        )
+        split = int(len(workload.transactions) * 0.6)
+        overlap = int(len(workload.transactions) * 0.4)
         landing = workdir / "landing" / dialect
         first = render(workload, landing, seed=seed, transactions=slice(0, split))
         cfg = demo_config(workdir, dialect, first.options)
         if spark is None:
             spark = build_session(spark_settings(cfg))
         pipe = Pipeline(cfg, spark)
-        echo(f"\n[{dialect}] run 1: {len(first.files)} file(s) in {landing}")
+        echo(f"[{dialect}] run 1: {len(first.files)} file(s) in {landing}")
         pipe.run(on_report=lambda r: echo("  " + format_report(r)))
         second = render(
             workload,

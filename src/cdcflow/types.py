@@ -622,7 +622,53 @@ MYSQL: dict[str, str] = {
     "bit": "binary",
 }
 
-SOURCE_TYPE_TABLES: dict[str, dict[str, str]] = {"postgres": POSTGRES, "mysql": MYSQL}
+# SQL Server (change event streaming writes every value as text; these types read it back).
+# datetime/datetime2/smalldatetime carry no zone → timestamp_ntz; datetimeoffset → timestamp
+# (instant, normalised to UTC); datetime2(7)/time(7) lose their 7th fractional digit (Spark
+# keeps microseconds).
+SQLSERVER: dict[str, str] = {
+    "bigint": "bigint",
+    "int": "int",
+    "smallint": "int",
+    "tinyint": "int",
+    "bit": "boolean",
+    "money": "decimal(19,4)",
+    "smallmoney": "decimal(10,4)",
+    "float": "double",
+    "real": "float",
+    "char": "string",
+    "varchar": "string",
+    "nchar": "string",
+    "nvarchar": "string",
+    "text": "string",
+    "ntext": "string",
+    "sysname": "string",
+    "xml": "string",
+    "json": "json",
+    "date": "date",
+    "time": "time",
+    "datetime": "timestamp_ntz",
+    "datetime2": "timestamp_ntz",
+    "smalldatetime": "timestamp_ntz",
+    "datetimeoffset": "timestamp",
+    "uniqueidentifier": "uuid",
+    "binary": "binary",
+    "varbinary": "binary",
+    "image": "binary",
+    "rowversion": "binary",
+    "timestamp": "binary",  # SQL Server's timestamp is rowversion, not a date
+}
+
+#: Sources whose type names come from the producer itself (never canonical names), so a vendor
+#: name that is also a canonical one means the vendor's type (SQL Server ``float`` is 64-bit,
+#: ``timestamp`` is rowversion).
+_VENDOR_NAMES_FIRST = frozenset({"sqlserver"})
+
+SOURCE_TYPE_TABLES: dict[str, dict[str, str]] = {
+    "postgres": POSTGRES,
+    "mysql": MYSQL,
+    "sqlserver": SQLSERVER,
+}
 
 _TYPE_ARGS = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_ ]*?)\s*(?:\(\s*([^)]*)\))?\s*(\[\])?\s*$")
 
@@ -636,6 +682,10 @@ def source_type(source: str, native: str) -> str:
     table = SOURCE_TYPE_TABLES.get(source)
     raw = native.strip()
     low = raw.lower()
+    if table is not None and source in _VENDOR_NAMES_FIRST:
+        base = low.split("(", 1)[0].strip()
+        if base in table and base not in ("decimal", "numeric"):
+            return table[base]
     if is_valid_type(low):
         return low
     if table is None:

@@ -16,6 +16,7 @@ from cdcflow.errors import DecodeError, UnknownDialectError
 
 AVAILABLE_DIALECTS: dict[str, str] = {
     "savegress": "cdcflow.dialects.savegress:SavegressDialect",
+    "sqlserver_ces": "cdcflow.dialects.sqlserver_ces:SqlServerCesDialect",
 }
 
 _CLASSES: dict[str, type[Dialect]] = {}

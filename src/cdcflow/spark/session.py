@@ -106,6 +106,9 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
     conf[cat] = "org.apache.iceberg.spark.SparkCatalog"
     conf[f"{cat}.type"] = settings.catalog_type
     conf[f"{cat}.warehouse"] = _warehouse(settings.warehouse)
+    # A streaming query runs its batches in a cloned session with its own catalog instance; a
+    # cached table in one session would then miss the other's commits. Load fresh metadata.
+    conf[f"{cat}.cache-enabled"] = "false"
     if settings.catalog_uri:
         conf[f"{cat}.uri"] = settings.catalog_uri
     for k, v in settings.catalog_options.items():

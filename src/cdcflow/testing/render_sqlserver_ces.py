@@ -1,0 +1,192 @@
+"""Renderer: logical changes → SQL Server change event streaming CloudEvents (JSON).
+
+Every value is written as text the way SQL Server prints it (``bit`` as ``1``/``0``,
+``datetime2`` without a zone, ``datetimeoffset`` with ``+00:00``, ``varbinary`` as ``0x…``);
+``cols`` carries the SQL Server types, ``pkkey`` the key, ``old`` the full previous row (the
+table is streamed with old values). Partial updates are rendered as a table streamed with
+``include_all_columns = 0``: ``cols``/``old``/``current`` hold the key and the changed columns,
+and the decoder is told so (``partial_updates``).
+
+What CES cannot express is left out of the workloads it renders (:data:`FEATURES`): no
+``TRUNCATE`` and no DDL events.
+
+Delivery faults: duplicates, a redelivered file, reordering across files, the preview shape
+(``splitindex``/``splittotalcnt``, no ``transaction`` block: order from ``logicalid``) and JSON
+array files (a CloudEvents batch).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.testing.render_savegress import RenderResult
+from cdcflow.testing.workload import Change, Workload
+
+#: Workload features the format can express.
+FEATURES = frozenset({"insert", "update", "delete", "reinsert", "pk_change", "partial"})
+#: Change kinds that become events.
+EVENT_KINDS = frozenset({"insert", "update", "delete"})
+
+MSSQL_TYPES: dict[str, str] = {
+    "bigint": "bigint",
+    "int": "int",
+    "string": "nvarchar(200)",
+    "decimal(10,2)": "decimal(10,2)",
+    "boolean": "bit",
+    "timestamp": "datetimeoffset(6)",
+    "timestamp_ntz": "datetime2(6)",
+    "date": "date",
+    "double": "float",
+    "json": "json",
+    "binary": "varbinary(max)",
+}
+_OPS = {"insert": "INS", "update": "UPD", "delete": "DEL"}
+
+
+def mssql_lsn(n: int) -> str:
+    """SQL Server LSN text (``VLF:block:slot``) of an integer position."""
+    return f"{(n >> 48) & 0xFFFFFFFF:08X}:{(n >> 16) & 0xFFFFFFFF:08X}:{n & 0xFFFF:04X}"
+
+
+def text_value(value: Any) -> str | None:
+    """A typed value as SQL Server change event streaming writes it (always text)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f +00:00")
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return "0x" + value.hex().upper()
+    return str(value)
+
+
+def _image(row: Mapping[str, Any] | None, columns: list[str]) -> str:
+    if row is None:
+        return "{}"
+    return orjson.dumps({c: text_value(row.get(c)) for c in columns}).decode()
+
+
+def render_change(workload: Workload, ch: Change, *, preview: bool = False) -> dict[str, Any]:
+    """One row change as a CES CloudEvent (GA shape, or the preview shape)."""
+    d = workload.tables[ch.table]
+    all_cols = list(d.columns)
+    if ch.kind == "update" and ch.changed:
+        cols = [c for c in all_cols if c in d.key or c in ch.changed]
+    else:
+        cols = all_cols
+    key_row = ch.after if ch.kind != "delete" else ch.before
+    assert key_row is not None
+    source: dict[str, Any] = {
+        "db": "cdcdemo",
+        "schema": d.schema,
+        "tbl": ch.table,
+        "cols": [
+            {"name": c, "type": MSSQL_TYPES[d.columns[c]], "index": all_cols.index(c)} for c in cols
+        ],
+        "pkkey": [{"columnname": k, "value": text_value(key_row[k])} for k in d.key],
+    }
+    logical_lsn = f"{ch.lsn:020X}"
+    if not preview:
+        source["transaction"] = {
+            "commitlsn": mssql_lsn(ch.lsn),
+            "beginlsn": mssql_lsn(max(0, ch.lsn - 1)),
+            "sequencenumber": ch.seq,
+            "committime": ch.commit_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "finalevent": False,
+        }
+    data = {
+        "eventsource": source,
+        "eventrow": {
+            "old": _image(ch.before, cols) if ch.kind != "insert" else "{}",
+            "current": _image(ch.after, cols) if ch.kind != "delete" else "{}",
+        },
+    }
+    event: dict[str, Any] = {
+        "specversion": "1.0",
+        "type": "com.microsoft.SQL.CES.DML.V1",
+        "source": "/",
+        "id": f"{ch.txid}-{ch.seq}",
+        "logicalid": f"6f1c0b9e-0000-4000-8000-000000000001:{logical_lsn}:{ch.seq:020d}",
+        "time": ch.commit_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "datacontenttype": "application/json",
+        "operation": _OPS[ch.kind],
+        "data": orjson.dumps(data).decode(),
+    }
+    if preview:
+        event.update(splitindex=0, splittotalcnt=0)
+    else:
+        event.update(segmentindex=0, finalsegment=True)
+    return event
+
+
+def decode_options(workload: Workload) -> DialectOptions:
+    """What the decoder needs: CES carries keys and types itself; partial updates are
+    announced by configuration (a table streamed with ``include_all_columns = 0``)."""
+    return DialectOptions(extra={"partial_updates": True})
+
+
+def _write(landing: Path, data: bytes, seed: int, n: int) -> Path:
+    landing.mkdir(parents=True, exist_ok=True)
+    existing = len(list(landing.glob("*.json*")))
+    name = f"{existing:06d}-{seed}-{n}.jsonl"
+    tmp = landing / f"_tmp-{name}"
+    tmp.write_bytes(data)
+    os.replace(tmp, landing / name)
+    return landing / name
+
+
+def render(
+    workload: Workload,
+    landing: Path,
+    *,
+    seed: int,
+    transactions: slice | None = None,
+    faults: bool = True,
+) -> RenderResult:
+    """The registry's renderer: CES events as JSON lines (and JSON arrays) with delivery faults
+    when ``faults``."""
+    rng = random.Random(seed)
+    docs = [
+        render_change(workload, ch, preview=faults and rng.random() < 0.2)
+        for tx in workload.transactions[transactions or slice(None)]
+        for ch in tx.changes
+        if ch.kind in EVENT_KINDS
+    ]
+    files = 1
+    if faults:
+        docs = docs + [d for d in docs if rng.random() < 0.15]
+        rng.shuffle(docs)
+        files = 4
+    written: list[Path] = []
+    contents: list[bytes] = []
+    for i in range(files):
+        chunk = docs[i::files]
+        if not chunk:
+            continue
+        if faults and i % 2 == 1:
+            data = orjson.dumps(chunk)  # a CloudEvents batch: one JSON array
+        else:
+            data = b"\n".join(orjson.dumps(d) for d in chunk) + b"\n"
+        contents.append(data)
+        written.append(_write(landing, data, seed, i))
+    if faults and contents:
+        written.append(_write(landing, rng.choice(contents), seed, files))
+    return RenderResult(files=written, options=decode_options(workload), messages=len(docs))
