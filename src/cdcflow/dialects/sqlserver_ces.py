@@ -55,6 +55,7 @@ built), Avro serialization, CloudEvents binary content mode and Event Hubs Captu
 from __future__ import annotations
 
 import datetime as dt
+import io
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -77,6 +78,33 @@ class SqlServerCesDialect(Dialect):
     """Decoder for SQL Server 2025 change event streaming CloudEvents (JSON)."""
 
     name: ClassVar[str] = "sqlserver_ces"
+    binary_extensions: ClassVar[tuple[str, ...]] = (".avro",)
+
+    # ------------------------------------------------------------------ Avro files
+
+    def frame(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
+        """Avro object-container files: CES CloudEvent records (``data`` as bytes) or Event
+        Hubs Capture records (the CloudEvent in ``Body``; binary content mode's ``ce_*``
+        attributes in ``Properties``). One message per record, ``offset`` = record number."""
+        if not (origin or "").lower().endswith(self.binary_extensions):
+            return None
+        import fastavro
+
+        out: list[RawMessage] = []
+        try:
+            for i, record in enumerate(fastavro.reader(io.BytesIO(data))):
+                out.append(_avro_message(record, origin, i))
+        except Exception as e:  # fastavro raises many types for corrupt input
+            problem = f"corrupt Avro file after {len(out)} record(s): {type(e).__name__}: {e}"
+            out.append(
+                RawMessage(
+                    data=data,
+                    origin=origin,
+                    offset=len(out),
+                    headers={"x-error": b"CORRUPT_AVRO", "x-error-message": problem.encode()},
+                )
+            )
+        return out
 
     # ------------------------------------------------------------------ recognition
 
@@ -96,6 +124,11 @@ class SqlServerCesDialect(Dialect):
     # ------------------------------------------------------------------ decoding
 
     def decode(self, msg: RawMessage) -> list[Decoded]:
+        headers = dict(msg.headers or {})
+        if "x-error" in headers:
+            raise self.fail(
+                headers["x-error"].decode(), headers.get("x-error-message", b"").decode()
+            )
         doc = parse_json(msg)
         if isinstance(doc, list):
             # a JSON array / application/cloudevents-batch+json body: one event per item
@@ -135,6 +168,8 @@ class SqlServerCesDialect(Dialect):
             )
             if k in doc
         }
+        if isinstance(doc.get("_eventhubs"), dict):
+            metadata["eventhubs"] = doc["_eventhubs"]
         self._check_single_segment(doc)
 
         op_value = doc.get("operation")
@@ -345,6 +380,60 @@ class SqlServerCesDialect(Dialect):
 
 
 # ---------------------------------------------------------------------- helpers
+
+_CAPTURE_FIELDS = frozenset({"SequenceNumber", "Offset", "EnqueuedTimeUtc", "Body"})
+_CE_PREFIXES = ("cloudEvents:", "cloudEvents_", "ce_", "ce-")
+
+
+def _avro_message(record: Any, origin: str | None, i: int) -> RawMessage:
+    """One Avro record as a message whose parsed document is a CloudEvent."""
+    if isinstance(record, dict) and _CAPTURE_FIELDS <= record.keys():
+        body = record.get("Body") or b""
+        props = record.get("Properties") or {}
+        attrs = {
+            k[len(p) :]: v
+            for k, v in props.items()
+            for p in _CE_PREFIXES
+            if isinstance(k, str) and k.startswith(p)
+        }
+        capture = {
+            "sequence_number": record.get("SequenceNumber"),
+            "offset": record.get("Offset"),
+            "enqueued_time": record.get("EnqueuedTimeUtc"),
+        }
+        if "specversion" in attrs:
+            # binary content mode: attributes in properties, the body is `data`
+            doc: Any = {**_texts(attrs), "data": bytes(body).decode("utf-8", "replace")}
+        else:
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return RawMessage(data=bytes(body), origin=origin, offset=i)
+        if isinstance(doc, dict):
+            doc = {**doc, "_eventhubs": capture}
+        return RawMessage(data=bytes(body), origin=origin, offset=i, doc=doc, parsed=True, index=i)
+    if isinstance(record, dict):
+        doc = {
+            k: (bytes(v).decode("utf-8", "replace") if isinstance(v, bytes) else v)
+            for k, v in record.items()
+        }
+        return RawMessage(
+            data=orjson.dumps(doc), origin=origin, offset=i, doc=doc, parsed=True, index=i
+        )
+    return RawMessage(data=orjson.dumps(record, default=str), origin=origin, offset=i)
+
+
+def _texts(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in attrs.items():
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        if k in ("segmentindex", "splitindex", "splittotalcnt") and isinstance(v, str):
+            v = int(v) if v.strip().lstrip("-").isdigit() else v
+        if k == "finalsegment" and isinstance(v, str):
+            v = v.strip().lower() == "true"
+        out[k] = v
+    return out
 
 
 def _json_member(value: Any, name: str, code: str) -> Any:

@@ -11,13 +11,15 @@ What CES cannot express is left out of the workloads it renders (:data:`FEATURES
 ``TRUNCATE`` and no DDL events.
 
 Delivery faults: duplicates, a redelivered file, reordering across files, the preview shape
-(``splitindex``/``splittotalcnt``, no ``transaction`` block: order from ``logicalid``) and JSON
-array files (a CloudEvents batch).
+(``splitindex``/``splittotalcnt``, no ``transaction`` block: order from ``logicalid``), JSON
+array files (a CloudEvents batch), Avro files of CloudEvent records, and Event Hubs Capture
+Avro files (JSON CloudEvents in ``Body``, some in binary content mode with ``ce_`` properties).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import os
 import random
 from collections.abc import Mapping
@@ -50,6 +52,101 @@ MSSQL_TYPES: dict[str, str] = {
     "binary": "varbinary(max)",
 }
 _OPS = {"insert": "INS", "update": "UPD", "delete": "DEL"}
+
+#: The CES CloudEvent Avro record (the spec's schema: ``data`` as bytes).
+CLOUDEVENT_AVRO_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "ChangeEvent",
+    "fields": [
+        {"name": n, "type": t}
+        for n, t in (
+            ("specversion", "string"),
+            ("type", "string"),
+            ("source", "string"),
+            ("id", "string"),
+            ("logicalid", "string"),
+            ("time", "string"),
+            ("datacontenttype", "string"),
+            ("operation", "string"),
+            ("segmentindex", "int"),
+            ("finalsegment", "boolean"),
+            ("data", "bytes"),
+        )
+    ],
+}
+
+#: Event Hubs Capture's record.
+CAPTURE_AVRO_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "EventData",
+    "namespace": "Microsoft.ServiceBus.Messaging",
+    "fields": [
+        {"name": "SequenceNumber", "type": "long"},
+        {"name": "Offset", "type": "string"},
+        {"name": "EnqueuedTimeUtc", "type": "string"},
+        {
+            "name": "SystemProperties",
+            "type": {"type": "map", "values": ["long", "double", "string", "bytes"]},
+        },
+        {
+            "name": "Properties",
+            "type": {"type": "map", "values": ["long", "double", "string", "bytes", "null"]},
+        },
+        {"name": "Body", "type": ["null", "bytes"]},
+    ],
+}
+
+
+def avro_cloudevents(events: list[dict[str, Any]]) -> bytes:
+    """An Avro object-container file of CES CloudEvent records (GA shape only)."""
+    import fastavro
+
+    records = []
+    for e in events:
+        records.append(
+            {
+                **{f["name"]: str(e.get(f["name"], "")) for f in CLOUDEVENT_AVRO_SCHEMA["fields"]},
+                "datacontenttype": e.get("datacontenttype", "application/json"),
+                "segmentindex": e.get("segmentindex", 0),
+                "finalsegment": e.get("finalsegment", True),
+                "data": e["data"].encode(),
+            }
+        )
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(CLOUDEVENT_AVRO_SCHEMA), records)
+    return buf.getvalue()
+
+
+def capture_file(events: list[dict[str, Any]], *, binary_mode_every: int = 3) -> bytes:
+    """An Event Hubs Capture Avro file carrying the events: structured JSON bodies, and every
+    ``binary_mode_every``-th event in CloudEvents binary mode (``ce_`` properties)."""
+    import fastavro
+
+    records = []
+    for i, e in enumerate(events):
+        if binary_mode_every and i % binary_mode_every == binary_mode_every - 1:
+            props: dict[str, Any] = {
+                f"ce_{k}": str(v) if not isinstance(v, str) else v
+                for k, v in e.items()
+                if k != "data"
+            }
+            body = e["data"].encode()
+        else:
+            props = {}
+            body = orjson.dumps(e)
+        records.append(
+            {
+                "SequenceNumber": i,
+                "Offset": str(i * 1024),
+                "EnqueuedTimeUtc": "1/1/2026 12:00:00 AM",
+                "SystemProperties": {"x-opt-sequence-number": i},
+                "Properties": props,
+                "Body": body,
+            }
+        )
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(CAPTURE_AVRO_SCHEMA), records)
+    return buf.getvalue()
 
 
 def mssql_lsn(n: int) -> str:
@@ -143,10 +240,10 @@ def decode_options(workload: Workload) -> DialectOptions:
     return DialectOptions(extra={"partial_updates": True})
 
 
-def _write(landing: Path, data: bytes, seed: int, n: int) -> Path:
+def _write(landing: Path, data: bytes, seed: int, n: int, ext: str = "jsonl") -> Path:
     landing.mkdir(parents=True, exist_ok=True)
-    existing = len(list(landing.glob("*.json*")))
-    name = f"{existing:06d}-{seed}-{n}.jsonl"
+    existing = len([p for p in landing.iterdir() if not p.name.startswith(("_", "."))])
+    name = f"{existing:06d}-{seed}-{n}.{ext}"
     tmp = landing / f"_tmp-{name}"
     tmp.write_bytes(data)
     os.replace(tmp, landing / name)
@@ -176,17 +273,23 @@ def render(
         rng.shuffle(docs)
         files = 4
     written: list[Path] = []
-    contents: list[bytes] = []
+    contents: list[tuple[bytes, str]] = []
     for i in range(files):
         chunk = docs[i::files]
         if not chunk:
             continue
-        if faults and i % 2 == 1:
+        ext = "jsonl"
+        if faults and i == 1:
             data = orjson.dumps(chunk)  # a CloudEvents batch: one JSON array
+        elif faults and i == 2:
+            data, ext = capture_file(chunk), "avro"
+        elif faults and i == 3 and not any("splitindex" in d for d in chunk):
+            data, ext = avro_cloudevents(chunk), "avro"
         else:
             data = b"\n".join(orjson.dumps(d) for d in chunk) + b"\n"
-        contents.append(data)
-        written.append(_write(landing, data, seed, i))
+        contents.append((data, ext))
+        written.append(_write(landing, data, seed, i, ext))
     if faults and contents:
-        written.append(_write(landing, rng.choice(contents), seed, files))
+        data, ext = rng.choice(contents)
+        written.append(_write(landing, data, seed, files, ext))
     return RenderResult(files=written, options=decode_options(workload), messages=len(docs))
