@@ -333,9 +333,11 @@ def _merge(spark: Any, target: MergeTarget, source: str, data_cols: Sequence[str
     sets = []
     names = []
     seqs = []
+    column_newer = []
     for c in data_cols:
         tcs = f"coalesce(t._cdc.column_sequences[{lit(c)}], t._cdc.row_sequence)"
         scs = f"s.{q('_cs_' + c)}"
+        column_newer.append(f"{scs} > {tcs}")
         # soft deletes keep the deleted row's last values
         guard = "s._exists AND " if target.soft_deletes else ""
         sets.append(
@@ -390,11 +392,14 @@ def _merge(spark: Any, target: MergeTarget, source: str, data_cols: Sequence[str
     else:
         delete_clause = "WHEN MATCHED AND NOT s._exists AND s._seq > t._cdc.sequence THEN DELETE"
         not_matched = "WHEN NOT MATCHED AND s._exists THEN INSERT"
+    # a matched row is rewritten only when the source changes something: a newer event, a
+    # conflict at the same sequence, or a column whose author is newer (late partial events).
+    # Redelivered input therefore rewrites nothing, not even `_cdc.applied_at`.
+    changes = " OR ".join(["s._seq > t._cdc.sequence", conflict, *column_newer])
     sql = f"""
         MERGE INTO {target.ident} t USING {source} s ON {on}
         {delete_clause}
-        WHEN MATCHED AND (s._seq > coalesce(t._cdc.row_sequence, '') OR {conflict})
-          THEN UPDATE SET {update_sets}
+        WHEN MATCHED AND ({changes}) THEN UPDATE SET {update_sets}
         {not_matched} ({insert_cols}) VALUES ({insert_vals})
     """
     with commit_properties(spark, ledger_props(target.pipeline, target.batch_id, "merge")):
