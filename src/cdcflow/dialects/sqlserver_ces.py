@@ -109,6 +109,9 @@ class SqlServerCesDialect(Dialect):
     # ------------------------------------------------------------------ recognition
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
+        if doc is None:
+            # an unreadable record of an .avro file this dialect framed
+            return 0.6 if (msg.origin or "").lower().endswith(self.binary_extensions) else 0.0
         if isinstance(doc, list):
             first = doc[0] if doc else None
             return 0.9 * self.recognise(msg, first) if isinstance(first, dict) else 0.0
