@@ -22,11 +22,11 @@ from cdcflow.testing.workload import generate
 pytestmark = pytest.mark.spark
 
 
-def _config(root: Path, warehouse: str, options: Any) -> Path:
+def _config(root: Path, warehouse: str, options: Any, namespace: str = "crash") -> Path:
     cfg = {
-        "pipeline": "crash",
+        "pipeline": namespace,
         "checkpoint": str(root / "checkpoint"),
-        "namespace": "crash",
+        "namespace": namespace,
         "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
         "spark": {"master": "local[2]", "shuffle_partitions": 2},
         "sources": [
@@ -45,13 +45,19 @@ def _config(root: Path, warehouse: str, options: Any) -> Path:
     return path
 
 
-def _run(config: Path, kill_after_batches: int | None) -> tuple[int, list[str]]:
+def _run(
+    config: Path, kill_after_batches: int | None, crash_after: str | None = None
+) -> tuple[int, list[str]]:
+    env = {k: v for k, v in os.environ.items() if k != "CDCFLOW_CRASH_AFTER"}
+    if crash_after:
+        env["CDCFLOW_CRASH_AFTER"] = crash_after
     proc = subprocess.Popen(
         [sys.executable, "-m", "cdcflow", "run", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
+        env=env,
     )
     lines: list[str] = []
     assert proc.stdout is not None
@@ -67,6 +73,42 @@ def _run(config: Path, kill_after_batches: int | None) -> tuple[int, list[str]]:
     return proc.wait(timeout=600), lines
 
 
+def _check(spark: Any, w: Any, namespace: str) -> None:
+    expected = oracle.apply(w)
+    for name, table in w.tables.items():
+        cols = list(table.columns)
+        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
+        d = diff_table(name, list(expected[name].values()), actual, cols)
+        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+    # every batch is in the history exactly once, whatever was replayed
+    hist = spark.sql(
+        f"SELECT batch_id, count(*) AS n FROM cdc.{namespace}__cdcflow.batches GROUP BY batch_id"
+    ).collect()
+    assert hist and all(r["n"] == 1 for r in hist)
+
+
+def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_path: Path) -> None:
+    """The process dies right after one commit of a batch (merge, tombstones, dead letters,
+    history), at a later batch on each rerun; the final rerun converges to the oracle and the
+    dead letters are not doubled."""
+    w = generate(7, tables=3, transactions=60)
+    res = render_to_landing(w, tmp_path / "landing", seed=7, files=6, duplicates=0.2)
+    for f in res.files:  # one bad message per file, so every batch writes dead letters
+        f.write_bytes(f.read_bytes() + b"this line is not json\n")
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = _config(tmp_path, warehouse, res.options, namespace="crash_steps")
+    for batch, step in enumerate(("merge", "tombstones", "dead_letters", "history"), start=1):
+        rc, lines = _run(config, None, crash_after=f"{step}@{batch}")
+        assert rc == 137, (step, lines)
+    rc, lines = _run(config, None)
+    assert rc == 0, lines
+    _check(spark, w, "crash_steps")
+    dead = spark.sql(
+        "SELECT origin, count(*) AS n FROM cdc.crash_steps__cdcflow.dead_letters GROUP BY origin"
+    ).collect()
+    assert len(dead) == len(res.files) and all(r["n"] == 1 for r in dead)
+
+
 def test_sigkill_mid_batch_then_rerun_equals_oracle(spark: Any, tmp_path: Path) -> None:
     w = generate(99, tables=3, transactions=80)
     res = render_to_landing(w, tmp_path / "landing", seed=99, files=6, duplicates=0.2)
@@ -79,14 +121,4 @@ def test_sigkill_mid_batch_then_rerun_equals_oracle(spark: Any, tmp_path: Path) 
     assert rc == 0, lines
     assert lines[-1].startswith("done:")
 
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        actual = read_replica(spark, f"cdc.crash.{name}", cols)
-        d = diff_table(name, list(expected[name].values()), actual, cols)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
-    # every batch is in the history exactly once, whatever was replayed
-    hist = spark.sql(
-        "SELECT batch_id, count(*) AS n FROM cdc.crash__cdcflow.batches GROUP BY batch_id"
-    ).collect()
-    assert hist and all(r["n"] == 1 for r in hist)
+    _check(spark, w, "crash")

@@ -9,6 +9,7 @@ skips what is already there. Appends (dead letters, changelogs, history) would o
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -50,6 +51,18 @@ def commit_properties(spark: Any, props: Mapping[str, str]) -> Iterator[None]:
         yield
     finally:
         tl.remove()
+    _crash_point(props)
+
+
+def _crash_point(props: Mapping[str, str]) -> None:
+    """Testing hook: ``CDCFLOW_CRASH_AFTER=step[@batch]`` kills the process (as SIGKILL would)
+    right after that step's commit, to prove that a rerun converges from any point."""
+    spec = os.environ.get("CDCFLOW_CRASH_AFTER")
+    if not spec:
+        return
+    step, _, batch = spec.partition("@")
+    if props.get("cdcflow.step") == step and (not batch or props.get("cdcflow.batch") == batch):
+        os._exit(137)
 
 
 def ledger_props(pipeline: str, batch_id: int, step: str) -> dict[str, str]:
