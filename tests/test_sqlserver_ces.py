@@ -241,8 +241,25 @@ def _with_inner(**changes: Any) -> dict[str, Any]:
         (_with_inner(eventsource__tbl=None), "MISSING_TABLE"),
         ({**_with_data("{}"), "operation": "MERGE"}, "UNKNOWN_OPERATION"),
         ({**_with_data("{}"), "type": "com.microsoft.SQL.CES.DDL.V1"}, "UNSUPPORTED_EVENT_TYPE"),
-        ({**_event("00000010:00000200:0001", 1, "x"), "finalsegment": False}, "SEGMENTED_MESSAGE"),
-        ({**_event("00000010:00000200:0001", 1, "x"), "segmentindex": 3}, "SEGMENTED_MESSAGE"),
+        ({**_event("00000010:00000200:0001", 1, "x"), "segmentindex": "two"}, "BAD_SEGMENT"),
+        ({**_event("00000010:00000200:0001", 1, "x"), "finalsegment": "no"}, "BAD_SEGMENT"),
+        ({**_event("00000010:00000200:0001", 1, "x"), "segmentindex": -1}, "SEGMENT_OUT_OF_RANGE"),
+        (
+            {
+                **{k: v for k, v in _with_data("{}").items() if "segment" not in k},
+                "splitindex": 5,
+                "splittotalcnt": 2,
+            },
+            "SEGMENT_OUT_OF_RANGE",
+        ),
+        (
+            {
+                k: v
+                for k, v in {**_with_data("{}"), "finalsegment": False}.items()
+                if k != "logicalid"
+            },
+            "BAD_SEGMENT",
+        ),
         (
             _with_inner(eventsource__transaction={"commitlsn": "zz", "sequencenumber": 1}),
             "BAD_POSITION",

@@ -114,10 +114,11 @@ class PipelineConfig(_Model):
     sources: list[SourceConfig]
     tables: dict[str, TableConfig] = Field(default_factory=dict)
     tombstone_retention: str = "7d"
+    segment_wait: str = "1h"
     follow_interval: str = "10s"
     parallel_tables: int = 2
 
-    @field_validator("tombstone_retention", "follow_interval")
+    @field_validator("tombstone_retention", "segment_wait", "follow_interval")
     @classmethod
     def _duration(cls, v: str) -> str:
         parse_duration(v)

@@ -7,14 +7,14 @@ where bytes become messages, for ``cdcflow inspect``, the receiver and Spark wor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from cdcflow.dialects import AutoDetector, get_dialect
-from cdcflow.dialects.base import Dialect, DialectOptions, RawMessage, Rejection
+from cdcflow.dialects.base import Dialect, DialectOptions, RawMessage, Rejection, Segment
 from cdcflow.errors import DecodeError
 
 _WS = b" \t\r\n"
@@ -120,11 +120,13 @@ def split_file(data: bytes, origin: str | None, dialect: Dialect | None) -> Iter
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What decoding one message gave: events and rejections, with the message's origin."""
+    """What decoding one message gave: events, rejections and segments of split messages,
+    with the message's origin."""
 
     message: RawMessage
     events: list[dict[str, Any]]
     rejections: list[Rejection]
+    segments: list[Segment] = field(default_factory=list)
 
 
 class Decoder:
@@ -179,7 +181,64 @@ class Decoder:
             return Outcome(msg, [], [rej])
         events = [r for r in results if isinstance(r, dict)]
         rejections = [r for r in results if isinstance(r, Rejection)]
-        return Outcome(msg, events, rejections)
+        segments = [r for r in results if isinstance(r, Segment)]
+        return Outcome(msg, events, rejections, segments)
+
+    def dialect_named(self, name: str) -> Dialect:
+        """The decoder's instance of a dialect (with this decoder's options)."""
+        if self.fixed is not None and self.fixed.name == name:
+            return self.fixed
+        if self.detector is not None:
+            for d in self.detector.dialects:
+                if d.name == name:
+                    return d
+        return get_dialect(name, self.options)
+
+    def decode_segments(
+        self,
+        dialect: str,
+        segments: list[bytes],
+        origin: str | None,
+        offset: int = 0,
+        line: int | None = None,
+    ) -> Outcome:
+        """Reassemble a complete split message (segments in order) and decode it."""
+        d = self.dialect_named(dialect)
+        try:
+            msg = d.reassemble(segments, origin)
+            msg.offset, msg.line = offset, line
+        except DecodeError as e:
+            raw = b"".join(segments)
+            msg = RawMessage(data=raw, origin=origin, offset=offset, line=line)
+            return Outcome(msg, [], [Rejection(e.code, e.message, raw, dialect=d.name)])
+        out = self._decode_with(d, msg)
+        if out.segments:
+            rej = Rejection(
+                "BAD_SEGMENT", "a reassembled message is itself a segment", msg.data, dialect=d.name
+            )
+            return Outcome(msg, out.events, [*out.rejections, rej])
+        return out
+
+    def reassembles(self, dialect: str, pieces: Sequence[Any]) -> bool:
+        """Whether segments (objects with ``raw``, in order) join into a readable message."""
+        try:
+            self.dialect_named(dialect).reassemble([p.raw for p in pieces], None)
+        except DecodeError:
+            return False
+        return True
+
+    def _decode_with(self, dialect: Dialect, msg: RawMessage) -> Outcome:
+        try:
+            results = dialect.decode(msg)
+        except DecodeError as e:
+            rej = Rejection(code=e.code, message=e.message, raw=msg.data, dialect=dialect.name)
+            return Outcome(msg, [], [rej])
+        return Outcome(
+            msg,
+            [r for r in results if isinstance(r, dict)],
+            [r for r in results if isinstance(r, Rejection)],
+            [r for r in results if isinstance(r, Segment)],
+        )
 
     def _binary_capable(self) -> bool:
         assert self.detector is not None

@@ -12,6 +12,7 @@ from cdcflow.dialects import dialect_names
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.event import dumps
 from cdcflow.framing import Decoder
+from cdcflow.segments import SegmentBuffer
 
 
 def _origin_text(
@@ -80,11 +81,13 @@ def inspect_cmd(
 ) -> None:
     """Decode CDC messages (files, directories or - for stdin) and print one canonical event
     per line as JSON. Messages that cannot be decoded are reported on stderr as
-    [CODE] message with their file and line; the exit status is then 1."""
+    [CODE] message with their file and line; the exit status is then 1. Segments of split
+    messages are reassembled across all the inputs; their events are printed last."""
     options = DialectOptions(table_keys=_parse_keys(keys), column_types=_parse_types(types))
     decoder = Decoder(dialect, options)
     failures = 0
     out = sys.stdout.buffer
+    segments = SegmentBuffer()
     for path in resolve_paths(paths):
         data = sys.stdin.buffer.read() if path is None else Path(path).read_bytes()
         origin = None if path is None else str(path)
@@ -96,6 +99,31 @@ def inspect_cmd(
                 failures += 1
                 where = _origin_text(origin, m.line, m.offset, m.index, rej.item)
                 echo_err(f"[{rej.code}] {rej.message} ({where})")
+            for seg in outcome.segments:
+                offset = m.offset if m.index is None else m.index
+                segments.add(seg, origin, offset, m.line)
+    for name, group, verdict in segments.verdicts(decoder.reassembles):
+        first = verdict.pieces[0]
+        where = _origin_text(first.origin, first.line, first.offset, None, None)
+        if verdict.status == "complete":
+            outcome = decoder.decode_segments(
+                name, [p.raw for p in verdict.pieces], first.origin, first.offset, first.line
+            )
+            for ev in outcome.events:
+                out.write(dumps(ev) + b"\n")
+            for rej in outcome.rejections:
+                failures += 1
+                echo_err(f"[{rej.code}] {rej.message} (split message from {where})")
+            continue
+        failures += 1
+        if verdict.status == "pending":
+            have = ", ".join(str(p.index) for p in verdict.pieces)
+            echo_err(
+                f"[SEGMENT_MISSING] split message {group!r} is incomplete in this input "
+                f"(have segment(s) {have}) ({where})"
+            )
+        else:
+            echo_err(f"[{verdict.code}] {verdict.reason} ({where})")
     out.flush()
     if failures:
         echo_err(f"{failures} message(s) could not be decoded")

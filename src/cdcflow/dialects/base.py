@@ -45,6 +45,26 @@ class Rejection:
     dialect: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One segment of a message the producer split (e.g. a CES event over the stream group's
+    ``max_message_size_kb``). Segments sharing ``group`` are reassembled in ``index`` order
+    (:mod:`cdcflow.segments`) before the whole message is decoded.
+
+    ``final`` marks the last segment (``None`` when the producer does not say); ``total`` is the
+    segment count when the producer gives one instead. ``raw`` is the segment as the dialect's
+    :meth:`Dialect.reassemble` reads it back.
+    """
+
+    group: str
+    index: int
+    final: bool | None
+    total: int | None
+    raw: bytes
+    dialect: str
+    item: int | None = None
+
+
 @dataclass(frozen=True)
 class DialectOptions:
     """Per-source decoding options (from configuration).
@@ -76,7 +96,7 @@ class DialectOptions:
         return self.column_types.get(table, {})
 
 
-Decoded = dict[str, Any] | Rejection
+Decoded = dict[str, Any] | Rejection | Segment
 
 
 class Dialect:
@@ -112,6 +132,11 @@ class Dialect:
         """Split a binary file into messages when this dialect owns the file's format
         (e.g. length-delimited protobuf), else ``None`` (JSON framing applies)."""
         return None
+
+    def reassemble(self, segments: list[bytes], origin: str | None) -> RawMessage:
+        """The whole message from the ``raw`` of its segments, in segment order. Only dialects
+        whose decoder returns :class:`Segment` implement it."""
+        raise NotImplementedError(f"dialect {self.name!r} does not split messages")
 
     def reject(self, code: str, message: str, raw: bytes, item: int | None = None) -> Rejection:
         """A rejection attributed to this dialect."""

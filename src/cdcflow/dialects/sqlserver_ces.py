@@ -47,13 +47,24 @@ NULL. When the changed columns happen to be the first ones nothing in the messag
 source streaming such tables sets the option ``partial_updates: true`` (every UPDATE is then
 read as partial, which is also right for updates that list every column).
 
-Not handled yet, rejected with a clear code instead of guessed: split messages
-(``SEGMENTED_MESSAGE``: more than one segment; reassembly across files and batches is not
-built), Avro serialization, CloudEvents binary content mode and Event Hubs Capture files.
+Split messages: an event over the stream group's ``max_message_size_kb`` arrives as segments
+sharing ``logicalid`` (``segmentindex``/``finalsegment``, or ``splitindex``/``splittotalcnt``).
+The decoder returns each as a :class:`~cdcflow.dialects.base.Segment`; :mod:`cdcflow.segments`
+decides when a group is whole (across files, batches and runs in the pipeline) and
+:meth:`SqlServerCesDialect.reassemble` joins the ``data`` pieces in segment order. The spec does
+not say where an event is cut; segments are read as CloudEvents each carrying the next piece
+of ``data``.
+
+Serializations: JSON (one event, JSON lines, or a JSON array — a CloudEvents batch), Avro
+object-container files of CloudEvent records (``data`` as bytes; bytes that are not UTF-8 are
+kept as ``data_base64`` until joined), and Event Hubs Capture files (structured bodies, or
+binary content mode with ``ce_`` properties).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import io
 import re
@@ -63,7 +74,7 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Decoded, Dialect, RawMessage
+from cdcflow.dialects.base import Decoded, Dialect, RawMessage, Segment
 from cdcflow.errors import DecodeError
 from cdcflow.event import new_event
 from cdcflow.framing import parse_json
@@ -144,7 +155,7 @@ class SqlServerCesDialect(Dialect):
             return out
         return [self._event(doc, msg, 0)]
 
-    def _event(self, doc: Any, msg: RawMessage, item: int) -> dict[str, Any]:
+    def _event(self, doc: Any, msg: RawMessage, item: int) -> dict[str, Any] | Segment:
         if not isinstance(doc, dict):
             raise self.fail("NOT_AN_EVENT", f"a CloudEvent must be a JSON object, got {_kind(doc)}")
         missing = [a for a in _CE_ATTRIBUTES if a not in doc]
@@ -173,7 +184,11 @@ class SqlServerCesDialect(Dialect):
         }
         if isinstance(doc.get("_eventhubs"), dict):
             metadata["eventhubs"] = doc["_eventhubs"]
-        self._check_single_segment(doc)
+        if isinstance(doc.get("_segments"), int):
+            metadata["segments"] = doc["_segments"]
+        segment, data = self._segment(doc, msg, item)
+        if segment is not None:
+            return segment
 
         op_value = doc.get("operation")
         if op_value is None:
@@ -184,7 +199,8 @@ class SqlServerCesDialect(Dialect):
             )
         op = OPERATIONS[op_value.upper()]
 
-        data = _json_member(doc.get("data"), "data", "BAD_DATA")
+        if data is _UNPARSED:
+            data = _json_member(_data_member(doc), "data", "BAD_DATA")
         if not isinstance(data, dict):
             raise self.fail("BAD_DATA", f"'data' must hold a JSON object, got {_kind(data)}")
         source = data.get("eventsource")
@@ -235,26 +251,91 @@ class SqlServerCesDialect(Dialect):
 
     # ------------------------------------------------------------------ parts
 
-    def _check_single_segment(self, doc: Mapping[str, Any]) -> None:
+    def _segment(
+        self, doc: Mapping[str, Any], msg: RawMessage, item: int
+    ) -> tuple[Segment | None, Any]:
+        """``(None, data)`` for a whole message (one segment), else ``(Segment, _UNPARSED)``.
+        ``data`` is the parsed ``data`` member when telling the two apart needed it."""
+        total: int | None = None
+        final: bool | None = None
         if "segmentindex" in doc or "finalsegment" in doc:
-            idx, final = doc.get("segmentindex"), doc.get("finalsegment")
-            # one segment: final, at index 0 (the docs) or 1 (captured output)
-            if final is True and idx in (0, 1, None):
-                return
+            index = _seg_int(doc.get("segmentindex"), "segmentindex")
+            final = _seg_bool(doc.get("finalsegment"))
+            # one segment: final at index 0 (the docs' numbering)
+            if final is True and index in (0, None):
+                return None, _UNPARSED
+            # final at index 1: a lone segment numbered from 1 (captured output) or the last of
+            # two numbered from 0 — a lone segment's data is a whole JSON document, a piece
+            # of a split one is not
+            if final is True and index == 1:
+                try:
+                    data = _json_member(_data_member(doc), "data", "BAD_DATA")
+                except DecodeError:
+                    data = _UNPARSED
+                if isinstance(data, dict):
+                    return None, data
+        elif "splitindex" in doc or "splittotalcnt" in doc:
+            index = _seg_int(doc.get("splitindex"), "splitindex")
+            total = _seg_int(doc.get("splittotalcnt"), "splittotalcnt")
+            if total in (0, 1, None) and index in (0, 1, None):
+                return None, _UNPARSED
+            if total is not None and index is not None and not 0 <= index <= total:
+                raise self.fail(
+                    "SEGMENT_OUT_OF_RANGE",
+                    f"split index {index} out of range for a message of {total} segment(s)",
+                )
+        else:
+            return None, _UNPARSED
+        if index is None or index < 0:
+            raise self.fail("SEGMENT_OUT_OF_RANGE", f"segment index {index!r} out of range")
+        group = doc.get("logicalid")
+        if not isinstance(group, str) or not group.strip():
             raise self.fail(
-                "SEGMENTED_MESSAGE",
-                f"segment {idx!r} (finalsegment={final!r}) of split message "
-                f"{doc.get('logicalid')!r}: reassembly of split CES messages is not supported yet",
+                "BAD_SEGMENT", "a segment of a split message needs 'logicalid' to be reassembled"
             )
-        if "splitindex" in doc or "splittotalcnt" in doc:
-            idx, total = doc.get("splitindex"), doc.get("splittotalcnt")
-            if idx in (0, None) and total in (0, 1, None):
-                return
+        whole_line = msg.doc is doc and not (msg.origin or "").lower().endswith(".avro")
+        raw = msg.data if whole_line else orjson.dumps(doc)
+        return Segment(group, index, final, total, raw, self.name, item), _UNPARSED
+
+    def reassemble(self, segments: list[bytes], origin: str | None) -> RawMessage:
+        """Segments (in order) → one CloudEvent: the first segment's attributes with ``data``
+        the concatenation of every segment's ``data`` (text, or ``data_base64`` bytes).
+
+        The spec does not say how an event is cut; this reads each segment as a CloudEvent
+        carrying the next piece of the ``data`` payload, which is what a size-bounded split of
+        a CloudEvent whose attributes are small can be."""
+        docs: list[Any] = []
+        for i, raw in enumerate(segments):
+            try:
+                docs.append(orjson.loads(raw))
+            except orjson.JSONDecodeError as e:
+                raise self.fail("BAD_SEGMENT", f"segment {i} is not JSON: {e}") from None
+        pieces: list[bytes] = []
+        for i, d in enumerate(docs):
+            value = _data_member(d) if isinstance(d, dict) else None
+            if isinstance(value, str):
+                pieces.append(value.encode("utf-8"))
+            elif isinstance(value, bytes | bytearray):
+                pieces.append(bytes(value))
+            else:
+                raise self.fail(
+                    "BAD_SEGMENT", f"segment {i} carries no text or bytes 'data' to join"
+                )
+        joined = b"".join(pieces)
+        try:
+            text = joined.decode("utf-8")
+        except UnicodeDecodeError as e:
             raise self.fail(
-                "SEGMENTED_MESSAGE",
-                f"split {idx!r} of {total!r} of message {doc.get('logicalid')!r}: reassembly of "
-                "split CES messages is not supported yet",
-            )
+                "BAD_UTF8", f"reassembled 'data' is not UTF-8 (offset {e.start})"
+            ) from None
+        try:
+            orjson.loads(joined)
+        except orjson.JSONDecodeError as e:
+            raise self.fail("BAD_DATA", f"reassembled 'data' is not JSON: {e}") from None
+        whole = {k: v for k, v in docs[0].items() if k not in _SEGMENT_FIELDS}
+        whole["data"] = text
+        whole["_segments"] = len(docs)
+        return RawMessage(data=orjson.dumps(whole), origin=origin, doc=whole, parsed=True)
 
     def _column_types(
         self, cols: Any, metadata: dict[str, Any]
@@ -406,7 +487,7 @@ def _avro_message(record: Any, origin: str | None, i: int) -> RawMessage:
         }
         if "specversion" in attrs:
             # binary content mode: attributes in properties, the body is `data`
-            doc: Any = {**_texts(attrs), "data": bytes(body).decode("utf-8", "replace")}
+            doc: Any = {**_texts(attrs), **_data_fields(bytes(body))}
         else:
             try:
                 doc = orjson.loads(body)
@@ -416,10 +497,12 @@ def _avro_message(record: Any, origin: str | None, i: int) -> RawMessage:
             doc = {**doc, "_eventhubs": capture}
         return RawMessage(data=bytes(body), origin=origin, offset=i, doc=doc, parsed=True, index=i)
     if isinstance(record, dict):
-        doc = {
-            k: (bytes(v).decode("utf-8", "replace") if isinstance(v, bytes) else v)
-            for k, v in record.items()
-        }
+        doc = {}
+        for k, v in record.items():
+            if k == "data" and isinstance(v, bytes):
+                doc.update(_data_fields(v))
+            else:
+                doc[k] = bytes(v).decode("utf-8", "replace") if isinstance(v, bytes) else v
         return RawMessage(
             data=orjson.dumps(doc), origin=origin, offset=i, doc=doc, parsed=True, index=i
         )
@@ -437,6 +520,50 @@ def _texts(attrs: Mapping[str, Any]) -> dict[str, Any]:
             v = v.strip().lower() == "true"
         out[k] = v
     return out
+
+
+_UNPARSED = object()
+_SEGMENT_FIELDS = frozenset(
+    {"segmentindex", "finalsegment", "splitindex", "splittotalcnt", "data", "data_base64"}
+)
+
+
+def _data_fields(body: bytes) -> dict[str, Any]:
+    """``data`` from Avro bytes: text when it is UTF-8, else ``data_base64`` (the CloudEvents
+    JSON member for binary data), so a segment cut inside a character survives until joined."""
+    try:
+        return {"data": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"data_base64": base64.b64encode(body).decode("ascii")}
+
+
+def _data_member(doc: Mapping[str, Any]) -> Any:
+    """``data``, or the bytes of ``data_base64``."""
+    if "data" in doc or "data_base64" not in doc:
+        return doc.get("data")
+    value = doc["data_base64"]
+    try:
+        return base64.b64decode(value, validate=True) if isinstance(value, str) else value
+    except (binascii.Error, ValueError):
+        raise Dialect.fail("BAD_DATA", "'data_base64' is not base64") from None
+
+
+def _seg_int(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise Dialect.fail("BAD_SEGMENT", f"'{name}' must be an integer, got {value!r}")
+
+
+def _seg_bool(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise Dialect.fail("BAD_SEGMENT", f"'finalsegment' must be a boolean, got {value!r}")
 
 
 def _json_member(value: Any, name: str, code: str) -> Any:

@@ -16,6 +16,7 @@ import orjson
 
 from cdcflow.config import PipelineConfig
 from cdcflow.engine.commit import commit_properties, committed_steps, ledger_props
+from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.sql import lit, q
 from cdcflow.engine.tables import (
     ensure_namespace,
@@ -31,6 +32,7 @@ from cdcflow.sinks.merge import (
     ensure_merge_table,
     key_columns_from_table,
 )
+from cdcflow.spark.arrow import SEGMENT
 
 HISTORY_COLUMNS = (
     "pipeline string, batch_id bigint, started_at timestamp, finished_at timestamp, "
@@ -70,6 +72,9 @@ class BatchReport:
     tables: dict[str, int]
     seconds: float
     outcomes: tuple[TableOutcome, ...] = field(default_factory=tuple)
+    #: segments of split messages received, and messages reassembled from segments
+    segments: int = 0
+    reassembled: int = 0
 
     @property
     def rate(self) -> float:
@@ -98,6 +103,15 @@ class BatchProcessor:
         self.internal = f"{q(self.catalog)}.{q(cfg.namespace + '__cdcflow')}"
         self.first_batch = True
         self.reports: list[BatchReport] = []
+        from cdcflow.config import parse_duration
+        from cdcflow.engine.pipeline import source_options
+
+        self.segment_stage = SegmentStage(
+            f"{self.internal}.segments",
+            pipeline_id,
+            parse_duration(cfg.segment_wait),
+            {src.name: source_options(src) for src in cfg.sources},
+        )
 
     def ident(self, table: str) -> str:
         """Replica identifier for a target name."""
@@ -129,12 +143,7 @@ class BatchProcessor:
         ):
             self.first_batch = False
             return
-        decoded = df.selectExpr(
-            "*",
-            "xxhash64(coalesce(`table`, ''), coalesce(operation, ''), coalesce(sequence, ''), "
-            "to_json(key), to_json(before), to_json(after), partial) AS _fp",
-            "regexp_replace(lower(coalesce(`table`, '')), '[^a-z0-9_]', '_') AS _target",
-        ).persist()
+        decoded = _with_batch_columns(df).persist()
         try:
             report = self._process(decoded, batch_id, check, started)
         finally:
@@ -148,35 +157,45 @@ class BatchProcessor:
 
     def _process(self, decoded: Any, batch_id: int, check: bool, started: float) -> BatchReport:
         spark = self.spark
-        events = decoded.where("error_code IS NULL")
+        valid = decoded.where("error_code IS NULL")
+        meta = _Meta()
         # one pass over the cached batch: operations, column types and key-name sets per table
-        meta_rows = spark.sql(
-            "SELECT _target, operation, count(*) AS n, max(partial) AS has_partial, "
-            "collect_set(to_json(types)) AS type_sets, "
-            "collect_set(array_sort(map_keys(key))) AS key_sets "
-            f"FROM {_view(events, 'meta')} GROUP BY _target, operation"
-        ).collect()
-        per_table_ops: dict[str, dict[str, int]] = defaultdict(dict)
-        partial_tables: set[str] = set()
-        operations: dict[str, int] = defaultdict(int)
-        seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        key_names: dict[str, set[tuple[str, ...]]] = defaultdict(set)
-        for r in meta_rows:
-            n = int(r["n"])
-            target = r["_target"]
-            operations[r["operation"]] += n
-            if not target:
-                continue
-            per_table_ops[target][r["operation"]] = n
-            if r["has_partial"]:
-                partial_tables.add(target)
-            for text in r["type_sets"]:
-                for col, typ in orjson.loads(text).items():
-                    seen[target][col].add(typ)
-            for names in r["key_sets"]:
-                key_names[target].add(tuple(names))
-
+        meta.add(_meta_rows(spark, valid))
+        events = valid.where(f"NOT (operation <=> '{SEGMENT}')")
         dead = [rejected_rows(decoded.where("error_code IS NOT NULL"), self.pipeline_id, batch_id)]
+        seg: SegmentResult | None = None
+        if meta.segments or self.segment_stage.has_pending(spark):
+            seg = self.segment_stage.run(
+                spark, valid.where(f"operation = '{SEGMENT}'"), batch_id, check
+            )
+            assembled = _with_batch_columns(seg.assembled)
+            whole = assembled.where("error_code IS NULL")
+            if seg.complete:
+                meta.add(_meta_rows(spark, whole))
+            events = events.unionByName(whole)
+            dead.append(
+                rejected_rows(assembled.where("error_code IS NOT NULL"), self.pipeline_id, batch_id)
+            )
+            dead.append(seg.dead)
+        try:
+            return self._apply(events, meta, dead, seg, batch_id, check, started)
+        finally:
+            if seg is not None:
+                seg.release()
+
+    def _apply(
+        self,
+        events: Any,
+        meta: _Meta,
+        dead: list[Any],
+        seg: SegmentResult | None,
+        batch_id: int,
+        check: bool,
+        started: float,
+    ) -> BatchReport:
+        spark = self.spark
+        per_table_ops, partial_tables, operations = meta.per_table_ops, meta.partial, meta.ops
+        seen, key_names = meta.seen, meta.key_names
         jobs = []
         outcomes: list[TableOutcome] = []
         for target, ops in sorted(per_table_ops.items()):
@@ -220,6 +239,8 @@ class BatchProcessor:
             tables={o.table: o.events for o in outcomes},
             seconds=time.time() - started,
             outcomes=tuple(outcomes),
+            segments=meta.segments,
+            reassembled=seg.complete if seg is not None else 0,
         )
         self._history(report, started)
         return report
@@ -375,6 +396,59 @@ class BatchProcessor:
                   {report.seconds:.3f}D
                 """
             )
+
+
+class _Meta:
+    """Per-table figures of a batch, from the metadata aggregate(s)."""
+
+    def __init__(self) -> None:
+        self.per_table_ops: dict[str, dict[str, int]] = defaultdict(dict)
+        self.partial: set[str] = set()
+        self.ops: dict[str, int] = defaultdict(int)
+        self.seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self.key_names: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+        self.segments = 0
+
+    def add(self, rows: list[Any]) -> None:
+        """Fold in rows of :func:`_meta_rows`."""
+        for r in rows:
+            n = int(r["n"])
+            target, op = r["_target"], r["operation"]
+            if op == SEGMENT:
+                self.segments += n
+                continue
+            self.ops[op] += n
+            if not target:
+                continue
+            ops = self.per_table_ops[target]
+            ops[op] = ops.get(op, 0) + n
+            if r["has_partial"]:
+                self.partial.add(target)
+            for text in r["type_sets"]:
+                for col, typ in orjson.loads(text).items():
+                    self.seen[target][col].add(typ)
+            for names in r["key_sets"]:
+                self.key_names[target].add(tuple(names))
+
+
+def _meta_rows(spark: Any, events: Any) -> list[Any]:
+    return spark.sql(
+        "SELECT _target, operation, count(*) AS n, max(partial) AS has_partial, "
+        "collect_set(to_json(types)) AS type_sets, "
+        "collect_set(array_sort(map_keys(key))) AS key_sets "
+        f"FROM {_view(events, 'meta')} GROUP BY _target, operation"
+    ).collect()
+
+
+def _with_batch_columns(df: Any) -> Any:
+    """Decoded rows plus the batch's working columns: ``_fp`` (event fingerprint, for exact
+    duplicates) and ``_target`` (replica name)."""
+    return df.selectExpr(
+        "*",
+        "xxhash64(coalesce(`table`, ''), coalesce(operation, ''), coalesce(sequence, ''), "
+        "to_json(key), to_json(before), to_json(after), partial) AS _fp",
+        "regexp_replace(lower(coalesce(`table`, '')), '[^a-z0-9_]', '_') AS _target",
+    )
 
 
 def _view(df: Any, prefix: str) -> str:

@@ -98,7 +98,7 @@ class Pipeline:
             raw = read_raw(
                 self.spark, src.path, streaming=True, max_files_per_trigger=src.max_files_per_batch
             )
-            frames.append(decode_dataframe(raw, src.dialect, source_options(src)))
+            frames.append(decode_dataframe(raw, src.dialect, source_options(src), src.name))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
     def run(
@@ -134,7 +134,8 @@ class Pipeline:
         return processor.reports
 
     def expire_tombstones(self, processor: BatchProcessor) -> None:
-        """Drop tombstones older than ``tombstone_retention`` (after each run)."""
+        """Drop tombstones, and closed groups of split-message segments, older than
+        ``tombstone_retention`` (after each run)."""
         from cdcflow.sinks.merge import expire_tombstones
 
         ns = f"{self.cfg.catalog.name}.{self.cfg.namespace}__cdcflow"
@@ -145,3 +146,4 @@ class Pipeline:
         for name in names:
             if name.startswith("tombstones__"):
                 expire_tombstones(self.spark, f"{ns}.`{name}`", self.cfg.retention_seconds)
+        processor.segment_stage.expire_closed(self.spark, self.cfg.retention_seconds)

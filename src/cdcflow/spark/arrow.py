@@ -13,10 +13,13 @@ from typing import Any
 
 import orjson
 
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.base import DialectOptions, Segment
 from cdcflow.event import spark_schema_ddl
 from cdcflow.framing import Decoder, Outcome
 from cdcflow.types import json_default, to_wire
+
+#: ``operation`` of rows that are segments of a split message, not events.
+SEGMENT = "SEGMENT"
 
 RAW_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
@@ -157,6 +160,40 @@ class _Columns:
         self.raw.append(raw)
         self.rows += 1
 
+    def add_segment(
+        self, seg: Segment, source: str, origin: str | None, offset: int, line: int | None
+    ) -> None:
+        """A segment of a split message: ``operation`` ``SEGMENT``, ``id`` its group, the
+        numbering in ``metadata``, the segment itself in ``raw``."""
+        for f in _SCALARS:
+            self.scalars[f].append(None)
+        self.scalars["id"][-1] = seg.group
+        self.scalars["dialect"][-1] = seg.dialect
+        self.scalars["operation"][-1] = SEGMENT
+        self.timestamp.append(None)
+        self.position.append(None)
+        self.partial.append(False)
+        for name in ("key", "before", "after", "types"):
+            self._map(name, None, _identity)
+        self._map(
+            "metadata",
+            {
+                "segment.index": str(seg.index),
+                "segment.final": None if seg.final is None else str(seg.final).lower(),
+                "segment.total": None if seg.total is None else str(seg.total),
+                "cdcflow.source": source,
+            },
+            _identity,
+        )
+        self.origin.append(origin)
+        self.offset.append(offset)
+        self.line.append(line)
+        self.item.append(seg.item)
+        self.error_code.append(None)
+        self.error_message.append(None)
+        self.raw.append(seg.raw)
+        self.rows += 1
+
     def to_batch(self) -> Any:
         import pyarrow as pa
 
@@ -195,25 +232,31 @@ def _meta_value(v: Any) -> str | None:
     return orjson.dumps(v, default=json_default).decode()
 
 
-def outcomes_to_batch(outcomes: Iterable[Outcome]) -> Any:
-    """Events and rejections of decoded messages as one Arrow record batch."""
+def outcomes_to_batch(outcomes: Iterable[Outcome], source: str = "") -> Any:
+    """Events, rejections and segments of decoded messages as one Arrow record batch."""
     cols = _Columns()
     for o in outcomes:
-        _add(cols, o)
+        _add(cols, o, source)
     return cols.to_batch()
 
 
-def _add(cols: _Columns, o: Outcome) -> None:
+def _add(cols: _Columns, o: Outcome, source: str) -> None:
     m = o.message
     offset = m.offset if m.index is None else m.index
     for i, ev in enumerate(o.events):
         cols.add_event(ev, m.origin, offset, m.line, i)
     for r in o.rejections:
         cols.add_rejection(r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, r.item)
+    for seg in o.segments:
+        cols.add_segment(seg, source, m.origin, offset, m.line)
 
 
 def decode_files(
-    batches: Iterator[Any], dialect: str, options: DialectOptions, max_rows: int = 20000
+    batches: Iterator[Any],
+    dialect: str,
+    options: DialectOptions,
+    max_rows: int = 20000,
+    source: str = "",
 ) -> Iterator[Any]:
     """``mapInArrow`` function over ``binaryFile`` batches (path, content, ...)."""
     decoder = Decoder(dialect, options)
@@ -223,7 +266,7 @@ def decode_files(
         contents = batch.column("content").to_pylist()
         for path, content in zip(paths, contents, strict=True):
             for outcome in decoder.decode_file(content or b"", path):
-                _add(cols, outcome)
+                _add(cols, outcome, source)
                 if cols.rows >= max_rows:
                     yield cols.to_batch()
                     cols = _Columns()
@@ -231,9 +274,12 @@ def decode_files(
         yield cols.to_batch()
 
 
-def decode_dataframe(df: Any, dialect: str = "auto", options: DialectOptions | None = None) -> Any:
-    """Canonical events (and rejections) of a ``binaryFile`` DataFrame, batch or streaming."""
-    fn = partial(decode_files, dialect=dialect, options=options or DialectOptions())
+def decode_dataframe(
+    df: Any, dialect: str = "auto", options: DialectOptions | None = None, source: str = ""
+) -> Any:
+    """Canonical events (and rejections, and segments of split messages tagged with the source
+    name) of a ``binaryFile`` DataFrame, batch or streaming."""
+    fn = partial(decode_files, dialect=dialect, options=options or DialectOptions(), source=source)
     return df.mapInArrow(fn, spark_schema_ddl())
 
 

@@ -10,7 +10,9 @@ and the decoder is told so (``partial_updates``).
 What CES cannot express is left out of the workloads it renders (:data:`FEATURES`): no
 ``TRUNCATE`` and no DDL events.
 
-Delivery faults: duplicates, a redelivered file, reordering across files, the preview shape
+Delivery faults: duplicates, a redelivered file, reordering across files, events split into
+segments (the ``data`` payload cut into pieces, segments scattered over files, numbered from 0
+or from 1, ``finalsegment`` or the preview's ``splittotalcnt``), the preview shape
 (``splitindex``/``splittotalcnt``, no ``transaction`` block: order from ``logicalid``), JSON
 array files (a CloudEvents batch), Avro files of CloudEvent records, and Event Hubs Capture
 Avro files (JSON CloudEvents in ``Body``, some in binary content mode with ``ce_`` properties).
@@ -234,6 +236,27 @@ def render_change(workload: Workload, ch: Change, *, preview: bool = False) -> d
     return event
 
 
+def split_event(
+    event: dict[str, Any], parts: int, *, one_based: bool = False
+) -> list[dict[str, Any]]:
+    """``event`` cut into ``parts`` segments, each carrying the next piece of ``data`` (the
+    preview shape numbers them with ``splitindex``/``splittotalcnt``, the GA shape with
+    ``segmentindex``/``finalsegment``)."""
+    data: str = event["data"]
+    size = max(1, -(-len(data) // parts))
+    pieces = [data[i : i + size] for i in range(0, len(data), size)]
+    base = 1 if one_based else 0
+    out = []
+    for i, piece in enumerate(pieces):
+        seg = {**event, "data": piece}
+        if "splitindex" in event:
+            seg.update(splitindex=base + i, splittotalcnt=len(pieces))
+        else:
+            seg.update(segmentindex=base + i, finalsegment=i == len(pieces) - 1)
+        out.append(seg)
+    return out
+
+
 def decode_options(workload: Workload) -> DialectOptions:
     """What the decoder needs: CES carries keys and types itself; partial updates are
     announced by configuration (a table streamed with ``include_all_columns = 0``)."""
@@ -269,6 +292,15 @@ def render(
     ]
     files = 1
     if faults:
+        docs = [
+            seg
+            for d in docs
+            for seg in (
+                split_event(d, rng.choice((2, 3)), one_based=rng.random() < 0.3)
+                if rng.random() < 0.12
+                else [d]
+            )
+        ]
         docs = docs + [d for d in docs if rng.random() < 0.15]
         rng.shuffle(docs)
         files = 4
