@@ -374,3 +374,128 @@ def test_corrupt_avro_keeps_what_precedes() -> None:
     for dialect in ("sqlserver_ces", "auto"):
         events, rej = _decode_file(b"not avro at all", "c.avro", dialect)
         assert (events, [r.code for r in rej]) == ([], ["CORRUPT_AVRO"])
+
+
+# ---------------------------------------------------------------- Avro serialization, Kafka
+
+
+def test_avro_data_record_decodes_like_json() -> None:
+    from cdcflow.testing.render_sqlserver_ces import avro_cloudevents, avro_data
+
+    src = _some_events()
+    assert avro_data(src[0]["data"])[:1] not in (b"{", b"[")
+    events, rej = _decode_file(avro_cloudevents(src, binary_data=True), "x/events.avro")
+    plain, _ = _decode_file(avro_cloudevents(src), "x/events.avro")
+    assert not rej
+    assert [e["after"] for e in events] == [e["after"] for e in plain]
+    assert [e["sequence"] for e in events] == [e["sequence"] for e in plain]
+
+
+def test_schemaless_avro_message_files(tmp_path: Path) -> None:
+    import io
+
+    import fastavro
+
+    from cdcflow.dialects.sqlserver_ces import CLOUDEVENT_AVRO_SCHEMA
+    from cdcflow.testing.render_sqlserver_ces import avro_record, schemaless_cloudevent
+
+    ev = _some_events()[1]
+    events, rej = _decode_file(schemaless_cloudevent(ev), "msg-1.avro")
+    assert not rej and [e["id"] for e in events] == [ev["id"]]
+    # a user-supplied schema: the producer's record has an extra field
+    schema = {
+        **CLOUDEVENT_AVRO_SCHEMA,
+        "fields": [*CLOUDEVENT_AVRO_SCHEMA["fields"], {"name": "tenant", "type": "string"}],
+    }
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(
+        buf, fastavro.parse_schema(schema), {**avro_record(ev), "tenant": "t1"}
+    )
+    path = tmp_path / "schema.avsc"
+    path.write_bytes(orjson.dumps(schema))
+    for given in (str(path), orjson.dumps(schema).decode()):
+        dec = Decoder("sqlserver_ces", DialectOptions(extra={"avro_schema": given}))
+        outs = list(dec.decode_file(buf.getvalue(), "msg-2.avro"))
+        assert [e["id"] for o in outs for e in o.events] == [ev["id"]]
+    # without the schema the extra bytes are noticed, not ignored
+    _, rej = _decode_file(buf.getvalue(), "msg-2.avro", "sqlserver_ces")
+    assert [r.code for r in rej] == ["CORRUPT_AVRO"] and "avro_schema" in rej[0].message
+
+
+def test_kafka_records_structured_binary_mode_and_avro_value() -> None:
+    import base64
+
+    from cdcflow.testing.render_sqlserver_ces import kafka_record, schemaless_cloudevent
+
+    a, b, c = _some_events()
+    lines = [
+        kafka_record(a, 0, binary_mode=False),
+        kafka_record(b, 1, binary_mode=True),
+        {
+            "topic": "ces",
+            "partition": 3,
+            "offset": 2,
+            "headers": [{"key": "content-type", "value": "avro/binary"}],
+            "value_base64": base64.b64encode(schemaless_cloudevent(c)).decode(),
+        },
+    ]
+    data = b"\n".join(orjson.dumps(x) for x in lines)
+    for dialect in ("sqlserver_ces", "auto"):
+        events, rej = _decode_file(data, "kafka.jsonl", dialect)
+        assert not rej, rej
+        assert [e["id"] for e in events] == [a["id"], b["id"], c["id"]]
+        assert {e["dialect"] for e in events} == {"sqlserver_ces"}
+    assert events[2]["metadata"]["kafka"] == {"topic": "ces", "partition": 3, "offset": 2}
+    assert events[1]["after"] == decode(b)[0][0]["after"]
+
+
+def test_binary_content_mode_over_transport_headers() -> None:
+    ev = _some_events()[0]
+    headers = {f"ce-{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in ev.items()}
+    headers.pop("ce-data")
+    msg = RawMessage(
+        ev["data"].encode(), origin="http", headers={k: v.encode() for k, v in headers.items()}
+    )
+    for dialect in ("sqlserver_ces", "auto"):
+        out = Decoder(dialect).decode(msg)
+        assert not out.rejections, out.rejections
+        assert [e["id"] for e in out.events] == [ev["id"]]
+
+
+def test_avro_data_split_into_segments_is_joined_then_decoded() -> None:
+    from cdcflow.testing.render_sqlserver_ces import CAPTURE_AVRO_SCHEMA, avro_data
+
+    ev = _some_events()[2]
+    body = avro_data(ev["data"])
+    assert body is not None
+    cut = len(body) // 2
+    import io
+
+    import fastavro
+
+    records = []
+    for i, piece in enumerate((body[:cut], body[cut:])):
+        props = {
+            f"ce_{k}": str(v)
+            for k, v in ev.items()
+            if k not in ("data", "segmentindex", "finalsegment")
+        }
+        props.update(ce_segmentindex=str(i), ce_finalsegment=str(i == 1).lower())
+        records.append(
+            {
+                "SequenceNumber": i,
+                "Offset": str(i),
+                "EnqueuedTimeUtc": "1/1/2026 12:00:00 AM",
+                "SystemProperties": {},
+                "Properties": props,
+                "Body": piece,
+            }
+        )
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(CAPTURE_AVRO_SCHEMA), records)
+    dec = Decoder("auto")
+    segs = [s for o in dec.decode_file(buf.getvalue(), "cap.avro") for s in o.segments]
+    assert [s.index for s in segs] == [0, 1]
+    out = dec.decode_segments("sqlserver_ces", [s.raw for s in segs], "cap.avro")
+    assert not out.rejections, out.rejections
+    assert out.events[0]["after"] == decode(ev)[0][0]["after"]

@@ -7,7 +7,7 @@ where bytes become messages, for ``cdcflow inspect``, the receiver and Spark wor
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,28 @@ def parse_json(msg: RawMessage) -> Any:
         raise json_error(msg.data, e) from None
     msg.parsed = True
     return msg.doc
+
+
+def header_map(headers: Any) -> dict[str, str]:
+    """Kafka headers as a dict of lower-case names → text (from a mapping or a list of
+    ``{"key", "value"}`` records)."""
+    out: dict[str, str] = {}
+    if not headers:
+        return out
+    items: list[tuple[Any, Any]]
+    if isinstance(headers, Mapping):
+        items = list(headers.items())
+    elif isinstance(headers, list):
+        items = [(h.get("key"), h.get("value")) for h in headers if isinstance(h, dict)]
+    else:
+        return out
+    for k, v in items:
+        if k is None:
+            continue
+        if isinstance(v, (bytes, bytearray)):
+            v = bytes(v).decode("utf-8", "replace")
+        out[str(k).lower()] = "" if v is None else str(v)
+    return out
 
 
 def _looks_like_lines(data: bytes) -> bool:

@@ -57,7 +57,7 @@ from cdcflow import positions, sequence
 from cdcflow.dialects.base import Decoded, Dialect, RawMessage, Rejection
 from cdcflow.errors import DecodeError
 from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS, new_event
-from cdcflow.framing import parse_json
+from cdcflow.framing import header_map, parse_json
 from cdcflow.types import (
     ValueTypeError,
     convert,
@@ -148,7 +148,7 @@ class SavegressDialect(Dialect):
     # ------------------------------------------------------------------ decoding
 
     def decode(self, msg: RawMessage) -> list[Decoded]:
-        headers = _header_map(msg.headers)
+        headers = header_map(msg.headers)
         if "x-error" in headers:
             raise self.fail(headers["x-error"], "corrupt length-delimited protobuf stream")
         if headers.get("content-type") == "protobuf":
@@ -166,7 +166,7 @@ class SavegressDialect(Dialect):
         ):
             # Kafka message form written as a JSON record
             kafka_key = doc.get("key") if isinstance(doc.get("key"), str) else kafka_key
-            headers = {**headers, **_header_map(doc.get("headers"))}
+            headers = {**headers, **header_map(doc.get("headers"))}
             value = doc.get("value")
             if isinstance(value, str):
                 try:
@@ -538,25 +538,3 @@ def _ddl_columns(command: str, source: str | None) -> dict[str, str]:
         else:
             raise ValueTypeError(f"cannot map type of added column {name!r}: {last_error}")
     return found
-
-
-def _header_map(headers: Any) -> dict[str, str]:
-    """Kafka headers as a dict of lower-case names → text (from a mapping or a list of
-    ``{"key", "value"}`` records)."""
-    out: dict[str, str] = {}
-    if not headers:
-        return out
-    items: list[tuple[Any, Any]]
-    if isinstance(headers, Mapping):
-        items = list(headers.items())
-    elif isinstance(headers, list):
-        items = [(h.get("key"), h.get("value")) for h in headers if isinstance(h, dict)]
-    else:
-        return out
-    for k, v in items:
-        if k is None:
-            continue
-        if isinstance(v, (bytes, bytearray)):
-            v = bytes(v).decode("utf-8", "replace")
-        out[str(k).lower()] = "" if v is None else str(v)
-    return out

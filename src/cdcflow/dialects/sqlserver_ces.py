@@ -55,10 +55,14 @@ decides when a group is whole (across files, batches and runs in the pipeline) a
 not say where an event is cut; segments are read as CloudEvents each carrying the next piece
 of ``data``.
 
-Serializations: JSON (one event, JSON lines, or a JSON array — a CloudEvents batch), Avro
-object-container files of CloudEvent records (``data`` as bytes; bytes that are not UTF-8 are
-kept as ``data_base64`` until joined), and Event Hubs Capture files (structured bodies, or
-binary content mode with ``ce_`` properties).
+Serializations: JSON (one event, JSON lines, or a JSON array — a CloudEvents batch); Avro
+object-container files of CloudEvent records and single schemaless Avro CloudEvents (the spec's
+record, or the source option ``avro_schema``), whose ``data`` bytes hold JSON or, under Avro
+serialization, Avro binary of the spec's Data record (bytes that are neither are kept as
+``data_base64`` until joined or decoded); Event Hubs Capture files (structured bodies, or
+binary content mode with ``ce_`` properties); Kafka records written as JSON (``headers``,
+``value``/``value_base64``), structured or in binary content mode; and binary content mode
+over transport headers (``ce-*``) given with the message.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from cdcflow import positions, sequence
 from cdcflow.dialects.base import Decoded, Dialect, RawMessage, Segment
 from cdcflow.errors import DecodeError
 from cdcflow.event import new_event
-from cdcflow.framing import parse_json
+from cdcflow.framing import header_map, parse_json
 from cdcflow.types import ValueTypeError, convert, parse_timestamp, source_type
 
 OPERATIONS: dict[str, str] = {"INS": "INSERT", "UPD": "UPDATE", "DEL": "DELETE"}
@@ -94,32 +98,87 @@ class SqlServerCesDialect(Dialect):
     # ------------------------------------------------------------------ Avro files
 
     def frame(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
-        """Avro object-container files: CES CloudEvent records (``data`` as bytes) or Event
-        Hubs Capture records (the CloudEvent in ``Body``; binary content mode's ``ce_*``
-        attributes in ``Properties``). One message per record, ``offset`` = record number."""
+        """``.avro`` files: object-container files of CES CloudEvent records (``data`` as
+        bytes) or of Event Hubs Capture records (the CloudEvent in ``Body``; binary content
+        mode's ``ce_*`` attributes in ``Properties``), one message per record with ``offset``
+        = record number; a file without the container header is one schemaless Avro
+        CloudEvent (the spec's record, or the source option ``avro_schema``)."""
         if not (origin or "").lower().endswith(self.binary_extensions):
             return None
         import fastavro
 
+        if not data.startswith(_OCF_MAGIC):
+            try:
+                record = self._schemaless(data)
+            except DecodeError as e:
+                return [_error_message(data, origin, 0, e.code, e.message)]
+            return [_avro_message(record, origin, 0)]
         out: list[RawMessage] = []
         try:
             for i, record in enumerate(fastavro.reader(io.BytesIO(data))):
                 out.append(_avro_message(record, origin, i))
         except Exception as e:  # fastavro raises many types for corrupt input
             problem = f"corrupt Avro file after {len(out)} record(s): {type(e).__name__}: {e}"
-            out.append(
-                RawMessage(
-                    data=data,
-                    origin=origin,
-                    offset=len(out),
-                    headers={"x-error": b"CORRUPT_AVRO", "x-error-message": problem.encode()},
-                )
-            )
+            out.append(_error_message(data, origin, len(out), "CORRUPT_AVRO", problem))
         return out
+
+    def _schemaless(self, data: bytes) -> Any:
+        """One schemaless Avro CloudEvent record (the whole body must be consumed)."""
+        import fastavro
+
+        schema = self._avro_schema()
+        buf = io.BytesIO(data)
+        try:
+            record = fastavro.schemaless_reader(buf, schema)
+        except Exception as e:  # fastavro raises many types for corrupt input
+            raise self.fail(
+                "CORRUPT_AVRO", f"not a schemaless Avro CloudEvent: {type(e).__name__}: {e}"
+            ) from None
+        if buf.tell() != len(data):
+            raise self.fail(
+                "CORRUPT_AVRO",
+                f"schemaless Avro CloudEvent ends at byte {buf.tell()} of {len(data)}: not this "
+                "schema (set the source option avro_schema)",
+            )
+        return record
+
+    def _avro_schema(self) -> Any:
+        cached = getattr(self, "_parsed_schema", None)
+        if cached is not None:
+            return cached
+        import fastavro
+
+        given = self.options.extra.get("avro_schema")
+        schema: Any = CLOUDEVENT_AVRO_SCHEMA
+        if isinstance(given, dict):
+            schema = given
+        elif isinstance(given, str) and given.lstrip().startswith("{"):
+            schema = orjson.loads(given)
+        elif isinstance(given, str):
+            try:
+                with open(given, "rb") as f:
+                    schema = orjson.loads(f.read())
+            except (OSError, orjson.JSONDecodeError) as e:
+                raise self.fail("BAD_SCHEMA", f"cannot read avro_schema {given!r}: {e}") from None
+        parsed = fastavro.parse_schema(schema)
+        self._parsed_schema = parsed
+        return parsed
 
     # ------------------------------------------------------------------ recognition
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
+        if msg.headers and _ce_attributes(header_map(msg.headers)):
+            return 1.0 if _is_ces_type(header_map(msg.headers)) else 0.8
+        if isinstance(doc, dict) and _is_kafka_record(doc):
+            attrs = _ce_attributes(header_map(doc.get("headers")))
+            if attrs:
+                return 1.0 if ".SQL.CES." in str(attrs.get("type", "")).upper() else 0.8
+            value = doc.get("value")
+            if isinstance(value, dict):
+                return self.recognise(RawMessage(b""), value)
+            if isinstance(value, str):
+                return 0.95 if "specversion" in value and ".SQL.CES." in value.upper() else 0.0
+            return 0.5 if "value_base64" in doc else 0.0
         if doc is None:
             # an unreadable record of an .avro file this dialect framed
             return 0.6 if (msg.origin or "").lower().endswith(self.binary_extensions) else 0.0
@@ -143,7 +202,15 @@ class SqlServerCesDialect(Dialect):
             raise self.fail(
                 headers["x-error"].decode(), headers.get("x-error-message", b"").decode()
             )
-        doc = parse_json(msg)
+        transport = header_map(msg.headers) if msg.headers else {}
+        attrs = _ce_attributes(transport)
+        if "specversion" in attrs:
+            # binary content mode over a transport with headers: the body is `data`
+            doc: Any = {**_texts(attrs), **_data_fields(msg.data)}
+        else:
+            doc = parse_json(msg)
+        if isinstance(doc, dict) and _is_kafka_record(doc):
+            doc = self._from_kafka_record(doc, transport)
         if isinstance(doc, list):
             # a JSON array / application/cloudevents-batch+json body: one event per item
             out: list[Decoded] = []
@@ -154,6 +221,55 @@ class SqlServerCesDialect(Dialect):
                     out.append(self.reject(e.code, e.message, orjson.dumps(item), i))
             return out
         return [self._event(doc, msg, 0)]
+
+    def _from_kafka_record(self, doc: Mapping[str, Any], transport: Mapping[str, str]) -> Any:
+        """A Kafka record written as JSON (``key``, ``value`` or ``value_base64``,
+        ``headers``, ``topic``/``partition``/``offset``/``timestamp``) → its CloudEvent: binary
+        content mode when the headers carry ``ce_`` attributes (the value is ``data``),
+        otherwise the value is a structured CloudEvent (JSON, or schemaless Avro bytes)."""
+        headers = {**transport, **header_map(doc.get("headers"))}
+        if "value" in doc:
+            value = doc["value"]
+        else:
+            encoded = doc.get("value_base64")
+            try:
+                value = (
+                    base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else None
+                )
+            except (binascii.Error, ValueError):
+                raise self.fail("BAD_DATA", "Kafka record 'value_base64' is not base64") from None
+        kafka = {
+            k: doc[k] for k in ("topic", "partition", "offset", "key", "timestamp") if k in doc
+        }
+        attrs = _ce_attributes(headers)
+        if "specversion" in attrs:
+            if isinstance(value, dict | list):
+                body = orjson.dumps(value)
+            elif isinstance(value, str):
+                body = value.encode("utf-8")
+            else:
+                body = value or b""
+            event: Any = {**_texts(attrs), **_data_fields(body)}
+        elif isinstance(value, dict):
+            event = value
+        elif isinstance(value, str):
+            try:
+                event = orjson.loads(value)
+            except orjson.JSONDecodeError as e:
+                raise self.fail("NOT_JSON", f"Kafka record value is not JSON: {e}") from None
+        elif isinstance(value, bytes):
+            if _looks_like_json(value):
+                try:
+                    event = orjson.loads(value)
+                except orjson.JSONDecodeError as e:
+                    raise self.fail("NOT_JSON", f"Kafka record value is not JSON: {e}") from None
+            else:
+                event = _avro_message(self._schemaless(value), None, 0).doc
+        else:
+            raise self.fail("NOT_AN_EVENT", "Kafka record without a value")
+        if isinstance(event, dict) and kafka:
+            event = {**event, "_kafka": kafka}
+        return event
 
     def _event(self, doc: Any, msg: RawMessage, item: int) -> dict[str, Any] | Segment:
         if not isinstance(doc, dict):
@@ -184,6 +300,8 @@ class SqlServerCesDialect(Dialect):
         }
         if isinstance(doc.get("_eventhubs"), dict):
             metadata["eventhubs"] = doc["_eventhubs"]
+        if isinstance(doc.get("_kafka"), dict):
+            metadata["kafka"] = doc["_kafka"]
         if isinstance(doc.get("_segments"), int):
             metadata["segments"] = doc["_segments"]
         segment, data = self._segment(doc, msg, item)
@@ -200,7 +318,7 @@ class SqlServerCesDialect(Dialect):
         op = OPERATIONS[op_value.upper()]
 
         if data is _UNPARSED:
-            data = _json_member(_data_member(doc), "data", "BAD_DATA")
+            data = _data_document(_data_member(doc))
         if not isinstance(data, dict):
             raise self.fail("BAD_DATA", f"'data' must hold a JSON object, got {_kind(data)}")
         source = data.get("eventsource")
@@ -269,7 +387,7 @@ class SqlServerCesDialect(Dialect):
             # of a split one is not
             if final is True and index == 1:
                 try:
-                    data = _json_member(_data_member(doc), "data", "BAD_DATA")
+                    data = _data_document(_data_member(doc))
                 except DecodeError:
                     data = _UNPARSED
                 if isinstance(data, dict):
@@ -321,19 +439,11 @@ class SqlServerCesDialect(Dialect):
                 raise self.fail(
                     "BAD_SEGMENT", f"segment {i} carries no text or bytes 'data' to join"
                 )
-        joined = b"".join(pieces)
-        try:
-            text = joined.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise self.fail(
-                "BAD_UTF8", f"reassembled 'data' is not UTF-8 (offset {e.start})"
-            ) from None
-        try:
-            orjson.loads(joined)
-        except orjson.JSONDecodeError as e:
-            raise self.fail("BAD_DATA", f"reassembled 'data' is not JSON: {e}") from None
+        data = _data_document(b"".join(pieces))
+        if not isinstance(data, dict):
+            raise self.fail("BAD_DATA", f"reassembled 'data' is {_kind(data)}, not an object")
         whole = {k: v for k, v in docs[0].items() if k not in _SEGMENT_FIELDS}
-        whole["data"] = text
+        whole["data"] = data
         whole["_segments"] = len(docs)
         return RawMessage(data=orjson.dumps(whole), origin=origin, doc=whole, parsed=True)
 
@@ -523,18 +633,190 @@ def _texts(attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _UNPARSED = object()
+_OCF_MAGIC = b"Obj\x01"
+
+#: The spec's Avro schema of a CES CloudEvent (``data`` as bytes).
+CLOUDEVENT_AVRO_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "ChangeEvent",
+    "fields": [
+        {"name": n, "type": t}
+        for n, t in (
+            ("specversion", "string"),
+            ("type", "string"),
+            ("source", "string"),
+            ("id", "string"),
+            ("logicalid", "string"),
+            ("time", "string"),
+            ("datacontenttype", "string"),
+            ("operation", "string"),
+            ("segmentindex", "int"),
+            ("finalsegment", "boolean"),
+            ("data", "bytes"),
+        )
+    ],
+}
+
+
+def _str_fields(*names: str) -> list[dict[str, str]]:
+    return [{"name": n, "type": "string"} for n in names]
+
+
+#: The spec's Avro schema of ``data`` under Avro serialization (``old``/``current`` stay JSON
+#: text).
+DATA_AVRO_SCHEMA: dict[str, Any] = {
+    "name": "Data",
+    "type": "record",
+    "fields": [
+        {
+            "name": "eventsource",
+            "type": {
+                "name": "EventSource",
+                "type": "record",
+                "fields": [
+                    *_str_fields("db", "schema", "tbl"),
+                    {
+                        "name": "cols",
+                        "type": {
+                            "type": "array",
+                            "items": {
+                                "name": "Column",
+                                "type": "record",
+                                "fields": [
+                                    *_str_fields("name", "type"),
+                                    {"name": "index", "type": "int"},
+                                ],
+                            },
+                        },
+                    },
+                    {
+                        "name": "pkkey",
+                        "type": {
+                            "type": "array",
+                            "items": {
+                                "name": "PkKey",
+                                "type": "record",
+                                "fields": _str_fields("columnname", "value"),
+                            },
+                        },
+                    },
+                    {
+                        "name": "transaction",
+                        "type": {
+                            "name": "Transaction",
+                            "type": "record",
+                            "fields": [
+                                *_str_fields("commitlsn", "beginlsn"),
+                                {"name": "sequencenumber", "type": "int"},
+                                {"name": "committime", "type": "string"},
+                            ],
+                        },
+                    },
+                ],
+            },
+        },
+        {
+            "name": "eventrow",
+            "type": {
+                "name": "EventRow",
+                "type": "record",
+                "fields": _str_fields("old", "current"),
+            },
+        },
+    ],
+}
+_PARSED_DATA_SCHEMA: Any = None
+
+
+def _looks_like_json(body: bytes) -> bool:
+    """JSON object or array text. (Avro binary of the Data record never starts with ``{`` or
+    ``[``: its first byte is a zig-zag string length, always even.)"""
+    return body.lstrip(b" \t\r\n")[:1] in (b"{", b"[")
+
+
+def _data_document(value: Any) -> Any:
+    """``data`` as a document: JSON text (or bytes of it), or — under Avro serialization —
+    Avro binary of the spec's Data record."""
+    if isinstance(value, bytes | bytearray) and value:
+        body = bytes(value)
+        if not _looks_like_json(body):
+            return _avro_data(body)
+        try:
+            return _json_member(body, "data", "BAD_DATA")
+        except DecodeError as e:
+            try:
+                return _avro_data(body)
+            except DecodeError:
+                raise e from None
+    return _json_member(value, "data", "BAD_DATA")
+
+
+def _avro_data(body: bytes) -> dict[str, Any]:
+    global _PARSED_DATA_SCHEMA
+    import fastavro
+
+    if _PARSED_DATA_SCHEMA is None:
+        _PARSED_DATA_SCHEMA = fastavro.parse_schema(DATA_AVRO_SCHEMA)
+    buf = io.BytesIO(body)
+    try:
+        record = fastavro.schemaless_reader(buf, _PARSED_DATA_SCHEMA)
+    except Exception as e:  # fastavro raises many types for corrupt input
+        raise Dialect.fail(
+            "BAD_DATA", f"'data' is neither JSON nor an Avro Data record: {type(e).__name__}"
+        ) from None
+    if buf.tell() != len(body) or not isinstance(record, dict):
+        raise Dialect.fail("BAD_DATA", "'data' is neither JSON nor an Avro Data record")
+    return record
+
+
+def _is_kafka_record(doc: Mapping[str, Any]) -> bool:
+    return (
+        "specversion" not in doc
+        and ("value" in doc or "value_base64" in doc)
+        and ("headers" in doc or "topic" in doc or "key" in doc)
+    )
+
+
+def _ce_attributes(headers: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in headers.items():
+        for p in _CE_PREFIXES:
+            if k.lower().startswith(p.lower()):
+                out[k[len(p) :]] = v
+                break
+    return out
+
+
+def _is_ces_type(headers: Mapping[str, str]) -> bool:
+    return ".SQL.CES." in str(_ce_attributes(headers).get("type", "")).upper()
+
+
+def _error_message(
+    data: bytes, origin: str | None, offset: int, code: str, text: str
+) -> RawMessage:
+    return RawMessage(
+        data=data,
+        origin=origin,
+        offset=offset,
+        headers={"x-error": code.encode(), "x-error-message": text.encode()},
+    )
+
+
 _SEGMENT_FIELDS = frozenset(
     {"segmentindex", "finalsegment", "splitindex", "splittotalcnt", "data", "data_base64"}
 )
 
 
 def _data_fields(body: bytes) -> dict[str, Any]:
-    """``data`` from Avro bytes: text when it is UTF-8, else ``data_base64`` (the CloudEvents
-    JSON member for binary data), so a segment cut inside a character survives until joined."""
-    try:
-        return {"data": body.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"data_base64": base64.b64encode(body).decode("ascii")}
+    """``data`` from bytes: text when it is UTF-8 JSON, else ``data_base64`` (the CloudEvents
+    JSON member for binary data) — Avro-serialized ``data``, or a segment cut inside a
+    character, survives until decoded or joined."""
+    if _looks_like_json(body):
+        try:
+            return {"data": body.decode("utf-8")}
+        except UnicodeDecodeError:
+            pass
+    return {"data_base64": base64.b64encode(body).decode("ascii")}
 
 
 def _data_member(doc: Mapping[str, Any]) -> Any:

@@ -14,12 +14,15 @@ Delivery faults: duplicates, a redelivered file, reordering across files, events
 segments (the ``data`` payload cut into pieces, segments scattered over files, numbered from 0
 or from 1, ``finalsegment`` or the preview's ``splittotalcnt``), the preview shape
 (``splitindex``/``splittotalcnt``, no ``transaction`` block: order from ``logicalid``), JSON
-array files (a CloudEvents batch), Avro files of CloudEvent records, and Event Hubs Capture
-Avro files (JSON CloudEvents in ``Body``, some in binary content mode with ``ce_`` properties).
+array files (a CloudEvents batch), Avro files of CloudEvent records (``data`` as Avro binary of
+the spec's Data record), Event Hubs Capture Avro files (JSON CloudEvents in ``Body``, some in
+binary content mode with ``ce_`` properties), and Kafka records written as JSON lines
+(structured, binary content mode with ``ce_`` headers, or a schemaless Avro value).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import io
 import os
@@ -32,6 +35,7 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.sqlserver_ces import CLOUDEVENT_AVRO_SCHEMA, DATA_AVRO_SCHEMA
 from cdcflow.testing.render_savegress import RenderResult
 from cdcflow.testing.workload import Change, Workload
 
@@ -55,28 +59,6 @@ MSSQL_TYPES: dict[str, str] = {
 }
 _OPS = {"insert": "INS", "update": "UPD", "delete": "DEL"}
 
-#: The CES CloudEvent Avro record (the spec's schema: ``data`` as bytes).
-CLOUDEVENT_AVRO_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "ChangeEvent",
-    "fields": [
-        {"name": n, "type": t}
-        for n, t in (
-            ("specversion", "string"),
-            ("type", "string"),
-            ("source", "string"),
-            ("id", "string"),
-            ("logicalid", "string"),
-            ("time", "string"),
-            ("datacontenttype", "string"),
-            ("operation", "string"),
-            ("segmentindex", "int"),
-            ("finalsegment", "boolean"),
-            ("data", "bytes"),
-        )
-    ],
-}
-
 #: Event Hubs Capture's record.
 CAPTURE_AVRO_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -99,24 +81,80 @@ CAPTURE_AVRO_SCHEMA: dict[str, Any] = {
 }
 
 
-def avro_cloudevents(events: list[dict[str, Any]]) -> bytes:
+def avro_data(data: str) -> bytes | None:
+    """``data`` (JSON text) as Avro binary of the spec's Data record (Avro serialization), or
+    ``None`` when it does not fit the record (a preview event without ``transaction``)."""
+    import fastavro
+
+    doc = orjson.loads(data)
+    source = doc.get("eventsource", {})
+    if "transaction" not in source:
+        return None
+    record = {
+        "eventsource": {
+            **source,
+            "pkkey": [{**k, "value": str(k["value"])} for k in source.get("pkkey", [])],
+        },
+        "eventrow": doc.get("eventrow", doc.get("eventdata")),
+    }
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(DATA_AVRO_SCHEMA), record)
+    return buf.getvalue()
+
+
+def avro_record(e: dict[str, Any], *, binary_data: bool = False) -> dict[str, Any]:
+    """A CES CloudEvent as the spec's Avro record; ``binary_data`` writes ``data`` as Avro
+    binary of the Data record (whole events only), else as JSON bytes."""
+    data = e["data"]
+    body = avro_data(data) if binary_data and "segmentindex" in e else None
+    if e.get("finalsegment") is False or e.get("segmentindex") not in (0, None):
+        body = None  # a segment carries a piece of text
+    return {
+        **{f["name"]: str(e.get(f["name"], "")) for f in CLOUDEVENT_AVRO_SCHEMA["fields"]},
+        "datacontenttype": e.get("datacontenttype", "application/json"),
+        "segmentindex": e.get("segmentindex", 0),
+        "finalsegment": e.get("finalsegment", True),
+        "data": body if body is not None else data.encode(),
+    }
+
+
+def avro_cloudevents(events: list[dict[str, Any]], *, binary_data: bool = False) -> bytes:
     """An Avro object-container file of CES CloudEvent records (GA shape only)."""
     import fastavro
 
-    records = []
-    for e in events:
-        records.append(
-            {
-                **{f["name"]: str(e.get(f["name"], "")) for f in CLOUDEVENT_AVRO_SCHEMA["fields"]},
-                "datacontenttype": e.get("datacontenttype", "application/json"),
-                "segmentindex": e.get("segmentindex", 0),
-                "finalsegment": e.get("finalsegment", True),
-                "data": e["data"].encode(),
-            }
-        )
+    records = [avro_record(e, binary_data=binary_data) for e in events]
     buf = io.BytesIO()
     fastavro.writer(buf, fastavro.parse_schema(CLOUDEVENT_AVRO_SCHEMA), records)
     return buf.getvalue()
+
+
+def schemaless_cloudevent(e: dict[str, Any], *, binary_data: bool = True) -> bytes:
+    """One CES CloudEvent as a schemaless Avro message (as on the wire under Avro
+    serialization)."""
+    import fastavro
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(
+        buf, fastavro.parse_schema(CLOUDEVENT_AVRO_SCHEMA), avro_record(e, binary_data=binary_data)
+    )
+    return buf.getvalue()
+
+
+def kafka_record(e: dict[str, Any], offset: int, *, binary_mode: bool) -> dict[str, Any]:
+    """A CES CloudEvent as a Kafka record written as JSON: structured (the CloudEvent is the
+    value) or in binary content mode (``ce_`` headers, ``data`` as the value)."""
+    record: dict[str, Any] = {"topic": "ces", "partition": 0, "offset": offset, "key": None}
+    if binary_mode:
+        record["headers"] = {
+            f"ce_{k}": v if isinstance(v, str) else orjson.dumps(v).decode()
+            for k, v in e.items()
+            if k != "data"
+        }
+        record["value"] = e["data"]
+    else:
+        record["headers"] = {"content-type": "application/cloudevents+json"}
+        record["value"] = orjson.dumps(e).decode()
+    return record
 
 
 def capture_file(events: list[dict[str, Any]], *, binary_mode_every: int = 3) -> bytes:
@@ -257,6 +295,23 @@ def split_event(
     return out
 
 
+def _kafka_line(d: dict[str, Any], n: int, rng: random.Random) -> dict[str, Any]:
+    """A Kafka record for the landing zone: binary content mode, structured JSON, or (whole GA
+    events) a schemaless Avro value."""
+    whole = d.get("finalsegment") is True and d.get("segmentindex") == 0
+    pick = rng.random()
+    if whole and pick < 0.3:
+        value = schemaless_cloudevent(d)
+        return {
+            "topic": "ces",
+            "partition": 0,
+            "offset": n,
+            "headers": {"content-type": "avro/binary"},
+            "value_base64": base64.b64encode(value).decode("ascii"),
+        }
+    return kafka_record(d, n, binary_mode=pick < 0.65)
+
+
 def decode_options(workload: Workload) -> DialectOptions:
     """What the decoder needs: CES carries keys and types itself; partial updates are
     announced by configuration (a table streamed with ``include_all_columns = 0``)."""
@@ -303,7 +358,7 @@ def render(
         ]
         docs = docs + [d for d in docs if rng.random() < 0.15]
         rng.shuffle(docs)
-        files = 4
+        files = 5
     written: list[Path] = []
     contents: list[tuple[bytes, str]] = []
     for i in range(files):
@@ -316,7 +371,12 @@ def render(
         elif faults and i == 2:
             data, ext = capture_file(chunk), "avro"
         elif faults and i == 3 and not any("splitindex" in d for d in chunk):
-            data, ext = avro_cloudevents(chunk), "avro"
+            data, ext = avro_cloudevents(chunk, binary_data=True), "avro"
+        elif faults and i == 4:
+            data = (
+                b"\n".join(orjson.dumps(_kafka_line(d, n, rng)) for n, d in enumerate(chunk))
+                + b"\n"
+            )
         else:
             data = b"\n".join(orjson.dumps(d) for d in chunk) + b"\n"
         contents.append((data, ext))
