@@ -10,7 +10,8 @@ and the decoder is told so (``partial_updates``).
 What CES cannot express is left out of the workloads it renders (:data:`FEATURES`): no
 ``TRUNCATE`` and no DDL events.
 
-Delivery faults: duplicates, a redelivered file, reordering across files, events split into
+Delivery faults: updates without old values (``old: "{}"``, where the key did not change),
+duplicates, a redelivered file, reordering across files, events split into
 segments (the ``data`` payload cut into pieces, segments scattered over files, numbered from 0
 or from 1, ``finalsegment`` or the preview's ``splittotalcnt``), the preview shape
 (``splitindex``/``splittotalcnt``, no ``transaction`` block: order from ``logicalid``), JSON
@@ -221,8 +222,12 @@ def _image(row: Mapping[str, Any] | None, columns: list[str]) -> str:
     return orjson.dumps({c: text_value(row.get(c)) for c in columns}).decode()
 
 
-def render_change(workload: Workload, ch: Change, *, preview: bool = False) -> dict[str, Any]:
-    """One row change as a CES CloudEvent (GA shape, or the preview shape)."""
+def render_change(
+    workload: Workload, ch: Change, *, preview: bool = False, old_values: bool = True
+) -> dict[str, Any]:
+    """One row change as a CES CloudEvent (GA shape, or the preview shape). Without
+    ``old_values`` an update carries ``old: "{}"`` (a table streamed without old values) — only
+    where that loses nothing, i.e. when the key did not change."""
     d = workload.tables[ch.table]
     all_cols = list(d.columns)
     if ch.kind == "update" and ch.changed:
@@ -230,6 +235,12 @@ def render_change(workload: Workload, ch: Change, *, preview: bool = False) -> d
     else:
         cols = all_cols
     key_row = ch.after if ch.kind != "delete" else ch.before
+    same_key = (
+        ch.before is not None
+        and ch.after is not None
+        and all(ch.before.get(k) == ch.after.get(k) for k in d.key)
+    )
+    keep_old = old_values or ch.kind != "update" or not same_key
     assert key_row is not None
     source: dict[str, Any] = {
         "db": "cdcdemo",
@@ -252,7 +263,7 @@ def render_change(workload: Workload, ch: Change, *, preview: bool = False) -> d
     data = {
         "eventsource": source,
         "eventrow": {
-            "old": _image(ch.before, cols) if ch.kind != "insert" else "{}",
+            "old": _image(ch.before, cols) if ch.kind != "insert" and keep_old else "{}",
             "current": _image(ch.after, cols) if ch.kind != "delete" else "{}",
         },
     }
@@ -340,7 +351,12 @@ def render(
     when ``faults``."""
     rng = random.Random(seed)
     docs = [
-        render_change(workload, ch, preview=faults and rng.random() < 0.2)
+        render_change(
+            workload,
+            ch,
+            preview=faults and rng.random() < 0.2,
+            old_values=not (faults and rng.random() < 0.3),
+        )
         for tx in workload.transactions[transactions or slice(None)]
         for ch in tx.changes
         if ch.kind in EVENT_KINDS
