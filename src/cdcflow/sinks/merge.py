@@ -64,6 +64,21 @@ class MergeResult:
     skipped: bool
 
 
+def key_alias(i: int) -> str:
+    """Name of the i-th key column inside the staging views."""
+    return f"`_k{i}`"
+
+
+def col_alias(i: int) -> str:
+    """Name of the i-th data column inside the staging views."""
+    return f"`_c{i}`"
+
+
+def colseq_alias(i: int) -> str:
+    """Name of the i-th data column's authoring sequence inside the staging views."""
+    return f"`_cs{i}`"
+
+
 def _key_expr(k: str, t: str) -> str:
     wire = (
         f"coalesce(key[{lit(k)}], CASE WHEN operation = 'DELETE' THEN before[{lit(k)}] "
@@ -88,7 +103,9 @@ def apply_merge(
     keys = target.keys
     types = target.types
     data_cols = [c for c in types if c not in keys]
-    qk = [q(k) for k in keys]
+    # inside the staging views keys and columns go by position (_kN, _cN): a source column may
+    # be named like a working column (MongoDB's `_id`, a key called `offset`...)
+    qk = [key_alias(i) for i in range(len(keys))]
 
     done: set[str] = set()
     if target.check_ledger:
@@ -116,10 +133,13 @@ def apply_merge(
             spark.sql(f"DELETE FROM {target.ident} WHERE _cdc.sequence < {lit(trunc)}")
         watermark = trunc
 
-    key_select = ", ".join(f"{_key_expr(k, types[k])} AS {q(k)}" for k in keys)
+    key_select = ", ".join(
+        f"{_key_expr(k, types[k])} AS {key_alias(i)}" for i, k in enumerate(keys)
+    )
     # an update whose before image names another key deletes that key (PK change)
     old_key_select = ", ".join(
-        f"{spark_from_wire(f'before[{lit(k)}]', types[k])} AS {q(k)}" for k in keys
+        f"{spark_from_wire(f'before[{lit(k)}]', types[k])} AS {key_alias(i)}"
+        for i, k in enumerate(keys)
     )
     pk_changed = " OR ".join(
         f"NOT (before[{lit(k)}] <=> coalesce(key[{lit(k)}], after[{lit(k)}]))" for k in keys
@@ -217,7 +237,7 @@ def apply_merge(
     # -- tombstones (item 3)
     tomb_exists = (not target.soft_deletes) and table_exists(spark, target.tombstones)
     if tomb_exists:
-        on = " AND ".join(f"c.{q(k)} = tb.{q(k)}" for k in keys)
+        on = " AND ".join(f"c.{key_alias(i)} = tb.{q(k)}" for i, k in enumerate(keys))
         tomb_join = f"LEFT JOIN {target.tombstones} tb ON {on}"
         tomb_seq = "tb._seq"
     else:
@@ -237,14 +257,14 @@ def apply_merge(
         # authors at or below a tombstone were deleted by it
         col_exprs.append(
             f"CASE WHEN _tomb IS NOT NULL AND ({cseq}) <= _tomb THEN NULL "
-            f"ELSE {spark_from_wire(wire, types[c])} END AS {q(c)}"
+            f"ELSE {spark_from_wire(wire, types[c])} END AS {col_alias(i)}"
         )
         seq_exprs.append(
             f"CASE WHEN _tomb IS NOT NULL AND coalesce({cseq}, '') <= _tomb THEN _tomb "
-            f"ELSE {cseq} END AS {q('_cs_' + c)}"
+            f"ELSE {cseq} END AS {colseq_alias(i)}"
         )
     names_arr = ", ".join(lit(c) for c in data_cols)
-    seqs_arr = ", ".join(q("_cs_" + c) for c in data_cols)
+    seqs_arr = ", ".join(colseq_alias(i) for i in range(len(data_cols)))
     inner_cols = ", ".join(col_exprs + seq_exprs)
     base_fixed = (
         "CASE WHEN _tomb IS NOT NULL AND coalesce(_base_seq, '') <= _tomb THEN _tomb "
@@ -328,21 +348,21 @@ def _colseq_map(names_arr: str, seqs_arr: str, base: str, any_cols: bool) -> str
 
 def _merge(spark: Any, target: MergeTarget, source: str, data_cols: Sequence[str]) -> None:
     keys = target.keys
-    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
+    on = " AND ".join(f"t.{q(k)} = s.{key_alias(i)}" for i, k in enumerate(keys))
     conflict = "(s._seq = t._cdc.sequence AND s._fp <> t._cdc.fingerprint)"
     sets = []
     names = []
     seqs = []
     column_newer = []
-    for c in data_cols:
+    for i, c in enumerate(data_cols):
         tcs = f"coalesce(t._cdc.column_sequences[{lit(c)}], t._cdc.row_sequence)"
-        scs = f"s.{q('_cs_' + c)}"
+        scs = f"s.{colseq_alias(i)}"
         column_newer.append(f"{scs} > {tcs}")
         # soft deletes keep the deleted row's last values
         guard = "s._exists AND " if target.soft_deletes else ""
         sets.append(
             f"{q(c)} = CASE WHEN {guard}({scs} > {tcs} OR ({scs} = {tcs} AND {conflict})) "
-            f"THEN s.{q(c)} ELSE t.{q(c)} END"
+            f"THEN s.{col_alias(i)} ELSE t.{q(c)} END"
         )
         names.append(lit(c))
         seqs.append(f"greatest({scs}, {tcs})")
@@ -384,7 +404,13 @@ def _merge(spark: Any, target: MergeTarget, source: str, data_cols: Sequence[str
     )
     all_cols = [*keys, *data_cols]
     insert_cols = ", ".join(q(c) for c in all_cols) + ", _cdc"
-    insert_vals = ", ".join(f"s.{q(c)}" for c in all_cols) + f", {cdc_insert}"
+    insert_vals = (
+        ", ".join(
+            [*(f"s.{key_alias(i)}" for i in range(len(keys)))]
+            + [f"s.{col_alias(i)}" for i in range(len(data_cols))]
+        )
+        + f", {cdc_insert}"
+    )
     update_sets = ", ".join([*sets, f"_cdc = {cdc_update}"])
     if target.soft_deletes:
         delete_clause = ""
@@ -419,11 +445,11 @@ def _record_tombstones(spark: Any, target: MergeTarget, source: str) -> None:
             f"'write.merge.mode'='merge-on-read', {lit(KEY_PROPERTY)}="
             f"{lit(','.join(target.keys))})"
         )
-    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in target.keys)
+    on = " AND ".join(f"t.{q(k)} = s.{key_alias(i)}" for i, k in enumerate(target.keys))
     view = view_name("deletes")
     deletes.createOrReplaceTempView(view)
     cols = ", ".join(q(k) for k in target.keys)
-    vals = ", ".join(f"s.{q(k)}" for k in target.keys)
+    vals = ", ".join(f"s.{key_alias(i)}" for i in range(len(target.keys)))
     with commit_properties(spark, ledger_props(target.pipeline, target.batch_id, "tombstones")):
         spark.sql(
             f"""
