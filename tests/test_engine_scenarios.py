@@ -225,3 +225,27 @@ def test_run3_redelivery_made_no_new_dead_letters(spark: Any, world: dict) -> No
         "WHERE error_code = 'NOT_JSON'"
     ).collect()[0]["n"]
     assert n == 1
+
+
+def test_columns_named_like_working_columns(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Keys and columns called `_id`, `offset`, `item`, `_seq`-like names are ordinary
+    columns: partial updates, deletes and tombstones work on them."""
+    root = tmp_path_factory.mktemp("names")
+    cfg = config(root, "names", keys={"odd": ["_id", "offset"]})
+    landing = root / "landing"
+    land(
+        landing,
+        [
+            ev("INSERT", "odd", 10, after={"_id": "a", "offset": 1, "item": "x", "_op": "o"}),
+            ev("INSERT", "odd", 11, after={"_id": "b", "offset": 1, "item": "y", "_op": "p"}),
+            ev("UPDATE", "odd", 20, after={"_id": "a", "offset": 1, "item": "z"}, partial=True),
+            ev("DELETE", "odd", 30, before={"_id": "b", "offset": 1}),
+            ev("INSERT", "odd", 5, after={"_id": "b", "offset": 1, "item": "late", "_op": "q"}),
+        ],
+    )
+    run(spark, cfg)
+    assert rows(spark, cfg, "odd", "_id, offset, item, _op") == [
+        {"_id": "a", "offset": 1, "item": "z", "_op": "o"}
+    ]
