@@ -94,3 +94,43 @@ def oracle_scn(value: int | str) -> int:
     if scn < 0:
         raise ValueError(f"Oracle SCN is negative: {scn}")
     return scn
+
+
+_ORACLE_RS_ID = re.compile(r"^\s*0x([0-9A-Fa-f]+)\.([0-9A-Fa-f]+)\.([0-9A-Fa-f]+)\s*$")
+_RFC3339 = re.compile(
+    r"^\s*(\d{4}-\d{2}-\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*"
+    r"(Z|z|[+-]\d{2}:?\d{2})?\s*$"
+)
+
+
+def oracle_rs_id(text: str | None) -> tuple[int, int, int]:
+    """Oracle LogMiner record set id ``0x0000d4.000091be.0010`` (redo log sequence, block,
+    offset in hex; LogMiner pads it with spaces) → three integers. Empty or ``None`` (backfill
+    rows) → (0, 0, 0)."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return 0, 0, 0
+    m = _ORACLE_RS_ID.match(text) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"not an Oracle RS_ID '0x<log>.<block>.<offset>': {text!r}")
+    return int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16)
+
+
+def timestamp_nanos(text: str) -> int:
+    """An RFC 3339 timestamp with up to nanosecond digits (Spanner ``commit_timestamp``) →
+    nanoseconds since the epoch, exactly (no float). No zone means UTC."""
+    import datetime as dt
+
+    m = _RFC3339.match(text) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
+    day, h, mi, s, frac, tz = m.groups()
+    try:
+        base = dt.datetime.fromisoformat(f"{day}T{h}:{mi}:{s}").replace(tzinfo=dt.UTC)
+    except ValueError:
+        raise ValueError(f"not a valid timestamp: {text!r}") from None
+    if tz and tz not in ("Z", "z"):
+        sign = -1 if tz[0] == "-" else 1
+        digits = tz[1:].replace(":", "")
+        base -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    seconds = int(base.timestamp())
+    return seconds * 1_000_000_000 + int((frac or "0").ljust(9, "0"))

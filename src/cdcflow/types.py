@@ -659,6 +659,78 @@ SQLSERVER: dict[str, str] = {
     "timestamp": "binary",  # SQL Server's timestamp is rowversion, not a date
 }
 
+# Oracle. NUMBER(p,0) is an integer (int up to 9 digits, bigint up to 18, as Datastream writes
+# NUMBER(6) as an Avro long), NUMBER(p,s) a decimal, bare NUMBER/FLOAT decimal(38,18)/double;
+# DATE carries a time of day (timestamp without zone); see :func:`_oracle_type`.
+ORACLE: dict[str, str] = {
+    "number": DEFAULT_DECIMAL,
+    "integer": "decimal(38,0)",
+    "int": "decimal(38,0)",
+    "smallint": "decimal(38,0)",
+    "float": "double",
+    "binary_float": "float",
+    "binary_double": "double",
+    "boolean": "boolean",
+    "char": "string",
+    "nchar": "string",
+    "varchar": "string",
+    "varchar2": "string",
+    "nvarchar2": "string",
+    "clob": "string",
+    "nclob": "string",
+    "long": "string",
+    "rowid": "string",
+    "urowid": "string",
+    "xmltype": "string",
+    "json": "json",
+    "date": "timestamp_ntz",
+    "timestamp": "timestamp_ntz",
+    "timestamp with time zone": "timestamp",
+    "timestamp with local time zone": "timestamp",
+    "interval year to month": "string",
+    "interval day to second": "string",
+    "raw": "binary",
+    "long raw": "binary",
+    "blob": "binary",
+    "bfile": "binary",
+}
+
+# Cloud Spanner (GoogleSQL names; STRING(MAX), BYTES(1024) and ARRAY<T> are read through the
+# generic argument and array handling).
+SPANNER: dict[str, str] = {
+    "bool": "boolean",
+    "int64": "bigint",
+    "float32": "float",
+    "float64": "double",
+    "numeric": "decimal(38,9)",
+    "string": "string",
+    "bytes": "binary",
+    "date": "date",
+    "timestamp": "timestamp",
+    "json": "json",
+}
+
+_SPANNER_ARRAY = re.compile(r"^array\s*<\s*(.+?)\s*>$")
+_ORACLE_PRECISION = re.compile(r"\(\s*\d+\s*\)")
+_ORACLE_NUMBER = re.compile(r"^\s*number\s*\(\s*(\d+|\*)\s*(?:,\s*(-?\d+)\s*)?\)\s*$")
+
+
+def _oracle_type(low: str) -> str | None:
+    """Oracle types the generic parser cannot read: ``NUMBER(p[,s])`` and the precision inside
+    ``TIMESTAMP(6) WITH TIME ZONE`` / ``INTERVAL DAY(2) TO SECOND(6)``."""
+    m = _ORACLE_NUMBER.match(low)
+    if m:
+        p = 38 if m.group(1) == "*" else int(m.group(1))
+        s = int(m.group(2) or 0)
+        if s <= 0 and p <= 9:
+            return "int"
+        if s <= 0 and p <= 18:
+            return "bigint"
+        return decimal_type(p, max(s, 0))
+    plain = " ".join(_ORACLE_PRECISION.sub("", low).split())
+    return ORACLE.get(plain)
+
+
 #: Sources whose type names come from the producer itself (never canonical names), so a vendor
 #: name that is also a canonical one means the vendor's type (SQL Server ``float`` is 64-bit,
 #: ``timestamp`` is rowversion).
@@ -668,6 +740,8 @@ SOURCE_TYPE_TABLES: dict[str, dict[str, str]] = {
     "postgres": POSTGRES,
     "mysql": MYSQL,
     "sqlserver": SQLSERVER,
+    "oracle": ORACLE,
+    "spanner": SPANNER,
 }
 
 _TYPE_ARGS = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_ ]*?)\s*(?:\(\s*([^)]*)\))?\s*(\[\])?\s*$")
@@ -682,6 +756,14 @@ def source_type(source: str, native: str) -> str:
     table = SOURCE_TYPE_TABLES.get(source)
     raw = native.strip()
     low = raw.lower()
+    if source == "oracle":
+        found = _oracle_type(low)
+        if found is not None:
+            return found
+    if source == "spanner":
+        m_array = _SPANNER_ARRAY.match(low)
+        if m_array:
+            return f"array<{source_type(source, m_array.group(1))}>"
     if table is not None and source in _VENDOR_NAMES_FIRST:
         base = low.split("(", 1)[0].strip()
         if base in table and base not in ("decimal", "numeric"):

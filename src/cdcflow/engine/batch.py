@@ -23,6 +23,8 @@ from cdcflow.engine.tables import (
     evolve,
     plan_schema,
     read_columns,
+    read_properties,
+    set_property,
 )
 from cdcflow.sinks.append import apply_append, ensure_changelog
 from cdcflow.sinks.deadletter import event_rows, rejected_rows, write_dead_letters
@@ -41,6 +43,11 @@ HISTORY_COLUMNS = (
 )
 
 _ROW_OPS = "('INSERT','UPDATE','DELETE','UPSERT','SNAPSHOT')"
+#: ``metadata`` entry in which a dialect states the shape of the fields its ``sequence`` came
+#: from (e.g. ``n,s,n``), when that shape may differ between events of one table.
+SHAPE_KEY = "sequence_shape"
+#: Table property holding a table's sequence shape.
+SHAPE_PROPERTY = "cdcflow.sequence-shape"
 _ROW_OP_SET = frozenset({"INSERT", "UPDATE", "DELETE", "UPSERT", "SNAPSHOT"})
 
 
@@ -195,7 +202,7 @@ class BatchProcessor:
     ) -> BatchReport:
         spark = self.spark
         per_table_ops, partial_tables, operations = meta.per_table_ops, meta.partial, meta.ops
-        seen, key_names = meta.seen, meta.key_names
+        seen, key_names, shapes = meta.seen, meta.key_names, meta.shapes
         jobs = []
         outcomes: list[TableOutcome] = []
         for target, ops in sorted(per_table_ops.items()):
@@ -214,6 +221,7 @@ class BatchProcessor:
                 target in partial_tables,
                 batch_id,
                 check,
+                shapes.get(target, set()),
             )
 
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.parallel_tables)) as pool:
@@ -255,6 +263,7 @@ class BatchProcessor:
         has_partial: bool,
         batch_id: int,
         check: bool,
+        shapes: set[str] | None = None,
     ) -> tuple[TableOutcome, list[Any]]:
         spark = self.spark
         tcfg = self.cfg.table(target)
@@ -263,6 +272,12 @@ class BatchProcessor:
         mine = events.where(f"_target = {lit(target)}")
         rejects: list[Any] = []
         existing = read_columns(spark, ident, image="after" if tcfg.mode == "append" else None)
+        record_shape: str | None = None
+        if shapes:
+            mine, record_shape, rejected = self._check_shapes(
+                mine, ident, existing is not None, shapes, name, batch_id
+            )
+            rejects.extend(rejected)
         plan = plan_schema(existing, seen)
         if plan.conflicts:
             cond = " OR ".join(
@@ -280,6 +295,8 @@ class BatchProcessor:
 
         if tcfg.mode == "append":
             ensure_changelog(spark, ident, plan)
+            if record_shape:
+                set_property(spark, ident, SHAPE_PROPERTY, record_shape)
             apply_append(spark, mine, ident, plan.types, self.pipeline_id, batch_id, check)
             return TableOutcome(name, "append", n_events), rejects
 
@@ -326,6 +343,8 @@ class BatchProcessor:
             ensure_merge_table(spark, ident, keys, plan.types)
         else:
             evolve(spark, ident, plan)
+        if record_shape:
+            set_property(spark, ident, SHAPE_PROPERTY, record_shape)
         result = apply_merge(
             spark,
             mine,
@@ -351,6 +370,47 @@ class BatchProcessor:
             result.stale,
             skipped=result.skipped,
         ), rejects
+
+    def _check_shapes(
+        self, mine: Any, ident: str, exists: bool, shapes: set[str], name: str, batch_id: int
+    ) -> tuple[Any, str | None, list[Any]]:
+        """Events whose ``metadata.sequence_shape`` (the kinds of the producer's sort fields,
+        ``*`` for a null) does not fit the table's are dead-lettered: their sequences would not
+        compare with the others'. The table's shape is recorded on first sight (the most common
+        one of that batch) and refined where it had nulls."""
+        recorded = read_properties(self.spark, ident).get(SHAPE_PROPERTY) if exists else None
+        reference = recorded
+        if reference is None:
+            if len(shapes) == 1:
+                reference = next(iter(shapes))
+            else:
+                rows = self.spark.sql(
+                    f"SELECT metadata[{lit(SHAPE_KEY)}] AS shape, count(*) AS n "
+                    f"FROM {_view(mine, 'shape')} WHERE metadata[{lit(SHAPE_KEY)}] IS NOT NULL "
+                    "GROUP BY 1"
+                ).collect()
+                reference = max(rows, key=lambda r: (r["n"], r["shape"]))["shape"]
+        bad = sorted(s for s in shapes if not shapes_fit(s, reference))
+        merged = reference
+        for s in shapes:
+            if s not in bad:
+                merged = merge_shapes(merged, s)
+        rejected: list[Any] = []
+        if bad:
+            cond = f"metadata[{lit(SHAPE_KEY)}] IN ({', '.join(lit(b) for b in bad)})"
+            rejected.append(
+                event_rows(
+                    mine.where(cond),
+                    self.pipeline_id,
+                    batch_id,
+                    "SEQUENCE_SHAPE_MISMATCH",
+                    f"concat('sort fields shaped ', metadata[{lit(SHAPE_KEY)}], ', but table "
+                    f"{_sql_text(name)} orders by ', {lit(merged)}, ': the sequences cannot be "
+                    "compared')",
+                )
+            )
+            mine = mine.where(f"NOT ({cond}) OR metadata[{lit(SHAPE_KEY)}] IS NULL")
+        return mine, (merged if merged != recorded else None), rejected
 
     def _keys(
         self,
@@ -407,6 +467,7 @@ class _Meta:
         self.ops: dict[str, int] = defaultdict(int)
         self.seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         self.key_names: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+        self.shapes: dict[str, set[str]] = defaultdict(set)
         self.segments = 0
 
     def add(self, rows: list[Any]) -> None:
@@ -429,13 +490,15 @@ class _Meta:
                     self.seen[target][col].add(typ)
             for names in r["key_sets"]:
                 self.key_names[target].add(tuple(names))
+            self.shapes[target].update(r["shapes"] or ())
 
 
 def _meta_rows(spark: Any, events: Any) -> list[Any]:
     return spark.sql(
         "SELECT _target, operation, count(*) AS n, max(partial) AS has_partial, "
         "collect_set(to_json(types)) AS type_sets, "
-        "collect_set(array_sort(map_keys(key))) AS key_sets "
+        "collect_set(array_sort(map_keys(key))) AS key_sets, "
+        f"collect_set(metadata[{lit(SHAPE_KEY)}]) AS shapes "
         f"FROM {_view(events, 'meta')} GROUP BY _target, operation"
     ).collect()
 
@@ -449,6 +512,21 @@ def _with_batch_columns(df: Any) -> Any:
         "to_json(key), to_json(before), to_json(after), partial) AS _fp",
         "regexp_replace(lower(coalesce(`table`, '')), '[^a-z0-9_]', '_') AS _target",
     )
+
+
+def shapes_fit(a: str, b: str) -> bool:
+    """Whether two sequence shapes (comma-separated kinds, ``*`` for unknown) can compare."""
+    xs, ys = a.split(","), b.split(",")
+    return len(xs) == len(ys) and all(x == y or "*" in (x, y) for x, y in zip(xs, ys, strict=True))
+
+
+def merge_shapes(a: str, b: str) -> str:
+    """``a`` with its unknown kinds filled from ``b`` (shapes that fit)."""
+    return ",".join(y if x == "*" else x for x, y in zip(a.split(","), b.split(","), strict=True))
+
+
+def _sql_text(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _view(df: Any, prefix: str) -> str:

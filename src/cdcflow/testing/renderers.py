@@ -5,6 +5,12 @@ A renderer has the signature::
     render(workload, landing_dir, *, seed, transactions=slice(None), faults=True)
         -> RenderResult  (files written, DialectOptions the decoder needs)
 
+Its module may declare ``FEATURES`` (workload features the format can express),
+``EVENT_KINDS`` (change kinds that become events) and ``event_operations(change, workload) ->
+list[str]`` (the canonical operations one change becomes in the rendering without faults, for
+formats that write some changes as several events, e.g. a key change as a delete and an
+insert).
+
 ``cdcflow demo`` and the property tests render every registered dialect; a new dialect plugs
 in with one line here.
 """
@@ -13,9 +19,22 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cdcflow.testing.workload import Change, Workload
+
+#: Canonical operation of each change kind, when a renderer writes one event per change.
+KIND_OPERATIONS: dict[str, str] = {
+    "insert": "INSERT",
+    "update": "UPDATE",
+    "delete": "DELETE",
+    "truncate": "TRUNCATE",
+    "add_column": "DDL",
+}
 
 AVAILABLE_RENDERERS: dict[str, str] = {
+    "datastream": "cdcflow.testing.render_datastream:render",
     "savegress": "cdcflow.testing.render_savegress:render",
     "sqlserver_ces": "cdcflow.testing.render_sqlserver_ces:render",
 }
@@ -43,6 +62,22 @@ def renderer_event_kinds(name: str) -> frozenset[str]:
     return frozenset(
         getattr(module, "EVENT_KINDS", {"insert", "update", "delete", "truncate", "add_column"})
     )
+
+
+def renderer_event_operations(name: str) -> Callable[[Change, Workload], list[str]]:
+    """How a dialect's rendering (without faults) turns one change into events: the canonical
+    operations, in order. The renderer module's ``event_operations`` when it declares one, else
+    one operation per change whose kind is in its ``EVENT_KINDS`` (none for other kinds)."""
+    module = importlib.import_module(AVAILABLE_RENDERERS[name].partition(":")[0])
+    declared = getattr(module, "event_operations", None)
+    if declared is not None:
+        return declared
+    kinds = renderer_event_kinds(name)
+
+    def one_each(change: Change, workload: Workload) -> list[str]:
+        return [KIND_OPERATIONS[change.kind]] if change.kind in kinds else []
+
+    return one_each
 
 
 def renderer_names() -> list[str]:
