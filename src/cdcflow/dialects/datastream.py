@@ -770,7 +770,6 @@ def parse_object_name(name: str) -> dict[str, Any] | None:
     }
 
 
-
 def _folder_check(
     origin: str | None,
     obj: Any,
