@@ -26,6 +26,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("cdcflow.cli.results", "sql_cmd"),
     ("cdcflow.cli.results", "dead_letters_cmd"),
     ("cdcflow.cli.results", "history_cmd"),
+    ("cdcflow.cli.results", "watermarks_cmd"),
 ]
 
 

@@ -106,3 +106,28 @@ def history_cmd(config: str, limit: int, output: str) -> None:
         click.echo("no batches yet")
         return
     _print(spark.sql(f"SELECT * FROM {ident} ORDER BY started_at DESC"), limit, output == "json")
+
+
+@click.command("watermarks")
+@_config_arg
+@click.option("--limit", default=100, show_default=True)
+@_json_opt
+def watermarks_cmd(config: str, limit: int, output: str) -> None:
+    """Show how far each scope (table or topic) is resolved — complete up to a point of the
+    source's time — and how far that lags behind now."""
+    cfg, spark = _session(config)
+    ident = f"{cfg.catalog.name}.{cfg.namespace}__cdcflow.watermarks"
+    from cdcflow.engine.tables import table_exists
+
+    if not table_exists(spark, ident):
+        click.echo("no resolved watermarks yet (the producers sent no RESOLVED events)")
+        return
+    df = spark.sql(
+        f"""
+        SELECT dialect, scope, count(*) AS partitions, min(resolved_at) AS resolved_to,
+               round(unix_micros(current_timestamp()) / 1e6
+                     - unix_micros(min(resolved_at)) / 1e6, 1) AS lag_seconds
+        FROM {ident} GROUP BY dialect, scope ORDER BY dialect, scope
+        """
+    )
+    _print(df, limit, output == "json")

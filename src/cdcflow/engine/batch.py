@@ -26,6 +26,7 @@ from cdcflow.engine.tables import (
     read_properties,
     set_property,
 )
+from cdcflow.engine.watermarks import record_watermarks
 from cdcflow.sinks.append import apply_append, ensure_changelog
 from cdcflow.sinks.deadletter import event_rows, rejected_rows, write_dead_letters
 from cdcflow.sinks.merge import (
@@ -130,6 +131,11 @@ class BatchProcessor:
         return f"{self.internal}.dead_letters"
 
     @property
+    def watermark_table(self) -> str:
+        """Identifier of the resolved-watermarks table."""
+        return f"{self.internal}.watermarks"
+
+    @property
     def history_table(self) -> str:
         """Identifier of the batch-history table."""
         return f"{self.internal}.batches"
@@ -229,6 +235,10 @@ class BatchProcessor:
                 outcomes.append(outcome)
                 dead.extend(rejects)
 
+        if operations.get("RESOLVED"):
+            record_watermarks(
+                spark, self.watermark_table, events.where("operation = 'RESOLVED'"), batch_id
+            )
         dlq = dead[0]
         for d in dead[1:]:
             dlq = dlq.unionByName(d)

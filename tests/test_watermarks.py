@@ -1,0 +1,50 @@
+"""RESOLVED events raise per-scope watermarks, never lower them; `cdcflow watermarks` shows
+them with their lag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+pytestmark = pytest.mark.spark
+
+
+def test_resolved_events_raise_watermarks(spark: Any, tmp_path: Path) -> None:
+    from cdcflow.cli.main import COMMANDS, _register, cli
+    from tests.scenario import config, ev, land, rows, run
+
+    cfg = config(tmp_path, "wm", keys={"t": ["id"]})
+    landing = tmp_path / "landing"
+    ts = "2026-01-01T00:00:0{}Z"
+    land(
+        landing,
+        [
+            ev("INSERT", "t", 10, after={"id": 1, "v": "a"}),
+            ev("RESOLVED", "t", 20, timestamp=ts.format(2)),
+            ev("RESOLVED", "t", 15, timestamp=ts.format(1)),
+            ev("RESOLVED", "u", 5, timestamp=ts.format(0)),
+        ],
+    )
+    run(spark, cfg)
+    # an older watermark in a later run does not lower it
+    land(landing, [ev("RESOLVED", "t", 12, timestamp=ts.format(1))])
+    run(spark, cfg)
+    got = {
+        r["scope"]: (r["resolved_at"].isoformat(), r["batch_id"])
+        for r in spark.sql("SELECT * FROM cdc.wm__cdcflow.watermarks").collect()
+    }
+    assert got == {"t": ("2026-01-01T00:00:02", 0), "u": ("2026-01-01T00:00:00", 0)}
+    assert rows(spark, cfg, "t", "id, v") == [{"id": 1, "v": "a"}]
+
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    for module, name in COMMANDS:
+        if name not in cli.commands:
+            _register(module, name)
+    out = CliRunner().invoke(cli, ["watermarks", str(path), "--output", "json"])
+    assert out.exit_code == 0, out.output
+    assert '"scope":"t"' in out.output and '"lag_seconds"' in out.output
