@@ -134,3 +134,31 @@ def timestamp_nanos(text: str) -> int:
         base -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
     seconds = int(base.timestamp())
     return seconds * 1_000_000_000 + int((frac or "0").ljust(9, "0"))
+
+
+_CRDB_DECIMAL_HLC = re.compile(r"^\s*(\d+)(?:\.(\d*))?\s*$")
+
+
+def crdb_hlc_decimal(value: str | int | Any) -> tuple[int, int]:
+    """CockroachDB HLC as the decimal ``wall.logical`` it is printed as (``updated``,
+    ``resolved``, ``mvcc_timestamp``, ``ts_hlc``) → (wall nanoseconds, logical), exactly.
+
+    The fraction is the logical counter over 10 digits, so short forms written by hand
+    (``"3.0"``, ``"20.0"``) are read as decimals: ``1.5`` is logical 5000000000, ``1.0000000002``
+    logical 2. Quoted text, integers and exact decimals (``decimal.Decimal``, as an unquoted JSON
+    number must be parsed) are accepted; a float never is (it has lost the digits).
+    """
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ValueError(
+            f"not a CockroachDB HLC timestamp (a float has lost its digits): {value!r}"
+        )
+    text = format(value, "f") if not isinstance(value, str | int) else str(value)
+    m = _CRDB_DECIMAL_HLC.match(text)
+    if not m:
+        raise ValueError(f"not a CockroachDB HLC timestamp 'wall.logical': {value!r}")
+    frac = m.group(2) or ""
+    if len(frac) > 10:
+        if frac[10:].strip("0"):
+            raise ValueError(f"HLC logical part has more than 10 digits: {value!r}")
+        frac = frac[:10]
+    return int(m.group(1)), int(frac.ljust(10, "0")) if frac else 0

@@ -797,3 +797,82 @@ def source_type(source: str, native: str) -> str:
     if base in table:
         return table[base]
     raise ValueTypeError(f"unknown {source} type {native!r}")
+
+
+# CockroachDB (names as ``SHOW COLUMNS`` prints them, plus aliases). Changefeed JSON carries no
+# types: declared column types go through this table. ``TIMESTAMP`` is wall-clock time
+# (timestamp_ntz), ``TIMESTAMPTZ`` an instant; ``DECIMAL`` without precision keeps 18 fractional
+# digits; ``BIT``/``VARBIT`` are bit strings ('0101'); ``INTERVAL``, ``INET``, ``ENUM`` and
+# ``TIMETZ`` are kept as text; ``STRING[]``-style arrays go through the generic array handling.
+COCKROACHDB: dict[str, str] = {
+    "int": "bigint",
+    "int8": "bigint",
+    "int64": "bigint",
+    "integer": "bigint",
+    "bigint": "bigint",
+    "int4": "int",
+    "int2": "int",
+    "smallint": "int",
+    "serial": "bigint",
+    "bigserial": "bigint",
+    "float": "double",
+    "float8": "double",
+    "double precision": "double",
+    "real": "float",
+    "float4": "float",
+    "decimal": DEFAULT_DECIMAL,
+    "numeric": DEFAULT_DECIMAL,
+    "dec": DEFAULT_DECIMAL,
+    "bool": "boolean",
+    "boolean": "boolean",
+    "string": "string",
+    "text": "string",
+    "varchar": "string",
+    "character varying": "string",
+    "char": "string",
+    "character": "string",
+    "name": "string",
+    "citext": "string",
+    "bytes": "binary",
+    "bytea": "binary",
+    "blob": "binary",
+    "date": "date",
+    "time": "time",
+    "time without time zone": "time",
+    "timetz": "string",
+    "timestamp": "timestamp_ntz",
+    "timestamp without time zone": "timestamp_ntz",
+    "timestamptz": "timestamp",
+    "timestamp with time zone": "timestamp",
+    "interval": "string",
+    "uuid": "uuid",
+    "json": "json",
+    "jsonb": "json",
+    "inet": "string",
+    "bit": "string",
+    "varbit": "string",
+    "bit varying": "string",
+    "enum": "string",
+    "oid": "bigint",
+    "geometry": "string",
+    "geography": "string",
+    "ltree": "string",
+    "tsvector": "string",
+    "tsquery": "string",
+}
+SOURCE_TYPE_TABLES["cockroachdb"] = COCKROACHDB
+
+
+def cockroachdb_type(native: str) -> str:
+    """Canonical type of a CockroachDB column type. CockroachDB's own names win over canonical
+    names that read differently (``TIMESTAMP`` is wall-clock time, ``INT`` and ``FLOAT`` are
+    64-bit); everything else goes through :func:`source_type`."""
+    low = " ".join(native.strip().lower().split())
+    if low in COCKROACHDB:
+        return COCKROACHDB[low]
+    base = low.split("(", 1)[0].strip()
+    if base in COCKROACHDB and base not in ("decimal", "numeric", "dec") and "[" not in low:
+        return COCKROACHDB[base]
+    if base == "dec":
+        return source_type("cockroachdb", "decimal" + low[3:])
+    return source_type("cockroachdb", native)

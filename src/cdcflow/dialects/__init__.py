@@ -15,6 +15,7 @@ from cdcflow.dialects.base import Dialect, DialectOptions, RawMessage
 from cdcflow.errors import DecodeError, UnknownDialectError
 
 AVAILABLE_DIALECTS: dict[str, str] = {
+    "cockroachdb": "cdcflow.dialects.cockroachdb:CockroachDbDialect",
     "datastream": "cdcflow.dialects.datastream:DatastreamDialect",
     "savegress": "cdcflow.dialects.savegress:SavegressDialect",
     "sqlserver_ces": "cdcflow.dialects.sqlserver_ces:SqlServerCesDialect",
