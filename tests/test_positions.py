@@ -52,3 +52,9 @@ def test_oracle_scn() -> None:
     assert positions.oracle_scn("  1234 ") == 1234
     with pytest.raises(ValueError):
         positions.oracle_scn("-1")
+
+
+def test_crdb_hlc_short_fraction_is_a_decimal() -> None:
+    # the fraction is the logical counter over 10 digits: "1.5" is logical 5000000000
+    assert positions.crdb_hlc("1.5") == (1, 5_000_000_000)
+    assert positions.crdb_hlc("1.5") > positions.crdb_hlc("1.0000000009")

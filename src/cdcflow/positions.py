@@ -12,7 +12,6 @@ from typing import Any
 
 _PG_LSN = re.compile(r"^\s*([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})\s*$")
 _BINLOG_NUMBER = re.compile(r"(\d+)\s*$")
-_HLC = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*$")
 _MSSQL_LSN_COLON = re.compile(r"^\s*([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,4})\s*$")
 _MSSQL_LSN_HEX = re.compile(r"^\s*(?:0x)?([0-9A-Fa-f]{20})\s*$")
 
@@ -64,11 +63,9 @@ def gtid(value: str) -> None:
 
 def crdb_hlc(text: str | int) -> tuple[int, int]:
     """CockroachDB HLC ``wall.logical`` (``1532377312562986715.0000000000``) → (wall, logical),
-    compared as numbers, never through a float."""
-    m = _HLC.match(str(text))
-    if not m:
-        raise ValueError(f"not a CockroachDB HLC timestamp 'wall.logical': {text!r}")
-    return int(m.group(1)), int(m.group(2) or "0")
+    compared as numbers, never through a float; the same reading as :func:`crdb_hlc_decimal`
+    (the fraction is the logical counter over 10 digits)."""
+    return crdb_hlc_decimal(text)
 
 
 def mssql_lsn(text: str) -> int:
