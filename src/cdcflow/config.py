@@ -115,6 +115,7 @@ class PipelineConfig(_Model):
     tables: dict[str, TableConfig] = Field(default_factory=dict)
     tombstone_retention: str = "7d"
     segment_wait: str = "1h"
+    consistency: Literal["none", "transactions", "resolved"] = "none"
     follow_interval: str = "10s"
     parallel_tables: int = 2
 

@@ -18,6 +18,8 @@ def format_report(report: object) -> str:
     tables = ", ".join(f"{k}={v:,}" for k, v in sorted(report.tables.items())) or "-"
     skipped = [o.table for o in report.outcomes if o.skipped]
     extra = f" · already committed: {', '.join(skipped)}" if skipped else ""
+    if report.held or report.released:
+        extra += f" · {report.held:,} held, {report.released:,} released"
     if report.segments or report.reassembled:
         extra += (
             f" · {report.segments:,} segments, {report.reassembled:,} split messages reassembled"

@@ -145,9 +145,9 @@ key with ``updated`` only; the resolved message is ``{"resolved": ...}`` for wra
 ``{"__crdb__": {"resolved": ...}}`` for row/key_only/bare feeds; webhook bodies with and without
 ``length``; the webhook test's ``"topic:"`` key.
 
-Not built here: the consistency mode that holds events above the lowest resolved watermark
-(DESIGN §5 item 9) and per-table lag; RESOLVED events carry what it needs (HLC as sequence and
-position, topic, partition).
+RESOLVED events carry what the engine needs (HLC as sequence and position, topic, partition):
+it keeps per-scope watermarks (``cdcflow watermarks``) and, with ``consistency: resolved``, holds
+events above the lowest watermark of their table or feed until it passes.
 """
 
 from __future__ import annotations

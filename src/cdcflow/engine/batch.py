@@ -16,6 +16,7 @@ import orjson
 
 from cdcflow.config import PipelineConfig
 from cdcflow.engine.commit import commit_properties, committed_steps, ledger_props
+from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.sql import lit, q
 from cdcflow.engine.tables import (
@@ -83,6 +84,9 @@ class BatchReport:
     #: segments of split messages received, and messages reassembled from segments
     segments: int = 0
     reassembled: int = 0
+    #: consistency mode: events held back at the end of the batch, and released from earlier
+    held: int = 0
+    released: int = 0
 
     @property
     def rate(self) -> float:
@@ -114,6 +118,11 @@ class BatchProcessor:
         from cdcflow.config import parse_duration
         from cdcflow.engine.pipeline import source_options
 
+        self.hold_stage = (
+            HoldStage(f"{self.internal}.held", pipeline_id, cfg.consistency, self.watermark_table)
+            if cfg.consistency != "none"
+            else None
+        )
         self.segment_stage = SegmentStage(
             f"{self.internal}.segments",
             pipeline_id,
@@ -190,8 +199,20 @@ class BatchProcessor:
                 rejected_rows(assembled.where("error_code IS NOT NULL"), self.pipeline_id, batch_id)
             )
             dead.append(seg.dead)
+        hold: HoldResult | None = None
+        if self.hold_stage is not None:
+            if meta.ops.get("RESOLVED"):
+                record_watermarks(
+                    spark, self.watermark_table, events.where("operation = 'RESOLVED'"), batch_id
+                )
+            hold = self.hold_stage.run(spark, events, batch_id)
+            events = hold.events
+            segments = meta.segments
+            meta = _Meta()
+            meta.add(_meta_rows(spark, events))
+            meta.segments = segments
         try:
-            return self._apply(events, meta, dead, seg, batch_id, check, started)
+            return self._apply(events, meta, dead, seg, batch_id, check, started, hold)
         finally:
             if seg is not None:
                 seg.release()
@@ -205,6 +226,7 @@ class BatchProcessor:
         batch_id: int,
         check: bool,
         started: float,
+        hold: HoldResult | None = None,
     ) -> BatchReport:
         spark = self.spark
         per_table_ops, partial_tables, operations = meta.per_table_ops, meta.partial, meta.ops
@@ -235,7 +257,7 @@ class BatchProcessor:
                 outcomes.append(outcome)
                 dead.extend(rejects)
 
-        if operations.get("RESOLVED"):
+        if operations.get("RESOLVED") and hold is None:
             record_watermarks(
                 spark, self.watermark_table, events.where("operation = 'RESOLVED'"), batch_id
             )
@@ -259,6 +281,8 @@ class BatchProcessor:
             outcomes=tuple(outcomes),
             segments=meta.segments,
             reassembled=seg.complete if seg is not None else 0,
+            held=hold.held if hold is not None else 0,
+            released=hold.released if hold is not None else 0,
         )
         self._history(report, started)
         return report

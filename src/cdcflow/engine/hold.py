@@ -1,0 +1,165 @@
+"""Consistency mode: hold events until a consistent point, so no half-applied source
+transaction (or a point the producer has not declared complete) is ever visible.
+
+``consistency: transactions`` — an event that names a ``transaction_id`` is held until the
+``COMMIT`` marker of that transaction has been seen (in this batch or an earlier one); events
+without a transaction are applied at once. For producers that mark every transaction
+(``BEGIN``/``COMMIT``), e.g. the unified format.
+
+``consistency: resolved`` — an event is held until a ``RESOLVED`` watermark of its scope
+(its table, or ``*`` for a whole feed; the lowest over the scope's partitions) reaches its
+``sequence``. For producers whose resolved timestamps and event sequences share one clock,
+e.g. CockroachDB's HLCs.
+
+Held events wait in ``<namespace>__cdcflow.held`` between batches and runs. As for split
+messages, "held before batch B" is read as rows of earlier batches not released before B, and
+one ``MERGE`` per batch records what is newly held and what is released, so a replayed batch
+decides exactly as its first attempt did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cdcflow.engine.commit import commit_properties, ledger_props
+from cdcflow.engine.sql import lit, view_name
+from cdcflow.engine.tables import table_exists
+from cdcflow.event import spark_schema_ddl
+
+MODES = ("none", "transactions", "resolved")
+_MARKERS = "('BEGIN','COMMIT','RESOLVED')"
+_EXTRA = "_fp bigint, _target string, batch_id bigint, released_batch bigint"
+
+
+@dataclass(frozen=True)
+class HoldResult:
+    """Events to apply in this batch (released ones from earlier batches included)."""
+
+    events: Any
+    held: int
+    released: int
+
+
+class HoldStage:
+    """The held-events table of a pipeline and the per-batch hold/release step."""
+
+    def __init__(self, ident: str, pipeline: str, mode: str, watermarks: str) -> None:
+        self.ident = ident
+        self.pipeline = pipeline
+        self.mode = mode
+        self.watermarks = watermarks
+
+    def run(self, spark: Any, events: Any, batch_id: int) -> HoldResult:
+        """Split ``events`` (this batch's decoded events, with ``_fp``/``_target``) and those
+        held earlier into released and still-held; record the change once."""
+        b = int(batch_id)
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {self.ident} ({spark_schema_ddl()}, {_EXTRA}) "
+            "USING iceberg TBLPROPERTIES ('format-version'='2')"
+        )
+        cols = [f.name for f in spark.table(self.ident).schema.fields][:-2]
+        sel = ", ".join(f"`{c}`" for c in cols)
+        new_view = view_name("hold_new")
+        events.select(*cols).createOrReplaceTempView(new_view)
+        all_view = view_name("hold_all")
+        spark.sql(
+            f"""
+            SELECT {sel}, batch_id FROM {self.ident}
+            WHERE batch_id < {b} AND (released_batch IS NULL OR released_batch >= {b})
+            UNION ALL
+            SELECT {sel}, CAST({b} AS bigint) AS batch_id FROM {new_view}
+            WHERE operation NOT IN {_MARKERS} OR operation = 'COMMIT'
+            """
+        ).createOrReplaceTempView(all_view)
+        joins, ready = self._ready_condition(spark, new_view, b)
+        judged_view = view_name("hold_judged")
+        judged = spark.sql(
+            f"SELECT a.*, a.operation = 'COMMIT' OR coalesce({ready}, false) AS _ready "
+            f"FROM {all_view} a {joins}"
+        ).persist()
+        try:
+            judged.createOrReplaceTempView(judged_view)
+            counts = spark.sql(
+                f"""
+                SELECT count_if(NOT _ready) AS held,
+                       count_if(_ready AND batch_id < {b} AND operation <> 'COMMIT')
+                         AS released,
+                       count_if(NOT _ready OR (batch_id = {b} AND operation = 'COMMIT')
+                                OR (_ready AND batch_id < {b})) AS changes
+                FROM {judged_view}
+                """
+            ).collect()[0]
+            if counts["changes"] and not self._committed(spark, b):
+                source = view_name("hold_merge")
+                spark.sql(
+                    f"""
+                    SELECT {sel}, batch_id,
+                           CASE WHEN _ready THEN CAST({b} AS bigint) END AS released_batch
+                    FROM {judged_view}
+                    WHERE NOT _ready OR (batch_id = {b} AND operation = 'COMMIT')
+                       OR (_ready AND batch_id < {b})
+                    """
+                ).createOrReplaceTempView(source)
+                with commit_properties(spark, ledger_props(self.pipeline, b, "hold")):
+                    spark.sql(
+                        f"""
+                        MERGE INTO {self.ident} t USING {source} s
+                        ON t._fp = s._fp AND t.batch_id = s.batch_id
+                           AND t.origin <=> s.origin AND t.offset <=> s.offset
+                           AND t.item <=> s.item
+                        WHEN MATCHED THEN UPDATE SET t.released_batch = s.released_batch
+                        WHEN NOT MATCHED THEN INSERT *
+                        """
+                    )
+            released = spark.sql(
+                f"SELECT {sel} FROM {judged_view} WHERE _ready AND operation <> 'COMMIT'"
+            )
+            markers = spark.sql(f"SELECT {sel} FROM {new_view} WHERE operation IN {_MARKERS}")
+            out = released.unionByName(markers).localCheckpoint(eager=True)
+        finally:
+            judged.unpersist()
+        return HoldResult(out, int(counts["held"]), int(counts["released"]))
+
+    def _committed(self, spark: Any, b: int) -> bool:
+        if not table_exists(spark, self.ident):
+            return False
+        rows = spark.sql(
+            f"SELECT 1 FROM {self.ident}.snapshots "
+            f"WHERE summary['cdcflow.pipeline'] = {lit(self.pipeline)} "
+            f"AND summary['cdcflow.batch'] = '{b}' AND summary['cdcflow.step'] = 'hold' LIMIT 1"
+        ).collect()
+        return bool(rows)
+
+    def _ready_condition(self, spark: Any, new_view: str, b: int) -> tuple[str, str]:
+        """(joins, condition) deciding whether a row ``a`` may be applied now."""
+        if self.mode == "transactions":
+            commits = view_name("hold_commits")
+            spark.sql(
+                f"""
+                SELECT DISTINCT transaction_id FROM (
+                  SELECT transaction_id FROM {self.ident}
+                  WHERE operation = 'COMMIT' AND batch_id < {b}
+                  UNION ALL
+                  SELECT transaction_id FROM {new_view} WHERE operation = 'COMMIT')
+                WHERE transaction_id IS NOT NULL
+                """
+            ).createOrReplaceTempView(commits)
+            return (
+                f"LEFT JOIN {commits} c ON c.transaction_id = a.transaction_id",
+                "a.transaction_id IS NULL OR c.transaction_id IS NOT NULL",
+            )
+        # resolved: the lowest watermark over the partitions of the event's table or of the feed
+        if not table_exists(spark, self.watermarks):
+            return "", "false"
+        marks = view_name("hold_marks")
+        spark.sql(
+            f"SELECT dialect, scope, min(sequence) AS sequence FROM {self.watermarks} "
+            "GROUP BY dialect, scope"
+        ).createOrReplaceTempView(marks)
+        return (
+            f"LEFT JOIN {marks} wt ON wt.dialect = coalesce(a.dialect, '') "
+            "AND wt.scope = a.`table` "
+            f"LEFT JOIN {marks} wf ON wf.dialect = coalesce(a.dialect, '') AND wf.scope = '*'",
+            "a.sequence <= greatest(wt.sequence, wf.sequence)",
+        )
