@@ -27,6 +27,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("cdcflow.cli.results", "dead_letters_cmd"),
     ("cdcflow.cli.results", "history_cmd"),
     ("cdcflow.cli.results", "watermarks_cmd"),
+    ("cdcflow.cli.serve", "serve_cmd"),
 ]
 
 

@@ -1,0 +1,384 @@
+"""Configuration of ``cdcflow serve``: a YAML file validated with clear errors.
+
+Example::
+
+    listen: {host: 0.0.0.0, port: 8443}
+    tls: {cert_file: ./tls/cert.pem, key_file: ./tls/key.pem}   # optional: HTTPS
+    landing: ./landing                 # root of the landing zones the pipeline reads
+    max_body_size: 10MB                # larger bodies are answered 413
+    max_in_flight: 64                  # more concurrent requests are answered 503
+    retry_after: 5s                    # Retry-After of 503 answers
+    endpoints:
+      - path: /crdb                    # CockroachDB webhook sink
+        dialect: cockroachdb
+        landing: crdb                  # sub-folder of `landing` (a pipeline source path)
+        auth:
+          bearer: {token_env: CRDB_WEBHOOK_TOKEN}
+      - path: /events                  # a unified-format producer
+        dialect: savegress
+        landing: savegress
+        auth:
+          signature:
+            secret_file: /run/secrets/webhook   # or secret_env: NAME
+            timestamp_tolerance: 5m
+            replay_window: 7d
+
+Secrets are read from environment variables or files only, never written in the file; the
+configuration holds their names, and the values live in :class:`Secret` objects whose
+``repr``/``str`` hide them. Validation errors name the bad key and never echo values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cdcflow.config import parse_duration
+from cdcflow.errors import ConfigError
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
+
+
+def parse_size(value: str | int) -> int:
+    """``10MB``, ``512KiB``, ``1m`` (or plain bytes) → bytes."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size like 10MB or 512KiB")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("must be positive")
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"expected a size like 10MB or 512KiB, got {value!r}")
+    size = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
+    if size <= 0:
+        raise ValueError("must be positive")
+    return size
+
+
+class Secret:
+    """A secret value that never shows itself in ``repr``, ``str`` or logs."""
+
+    __slots__ = ("_value", "origin")
+
+    def __init__(self, value: bytes, origin: str) -> None:
+        self._value = value
+        self.origin = origin  # "env NAME" / "file PATH": safe to show
+
+    def reveal(self) -> bytes:
+        """The secret's bytes (for HMAC and comparisons only)."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret(<hidden>, from {self.origin})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("secrets are not pickled")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _SecretSource(_Model):
+    """Where one secret comes from: exactly one of an environment variable or a file."""
+
+    def _names(self) -> tuple[str | None, str | None]:
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _SecretSource:
+        env, path = self._names()
+        if (env is None) == (path is None):
+            kind = type(self).__name__
+            keys = (
+                "token_env or token_file" if kind == "BearerAuth" else "secret_env or secret_file"
+            )
+            raise ValueError(f"give exactly one of {keys}")
+        return self
+
+    def resolve(self, where: str) -> Secret:
+        """Read the secret now; errors name the variable or file, never the value."""
+        env, path = self._names()
+        if env is not None:
+            value = os.environ.get(env)
+            if value is None or not value.strip():
+                raise ConfigError(f"{where}: environment variable {env} is not set or empty")
+            return Secret(value.strip().encode("utf-8"), f"env {env}")
+        assert path is not None
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise ConfigError(f"{where}: cannot read secret file {path}: {e.strerror}") from None
+        data = data.strip()
+        if not data:
+            raise ConfigError(f"{where}: secret file {path} is empty")
+        return Secret(data, f"file {path}")
+
+
+class SignatureAuth(_SecretSource):
+    """The unified format's HMAC signature (``X-Savegress-Signature``) and its companions."""
+
+    secret_env: str | None = None
+    secret_file: str | None = None
+    timestamp_tolerance: str = "5m"
+    require_timestamp: bool = True
+    replay_window: str = "7d"
+    require_event_id: bool = False
+
+    def _names(self) -> tuple[str | None, str | None]:
+        return self.secret_env, self.secret_file
+
+    @field_validator("timestamp_tolerance", "replay_window")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+
+class BearerAuth(_SecretSource):
+    """``Authorization: Bearer <token>`` (e.g. CockroachDB's ``webhook_auth_header``)."""
+
+    token_env: str | None = None
+    token_file: str | None = None
+
+    def _names(self) -> tuple[str | None, str | None]:
+        return self.token_env, self.token_file
+
+
+class AuthConfig(_Model):
+    """How an endpoint authenticates requests (both may be set: both must pass)."""
+
+    signature: SignatureAuth | None = None
+    bearer: BearerAuth | None = None
+
+
+class EndpointConfig(_Model):
+    """One URL path, the dialect of its bodies and where they land."""
+
+    path: str
+    dialect: str = "auto"
+    landing: str | None = None
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    types: dict[str, dict[str, str]] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+    item_rejections: Literal["land", "reject"] = "land"
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/") or "?" in v or "#" in v or v in ("/healthz", "/metrics"):
+            raise ValueError("must start with / and not be /healthz or /metrics")
+        return v.rstrip("/") or "/"
+
+    @field_validator("dialect")
+    @classmethod
+    def _known_dialect(cls, v: str) -> str:
+        from cdcflow.dialects import dialect_class
+        from cdcflow.errors import UnknownDialectError
+
+        if v != "auto":
+            try:
+                dialect_class(v)
+            except UnknownDialectError as e:
+                raise ValueError(e.message) from None
+        return v
+
+    @field_validator("landing")
+    @classmethod
+    def _subdir(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = PurePosixPath(v).parts
+        if (
+            not parts
+            or PurePosixPath(v).is_absolute()
+            or any(p in ("..", ".") or p.startswith(("_", ".")) for p in parts)
+        ):
+            raise ValueError(
+                "must be a relative sub-folder without '..' and no part starting with _ or ."
+            )
+        return v
+
+    @property
+    def subdir(self) -> str:
+        """The landing sub-folder (default: the path without slashes)."""
+        if self.landing:
+            return self.landing
+        name = re.sub(r"[^A-Za-z0-9-]+", "-", self.path.strip("/")).strip("-")
+        return name or "root"
+
+
+class ListenConfig(_Model):
+    """Address the receiver binds."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class TlsConfig(_Model):
+    """HTTPS: a PEM certificate (chain) and its private key."""
+
+    cert_file: str
+    key_file: str
+
+
+class ServeConfig(_Model):
+    """A whole receiver (``cdcflow serve CONFIG``)."""
+
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    tls: TlsConfig | None = None
+    landing: str
+    max_body_size: int | str = "10MiB"
+    max_in_flight: int = Field(default=64, ge=1)
+    retry_after: str = "5s"
+    endpoints: list[EndpointConfig] = Field(min_length=1)
+
+    @field_validator("max_body_size")
+    @classmethod
+    def _size(cls, v: int | str) -> int | str:
+        parse_size(v)
+        return v
+
+    @field_validator("retry_after")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> ServeConfig:
+        seen: set[str] = set()
+        for ep in self.endpoints:
+            if ep.path in seen:
+                raise ValueError(f"endpoint path {ep.path} is configured twice")
+            seen.add(ep.path)
+        return self
+
+    @property
+    def max_body_bytes(self) -> int:
+        return parse_size(self.max_body_size)
+
+    @property
+    def retry_after_seconds(self) -> int:
+        return max(1, parse_duration(self.retry_after))
+
+
+def _format_errors(err: ValidationError, origin: str) -> str:
+    """Errors naming each bad key; input values are never echoed (they may be secrets)."""
+    lines = []
+    for e in err.errors(include_input=False, include_url=False):
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        lines.append(f"{loc}: {msg}")
+    return f"invalid serve configuration {origin}: " + "; ".join(lines)
+
+
+@dataclass(frozen=True)
+class EndpointRuntime:
+    """An endpoint with its secrets read."""
+
+    config: EndpointConfig
+    signing_secret: Secret | None = None
+    bearer_token: Secret | None = None
+    where: str = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"EndpointRuntime(path={self.config.path!r}, dialect={self.config.dialect!r}, "
+            f"signature={'on' if self.signing_secret else 'off'}, "
+            f"bearer={'on' if self.bearer_token else 'off'})"
+        )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A validated configuration with secrets resolved and paths absolute."""
+
+    config: ServeConfig
+    landing: Path
+    endpoints: dict[str, EndpointRuntime] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Settings(landing={str(self.landing)!r}, endpoints={list(self.endpoints)!r})"
+
+
+def load_serve_config(
+    data: Mapping[str, Any], origin: str = "", base: Path | None = None
+) -> Settings:
+    """Validate a configuration mapping and read its secrets."""
+    try:
+        cfg = ServeConfig.model_validate(dict(data))
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, origin)) from None
+    root = base or Path.cwd()
+
+    def fix(path: str) -> str:
+        p = Path(path).expanduser()
+        return str(p if p.is_absolute() else (root / p).resolve())
+
+    if cfg.tls is not None:
+        tls = TlsConfig(cert_file=fix(cfg.tls.cert_file), key_file=fix(cfg.tls.key_file))
+        for key, path in (("cert_file", tls.cert_file), ("key_file", tls.key_file)):
+            if not Path(path).is_file():
+                raise ConfigError(
+                    f"invalid serve configuration {origin}: tls.{key}: no file {path}"
+                )
+        cfg = cfg.model_copy(update={"tls": tls})
+    endpoints: dict[str, EndpointRuntime] = {}
+    for i, ep in enumerate(cfg.endpoints):
+        where = f"endpoints.{i}.auth"
+        sig = ep.auth.signature
+        bearer = ep.auth.bearer
+        if sig is not None and sig.secret_file:
+            sig = sig.model_copy(update={"secret_file": fix(sig.secret_file)})
+        if bearer is not None and bearer.token_file:
+            bearer = bearer.model_copy(update={"token_file": fix(bearer.token_file)})
+        endpoints[ep.path] = EndpointRuntime(
+            config=ep,
+            signing_secret=sig.resolve(f"{where}.signature") if sig else None,
+            bearer_token=bearer.resolve(f"{where}.bearer") if bearer else None,
+            where=f"endpoints.{i}",
+        )
+    return Settings(config=cfg, landing=Path(fix(cfg.landing)), endpoints=endpoints)
+
+
+def load_serve_config_file(path: str | Path) -> Settings:
+    """Read and validate a YAML configuration file (relative paths against its folder)."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"configuration file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} must hold a mapping at the top level")
+    return load_serve_config(data, f"({p})", p.parent.resolve())

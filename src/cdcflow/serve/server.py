@@ -1,0 +1,694 @@
+"""The ``cdcflow serve`` HTTP receiver: authenticate, decode, land durably, then acknowledge.
+
+Pure standard library (``http.server``, ``ssl``, ``hmac``) plus cdcflow's decoders: it starts
+without Spark or a JVM. One thread per connection; a request is *in flight* from the moment its
+POST is read until its answer is sent, and requests over ``max_in_flight`` are answered 503.
+
+Per POST to a configured endpoint, in order:
+
+1. ``Content-Length`` (or chunked length) over ``max_body_size`` → 413, body not read;
+2. bearer token (``Authorization: Bearer …``), then the unified format's signature, timestamp
+   window and event id → 401 (``AUTH_*``) — a missing, non-ASCII or garbage header is a 401;
+3. a replayed event id inside the replay window → 200 ``{"status": "duplicate"}``, not landed;
+4. the body (for CloudEvents binary mode: a Kafka-record-shaped JSON document holding the
+   ``ce_*`` attributes and the body, which the ``sqlserver_ces`` dialect reads back) is decoded
+   with the endpoint's dialect exactly as the pipeline will decode the landed file; a body that
+   cannot be decoded → 400 with the error code, kept under ``_rejected/`` with a reason file;
+5. the file is landed durably (:mod:`cdcflow.serve.landing`); disk full → 503;
+6. only then 200 ``{"status": "accepted", "events": N, "file": NAME}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import socket
+import ssl
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from cdcflow.config import parse_duration
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.framing import Decoder, split_file
+from cdcflow.serve import signing
+from cdcflow.serve.config import EndpointRuntime, Settings
+from cdcflow.serve.landing import DiskFull, LandingZone, ReplayJournal
+
+log = logging.getLogger("cdcflow.serve")
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_CE_HEADER = "ce-"
+_DRAIN_LIMIT = 1024 * 1024
+_KEPT_HEADERS = ("content-type", "x-savegress-event-id", "x-savegress-timestamp")
+
+
+@dataclass
+class Response:
+    """An answer: status, JSON document, extra headers; ``close`` drops the connection (the
+    body was not read)."""
+
+    status: int
+    doc: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    close: bool = False
+
+    @property
+    def reason(self) -> str:
+        return str(self.doc.get("code") or self.doc.get("status") or self.status)
+
+
+class Metrics:
+    """Counters and a latency histogram, rendered in Prometheus text format."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: dict[tuple[str, int], int] = defaultdict(int)
+        self.bytes: dict[str, int] = defaultdict(int)
+        self.events: dict[str, int] = defaultdict(int)
+        self.files: dict[str, int] = defaultdict(int)
+        self.rejects: dict[tuple[str, str], int] = defaultdict(int)
+        self.duplicates: dict[str, int] = defaultdict(int)
+        self.latency_count: dict[str, int] = defaultdict(int)
+        self.latency_sum: dict[str, float] = defaultdict(float)
+        self.latency_buckets: dict[str, list[int]] = {}
+        self.in_flight = 0
+
+    def observe(self, endpoint: str, status: int, seconds: float, reason: str | None) -> None:
+        with self._lock:
+            self.requests[(endpoint, status)] += 1
+            if reason is not None:
+                self.rejects[(endpoint, reason)] += 1
+            self.latency_count[endpoint] += 1
+            self.latency_sum[endpoint] += seconds
+            buckets = self.latency_buckets.setdefault(endpoint, [0] * len(_LATENCY_BUCKETS))
+            for i, bound in enumerate(_LATENCY_BUCKETS):
+                if seconds <= bound:
+                    buckets[i] += 1
+
+    def accepted(self, endpoint: str, nbytes: int, events: int) -> None:
+        with self._lock:
+            self.bytes[endpoint] += nbytes
+            self.events[endpoint] += events
+            self.files[endpoint] += 1
+
+    def duplicate(self, endpoint: str) -> None:
+        with self._lock:
+            self.duplicates[endpoint] += 1
+
+    def render(self) -> str:
+        def lbl(**kv: Any) -> str:
+            inner = ",".join(
+                f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+                for k, v in kv.items()
+            )
+            return "{" + inner + "}"
+
+        out: list[str] = []
+
+        def family(name: str, kind: str, help_: str) -> None:
+            out.append(f"# HELP {name} {help_}")
+            out.append(f"# TYPE {name} {kind}")
+
+        with self._lock:
+            family("cdcflow_serve_requests_total", "counter", "Requests answered, by status.")
+            for (ep, st), n in sorted(self.requests.items()):
+                out.append(f"cdcflow_serve_requests_total{lbl(endpoint=ep, status=st)} {n}")
+            family("cdcflow_serve_bytes_total", "counter", "Bytes of bodies landed.")
+            for ep, n in sorted(self.bytes.items()):
+                out.append(f"cdcflow_serve_bytes_total{lbl(endpoint=ep)} {n}")
+            family("cdcflow_serve_events_total", "counter", "Canonical events in landed bodies.")
+            for ep, n in sorted(self.events.items()):
+                out.append(f"cdcflow_serve_events_total{lbl(endpoint=ep)} {n}")
+            family("cdcflow_serve_files_total", "counter", "Files landed.")
+            for ep, n in sorted(self.files.items()):
+                out.append(f"cdcflow_serve_files_total{lbl(endpoint=ep)} {n}")
+            family("cdcflow_serve_duplicates_total", "counter", "Replayed event ids answered.")
+            for ep, n in sorted(self.duplicates.items()):
+                out.append(f"cdcflow_serve_duplicates_total{lbl(endpoint=ep)} {n}")
+            family("cdcflow_serve_rejects_total", "counter", "Requests refused, by reason code.")
+            for (ep, reason), n in sorted(self.rejects.items()):
+                out.append(f"cdcflow_serve_rejects_total{lbl(endpoint=ep, reason=reason)} {n}")
+            family("cdcflow_serve_in_flight", "gauge", "Requests being handled now.")
+            out.append(f"cdcflow_serve_in_flight {self.in_flight}")
+            family("cdcflow_serve_request_seconds", "histogram", "Time to answer a request.")
+            for ep in sorted(self.latency_count):
+                buckets = self.latency_buckets.get(ep, [0] * len(_LATENCY_BUCKETS))
+                for bound, n in zip(_LATENCY_BUCKETS, buckets, strict=True):
+                    out.append(
+                        f"cdcflow_serve_request_seconds_bucket{lbl(endpoint=ep, le=bound)} {n}"
+                    )
+                count = self.latency_count[ep]
+                out.append(
+                    f"cdcflow_serve_request_seconds_bucket{lbl(endpoint=ep, le='+Inf')} {count}"
+                )
+                total = self.latency_sum[ep]
+                out.append(f"cdcflow_serve_request_seconds_sum{lbl(endpoint=ep)} {total:.6f}")
+                out.append(f"cdcflow_serve_request_seconds_count{lbl(endpoint=ep)} {count}")
+        return "\n".join(out) + "\n"
+
+
+class BodyTooLarge(Exception):
+    """The body is over ``max_body_size``."""
+
+
+class BadFraming(Exception):
+    """The request's length framing is unusable."""
+
+
+def _error(status: int, code: str, message: str, **extra: Any) -> Response:
+    return Response(status, {"status": "error", "code": code, "message": message}, **extra)
+
+
+def _header_text(value: str | None) -> str | None:
+    """A header as ``http.server`` gives it (ISO-8859-1 decoded) back as the sent text, or
+    ``None``; non-UTF-8 bytes stay as they were decoded (and so fail ASCII checks)."""
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
+class Endpoint:
+    """One configured path with its decoder, replay journal and authentication."""
+
+    def __init__(self, runtime: EndpointRuntime, zone: LandingZone) -> None:
+        self.runtime = runtime
+        cfg = runtime.config
+        self.path = cfg.path
+        self.subdir = cfg.subdir
+        self.decoder = Decoder(
+            cfg.dialect,
+            DialectOptions(
+                table_keys={t: tuple(k) for t, k in cfg.keys.items()},
+                column_types=cfg.types,
+                extra=cfg.options,
+            ),
+        )
+        sig = cfg.auth.signature
+        self.journal: ReplayJournal | None = None
+        self.tolerance = 0.0
+        if sig is not None:
+            self.tolerance = float(parse_duration(sig.timestamp_tolerance))
+            safe = hashlib.sha256(self.path.encode()).hexdigest()[:12]
+            self.journal = ReplayJournal(
+                zone.root / "_serve" / f"replay-{self.subdir.replace('/', '-')}-{safe}.log",
+                float(parse_duration(sig.replay_window)),
+            )
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.runtime!r})"
+
+    def authenticate_headers(self, headers: Message) -> Response | None:
+        """Checks that need no body: the bearer token."""
+        token = self.runtime.bearer_token
+        if token is None:
+            return None
+        given = headers.get("Authorization")
+        expected = b"Bearer " + token.reveal()
+        ok = False
+        if given is not None:
+            try:
+                raw = given.strip().encode("latin-1")
+            except UnicodeEncodeError:
+                raw = b""
+            scheme, _, value = raw.partition(b" ")
+            # compare the whole header in constant time (scheme matched without case)
+            ok = hmac.compare_digest(b"Bearer " + value.strip(), expected) and (
+                scheme.lower() == b"bearer"
+            )
+        if not ok:
+            code = "AUTH_MISSING" if given is None else "AUTH_BAD_TOKEN"
+            return _error(
+                401,
+                code,
+                "a valid bearer token is required",
+                headers={"WWW-Authenticate": 'Bearer realm="cdcflow"'},
+            )
+        return None
+
+    def authenticate_body(self, headers: Message, body: bytes) -> Response | None:
+        """The unified format's signature and timestamp (the body is signed, nothing else)."""
+        secret = self.runtime.signing_secret
+        sig = self.runtime.config.auth.signature
+        if secret is None or sig is None:
+            return None
+        header = _header_text(headers.get(signing.SIGNATURE_HEADER))
+        if header is None:
+            return _error(401, "AUTH_MISSING", f"missing {signing.SIGNATURE_HEADER} header")
+        if not signing.verify(body, header, secret.reveal()):
+            return _error(401, "AUTH_BAD_SIGNATURE", "the signature does not match the body")
+        stamp = _header_text(headers.get(signing.TIMESTAMP_HEADER))
+        if stamp is not None or sig.require_timestamp:
+            problem = signing.check_timestamp(stamp, self.tolerance)
+            if problem is not None:
+                return _error(
+                    401,
+                    f"AUTH_TIMESTAMP_{problem.upper()}",
+                    f"{signing.TIMESTAMP_HEADER} is {problem} "
+                    f"(tolerance {sig.timestamp_tolerance})",
+                )
+        event_id = _header_text(headers.get(signing.EVENT_ID_HEADER))
+        if sig.require_event_id and not event_id:
+            return _error(401, "AUTH_MISSING_EVENT_ID", f"missing {signing.EVENT_ID_HEADER}")
+        return None
+
+    def replay_key(self, headers: Message, body: bytes) -> tuple[str | None, Response | None]:
+        """The key replays are recognised by: the event id inside the signed body (``id``,
+        ``batch_id``), else the body's digest; a header id contradicting a single event's
+        signed id is refused."""
+        if self.journal is None:
+            return None, None
+        signed = signing.signed_event_id(body)
+        header = _header_text(headers.get(signing.EVENT_ID_HEADER))
+        if signed is not None and header and header != signed:
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict) and "events" not in doc:
+                return None, _error(
+                    401,
+                    "AUTH_EVENT_ID_MISMATCH",
+                    f"{signing.EVENT_ID_HEADER} differs from the signed event id",
+                )
+        if signed is not None:
+            return "id:" + signed, None
+        return "sha256:" + hashlib.sha256(body).hexdigest(), None
+
+
+class Receiver:
+    """Everything but HTTP parsing: endpoints, landing, metrics, limits."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        cfg = settings.config
+        self.zone = LandingZone(settings.landing)
+        removed = self.zone.prepare([ep.config.subdir for ep in settings.endpoints.values()])
+        if removed:
+            log.info("removed %d temp file(s) left by an earlier crash", removed)
+        self.endpoints = {p: Endpoint(rt, self.zone) for p, rt in settings.endpoints.items()}
+        self.max_body = cfg.max_body_bytes
+        self.max_in_flight = cfg.max_in_flight
+        self.retry_after = str(cfg.retry_after_seconds)
+        self.metrics = Metrics()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self.started = time.time()
+        # hook for tests: how a body is landed
+        self.land: Callable[[str, bytes], Path] = self.zone.land
+
+    def __repr__(self) -> str:
+        return f"Receiver(landing={str(self.settings.landing)!r}, endpoints={list(self.endpoints)})"
+
+    # ------------------------------------------------------------------ limits
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[bool]:
+        """Take an in-flight slot (``True``) or say the receiver is full (``False``)."""
+        with self._lock:
+            if self.metrics.in_flight >= self.max_in_flight:
+                got = False
+            else:
+                self.metrics.in_flight += 1
+                got = True
+        try:
+            yield got
+        finally:
+            if got:
+                with self._lock:
+                    self.metrics.in_flight -= 1
+                    self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request is in flight (graceful shutdown)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self.metrics.in_flight == 0, timeout)
+
+    def busy(self, code: str, message: str, retry_after: str | None = None) -> Response:
+        return _error(
+            503, code, message, headers={"Retry-After": retry_after or self.retry_after}, close=True
+        )
+
+    # ------------------------------------------------------------------ requests
+
+    def get(self, path: str) -> tuple[int, bytes, str]:
+        if path == "/healthz":
+            ok = os.access(self.zone.root, os.W_OK)
+            doc = {
+                "status": "ok" if ok else "landing zone not writable",
+                "in_flight": self.metrics.in_flight,
+                "uptime_seconds": round(time.time() - self.started, 3),
+                "endpoints": sorted(self.endpoints),
+            }
+            return (200 if ok else 503), orjson.dumps(doc), "application/json"
+        if path == "/metrics":
+            return 200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8"
+        return 404, orjson.dumps({"status": "error", "code": "NOT_FOUND"}), "application/json"
+
+    def post(
+        self,
+        endpoint: Endpoint,
+        headers: Message,
+        read_body: Callable[[int], bytes],
+        remote: str,
+    ) -> Response:
+        """Handle one POST to a configured endpoint (the caller holds an in-flight slot)."""
+        denied = endpoint.authenticate_headers(headers)
+        if denied is not None:
+            denied.close = True
+            return denied
+        try:
+            body = read_body(self.max_body)
+        except BodyTooLarge:
+            return _error(
+                413, "BODY_TOO_LARGE", f"the body is over {self.max_body} bytes", close=True
+            )
+        except BadFraming as e:
+            return _error(400, "BAD_FRAMING", str(e), close=True)
+        denied = endpoint.authenticate_body(headers, body)
+        if denied is not None:
+            return denied
+        key, denied = endpoint.replay_key(headers, body)
+        if denied is not None:
+            return denied
+        if key is not None:
+            assert endpoint.journal is not None
+            state = endpoint.journal.claim(key)
+            if state == "duplicate":
+                self.metrics.duplicate(endpoint.path)
+                return Response(200, {"status": "duplicate"})
+            if state == "busy":
+                return self.busy("IN_PROGRESS", "the same event is being landed now", "1")
+        try:
+            response = self._decode_and_land(endpoint, headers, body, remote)
+        except BaseException:
+            if key is not None:
+                assert endpoint.journal is not None
+                endpoint.journal.release(key)
+            raise
+        if key is not None:
+            assert endpoint.journal is not None
+            if response.status == 200:
+                endpoint.journal.commit(key)
+            else:
+                endpoint.journal.release(key)
+        return response
+
+    def _decode_and_land(
+        self, endpoint: Endpoint, headers: Message, body: bytes, remote: str
+    ) -> Response:
+        if not body.strip(b" \t\r\n"):
+            return self._reject(endpoint, headers, body, "EMPTY_BODY", "the body is empty", remote)
+        data = landed_form(headers, body)
+        framing = endpoint.decoder.framing_dialect(None)
+        messages = list(split_file(data, None, framing))
+        if not messages:
+            return self._reject(
+                endpoint, headers, body, "EMPTY_BODY", "no message in the body", remote
+            )
+        events = 0
+        item_rejections = 0
+        policy = endpoint.runtime.config.item_rejections
+        for msg in messages:
+            out = endpoint.decoder.decode(msg)
+            events += len(out.events) + len(out.segments)
+            for rej in out.rejections:
+                if rej.item is not None and policy == "land":
+                    item_rejections += 1
+                    continue
+                where = ""
+                if len(messages) > 1:
+                    where = f" (element {msg.index})" if msg.index is not None else ""
+                    where = where or f" (line {msg.line})"
+                if rej.item is not None:
+                    where += f" (item {rej.item})"
+                return self._reject(endpoint, headers, body, rej.code, rej.message + where, remote)
+        try:
+            path = self.land(endpoint.subdir, data)
+        except DiskFull:
+            log.error("landing zone disk full; answering 503")
+            return self.busy("DISK_FULL", "the landing zone's disk is full")
+        except OSError as e:
+            log.error("could not land a body: %s", e.strerror or type(e).__name__)
+            return _error(500, "LANDING_FAILED", "the body could not be written; retry")
+        self.metrics.accepted(endpoint.path, len(body), events)
+        log.debug("landed %s (%d events) from %s", path.name, events, remote)
+        doc: dict[str, Any] = {"status": "accepted", "events": events, "file": path.name}
+        if item_rejections:
+            doc["rejected_items"] = item_rejections
+        return Response(200, doc)
+
+    def _reject(
+        self,
+        endpoint: Endpoint,
+        headers: Message,
+        body: bytes,
+        code: str,
+        message: str,
+        remote: str,
+    ) -> Response:
+        reason = {
+            "code": code,
+            "message": message[:2000],
+            "endpoint": endpoint.path,
+            "dialect": endpoint.runtime.config.dialect,
+            "received_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "remote": remote,
+            "bytes": len(body),
+            "headers": {
+                k.lower(): v
+                for k, v in headers.items()
+                if k.lower() in _KEPT_HEADERS or k.lower().startswith(_CE_HEADER)
+            },
+        }
+        try:
+            self.zone.reject(endpoint.subdir, body, reason)
+        except (OSError, DiskFull) as e:
+            log.error("could not keep a rejected body: %s", e)
+        log.info("rejected a body on %s: [%s] %s", endpoint.path, code, message[:200])
+        return _error(400, code, message[:2000])
+
+
+def landed_form(headers: Mapping[str, str] | Message, body: bytes) -> bytes:
+    """What lands for a body: the body itself, or — CloudEvents binary mode (``ce-*``
+    headers) — a Kafka-record-shaped JSON document ``{"headers": {"ce_…": …}, "value": body}``
+    so the attributes travel with the data (``value_base64`` when the body is not UTF-8)."""
+    attrs: dict[str, str] = {}
+    content_type: str | None = None
+    for k, v in headers.items():
+        name = k.lower()
+        if name.startswith(_CE_HEADER) and len(name) > len(_CE_HEADER):
+            attrs["ce_" + name[len(_CE_HEADER) :]] = _header_text(v) or ""
+        elif name == "content-type":
+            content_type = v
+    if "ce_specversion" not in attrs:
+        return body
+    if content_type and "ce_datacontenttype" not in attrs:
+        attrs["ce_datacontenttype"] = content_type
+    record: dict[str, Any] = {"headers": attrs}
+    try:
+        record["value"] = body.decode("utf-8")
+    except UnicodeDecodeError:
+        import base64
+
+        record["value_base64"] = base64.b64encode(body).decode("ascii")
+    return orjson.dumps(record)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "cdcflow-serve"
+    sys_version = ""
+    timeout = 60
+    server: ReceiverServer
+
+    def setup(self) -> None:
+        super().setup()
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _send(
+        self, status: int, payload: bytes, ctype: str, headers: Mapping[str, str], close: bool
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        for k, v in headers.items():
+            self.send_header(k, v)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def _route(self) -> str:
+        path = self.path.split("?", 1)[0]
+        return path.rstrip("/") or "/"
+
+    def do_GET(self) -> None:
+        status, payload, ctype = self.server.receiver.get(self._route())
+        self._send(status, payload, ctype, {}, False)
+
+    do_HEAD = do_GET
+
+    def do_POST(self) -> None:
+        receiver = self.server.receiver
+        started = time.perf_counter()
+        route = self._route()
+        endpoint = receiver.endpoints.get(route)
+        if endpoint is None:
+            resp = _error(404, "NOT_FOUND", "no endpoint at this path", close=True)
+            self._answer(resp, route, started, "-")
+            return
+        with receiver.slot() as got:
+            if not got:
+                resp = receiver.busy("OVERLOADED", "too many requests in flight")
+            else:
+                try:
+                    resp = receiver.post(
+                        endpoint, self.headers, self._read_body, self.address_string()
+                    )
+                except Exception as e:  # never leak internals; never acknowledge
+                    log.exception("unexpected error on %s: %s", route, type(e).__name__)
+                    resp = _error(
+                        500, "INTERNAL", "internal error; the body was not kept", close=True
+                    )
+            self._answer(resp, route, started, endpoint.path)
+
+    def _answer(self, resp: Response, route: str, started: float, metric_path: str) -> None:
+        receiver = self.server.receiver
+        reason = None if resp.status == 200 else resp.reason
+        receiver.metrics.observe(metric_path, resp.status, time.perf_counter() - started, reason)
+        self._send(
+            resp.status,
+            orjson.dumps(resp.doc),
+            "application/json",
+            resp.headers,
+            resp.close,
+        )
+
+    def do_PUT(self) -> None:
+        self._send(
+            405,
+            orjson.dumps({"status": "error", "code": "METHOD_NOT_ALLOWED"}),
+            "application/json",
+            {"Allow": "POST, GET"},
+            True,
+        )
+
+    do_DELETE = do_PATCH = do_PUT
+
+    def _read_body(self, limit: int) -> bytes:
+        encoding = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in encoding:
+            return self._read_chunked(limit)
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            raise BadFraming("Content-Length or chunked transfer encoding is required")
+        try:
+            length = int(length_text.strip())
+        except ValueError:
+            raise BadFraming("Content-Length is not a number") from None
+        if length < 0:
+            raise BadFraming("Content-Length is negative")
+        if length > limit:
+            # read (and drop) a moderately oversized body so the client sees the 413 instead
+            # of a reset connection; a huge one is not read
+            if length <= limit + _DRAIN_LIMIT:
+                remaining = length
+                while remaining > 0:
+                    got = self.rfile.read(min(remaining, 65536))
+                    if not got:
+                        break
+                    remaining -= len(got)
+            raise BodyTooLarge
+        data = self.rfile.read(length)
+        if len(data) != length:
+            raise BadFraming("the connection closed before the whole body arrived")
+        return data
+
+    def _read_chunked(self, limit: int) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1026)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise BadFraming("bad chunk size") from None
+            if size == 0:
+                while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
+                    pass
+                if total > limit:
+                    raise BodyTooLarge
+                return b"".join(parts)
+            total += size
+            if total > limit + _DRAIN_LIMIT:
+                raise BodyTooLarge
+            chunk = self.rfile.read(size)
+            if len(chunk) != size:
+                raise BadFraming("the connection closed inside a chunk")
+            if total <= limit:
+                parts.append(chunk)
+            self.rfile.readline(3)
+
+
+class ReceiverServer(ThreadingHTTPServer):
+    """The HTTP(S) server of a :class:`Receiver`."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, receiver: Receiver, address: tuple[str, int]) -> None:
+        self.receiver = receiver
+        host = address[0]
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__(address, _Handler)
+        tls = receiver.settings.config.tls
+        self.tls = tls is not None
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            ctx.load_cert_chain(tls.cert_file, tls.key_file)
+            self.socket = ctx.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
+
+    def __repr__(self) -> str:
+        return f"ReceiverServer({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        if isinstance(host, bytes):
+            host = host.decode()
+        shown = f"[{host}]" if ":" in str(host) else str(host)
+        return f"{'https' if self.tls else 'http'}://{shown}:{port}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection error from %s", client_address, exc_info=True)
+
+
+def make_server(settings: Settings) -> ReceiverServer:
+    """A bound (not yet serving) receiver for ``settings``."""
+    receiver = Receiver(settings)
+    listen = settings.config.listen
+    return ReceiverServer(receiver, (listen.host, listen.port))
