@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from cdcflow.errors import ConfigError
 
@@ -103,6 +110,57 @@ class TableConfig(_Model):
     name: str | None = None
 
 
+class OutputConfig(_Model):
+    """One downstream output of the canonical stream (``outputs:``).
+
+    ``files``: JSON lines under ``<path>/batch=<batch id>/`` in the unified batch format
+    (``format: unified_batch``) or the Kafka message form (``format: kafka``).
+    ``webhook``: signed HTTP POSTs of unified batches (or single events when ``batch_size`` is 1)
+    with retries; what still fails is dead-lettered as ``DELIVERY_FAILED``.
+    """
+
+    type: Literal["files", "webhook"]
+    name: str
+    path: str | None = None
+    format: Literal["unified_batch", "kafka"] = "unified_batch"
+    url: str | None = None
+    secret_env: str | None = None
+    secret_file: str | None = None
+    batch_size: int = Field(default=100, ge=1)
+    max_attempts: int = Field(default=5, ge=1)
+    timeout: float = Field(default=10.0, gt=0)
+    backoff: float = Field(default=0.5, ge=0)
+    concurrency: int = Field(default=2, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_.-]+$", v):
+            raise ValueError(f"must be letters, digits, _, . or - (got {v!r})")
+        return v
+
+    @model_validator(mode="after")
+    def _per_type(self) -> OutputConfig:
+        if self.type == "files":
+            if not self.path:
+                raise ValueError(f"output {self.name!r}: a files output needs 'path'")
+            for key in ("url", "secret_env", "secret_file"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"output {self.name!r}: '{key}' is for webhook outputs")
+        else:
+            if not self.url or not re.match(r"^https?://", self.url):
+                raise ValueError(
+                    f"output {self.name!r}: a webhook output needs 'url' (http:// or https://)"
+                )
+            if self.path is not None:
+                raise ValueError(f"output {self.name!r}: 'path' is for files outputs")
+            if self.secret_env and self.secret_file:
+                raise ValueError(
+                    f"output {self.name!r}: give 'secret_env' or 'secret_file', not both"
+                )
+        return self
+
+
 class PipelineConfig(_Model):
     """A whole pipeline (``cdcflow run CONFIG``)."""
 
@@ -118,6 +176,16 @@ class PipelineConfig(_Model):
     consistency: Literal["none", "transactions", "resolved"] = "none"
     follow_interval: str = "10s"
     parallel_tables: int = 2
+    outputs: list[OutputConfig] = Field(default_factory=list)
+
+    @field_validator("outputs")
+    @classmethod
+    def _unique_outputs(cls, v: list[OutputConfig]) -> list[OutputConfig]:
+        names = [o.name for o in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"output names must be unique (repeated: {', '.join(dup)})")
+        return v
 
     @field_validator("tombstone_retention", "segment_wait", "follow_interval")
     @classmethod
@@ -191,5 +259,8 @@ def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
             "checkpoint": fix(cfg.checkpoint),
             "catalog": cfg.catalog.model_copy(update={"warehouse": fix(cfg.catalog.warehouse)}),
             "sources": [s.model_copy(update={"path": fix(s.path)}) for s in cfg.sources],
+            "outputs": [
+                o.model_copy(update={"path": fix(o.path)}) if o.path else o for o in cfg.outputs
+            ],
         }
     )

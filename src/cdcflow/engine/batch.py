@@ -261,6 +261,10 @@ class BatchProcessor:
             record_watermarks(
                 spark, self.watermark_table, events.where("operation = 'RESOLVED'"), batch_id
             )
+        if self.cfg.outputs:
+            from cdcflow.sinks.outputs import emit
+
+            dead.extend(emit(events, list(self.cfg.outputs), self.pipeline_id, batch_id))
         dlq = dead[0]
         for d in dead[1:]:
             dlq = dlq.unionByName(d)

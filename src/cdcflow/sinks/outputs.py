@@ -1,0 +1,412 @@
+"""Outputs: the canonical stream emitted to downstream consumers.
+
+Two kinds (``outputs:`` in the configuration, :class:`cdcflow.config.OutputConfig`):
+
+* ``files`` — per micro-batch, JSON lines under ``<path>/batch=<batch id>/``: unified batch
+  envelopes (``batch_id``, ``batch_size``, ``batch_timestamp``, ``events``) or the Kafka message
+  form (``key`` ``table:primary_key``, ``value``, ``savegress-*`` ``headers``). A replayed batch
+  overwrites its own directory, so the output is idempotent.
+* ``webhook`` — signed POSTs (``X-Savegress-Event-ID``, ``X-Savegress-Signature``,
+  ``X-Savegress-Timestamp``) of unified batches, or single events when ``batch_size`` is 1,
+  with exponential backoff and jitter on timeouts, connection errors, 5xx and 429 (honouring
+  ``Retry-After``), no retry on other 4xx. Events of requests that still fail after
+  ``max_attempts`` come back as rows the engine dead-letters (``DELIVERY_FAILED``). Delivery is
+  at-least-once: event ids (and batch ids) are stable across retries and reruns, receivers
+  deduplicate on them.
+
+Everything runs on the executors through ``mapInArrow`` (Arrow-batched Python); nothing is
+collected to the driver. Decimals are written as exact JSON numbers (``orjson.Fragment``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from cdcflow.event import format_timestamp, spark_schema_ddl
+from cdcflow.serve.signing import signature_headers
+from cdcflow.types import ValueTypeError, from_wire, json_default
+
+#: Operations emitted to outputs (markers BEGIN/COMMIT/RESOLVED are not).
+OUTPUT_OPERATIONS: tuple[str, ...] = (
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "UPSERT",
+    "SNAPSHOT",
+    "TRUNCATE",
+    "DDL",
+)
+#: Columns of the failure rows: the batch's event columns plus the delivery outcome.
+FAILURE_DDL = spark_schema_ddl() + ", _fp bigint, _target string, _status int, _reason string"
+#: Longest wait honoured from a ``Retry-After`` header, seconds.
+MAX_RETRY_AFTER = 60.0
+#: Longest computed backoff, seconds.
+MAX_BACKOFF = 30.0
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A map value as a dict: Arrow gives a list of (key, value) pairs, Python a dict."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    return {k: v for k, v in value}
+
+
+def _typed(image: Any, types: Mapping[str, str]) -> dict[str, Any] | None:
+    if image is None:
+        return None
+    out: dict[str, Any] = {}
+    for col, text in _as_dict(image).items():
+        t = types.get(col, "string")
+        try:
+            out[col] = from_wire(text, t)
+        except (ValueTypeError, ValueError, orjson.JSONDecodeError):
+            out[col] = text  # not readable as its type: the wire text, unchanged
+    return out
+
+
+def stable_event_id(fp: Any, sequence: Any) -> str:
+    """Event id for events without one: a hash of the batch fingerprint ``_fp`` (content of the
+    event) and its sequence, identical across retries and reruns."""
+    payload = f"{fp}|{sequence}".encode()
+    return "cdc-" + hashlib.blake2b(payload, digest_size=16).hexdigest()
+
+
+def render_unified(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A canonical event (a decoded-frame row: wire-string maps plus ``types``) as a unified-
+    format event with typed values. Dump it with :func:`dumps` to keep decimals exact."""
+    types = {k: v for k, v in _as_dict(row.get("types")).items() if v}
+    position: Any = row.get("position")
+    if isinstance(position, str):
+        try:
+            position = orjson.loads(position)
+        except orjson.JSONDecodeError:
+            pass
+    ts = row.get("timestamp")
+    doc: dict[str, Any] = {
+        "id": row.get("id") or stable_event_id(row.get("_fp"), row.get("sequence")),
+        "source": row.get("source"),
+        "schema": row.get("schema"),
+        "table": row.get("table"),
+        "operation": row.get("operation"),
+        "timestamp": format_timestamp(ts) if isinstance(ts, dt.datetime) else ts,
+        "transaction_id": row.get("transaction_id"),
+        "position": position,
+        "before": _typed(row.get("before"), types),
+        "after": _typed(row.get("after"), types),
+        "metadata": _as_dict(row.get("metadata")),
+    }
+    if row.get("operation") == "DDL":
+        doc["ddl_type"] = row.get("ddl_type")
+        doc["ddl_command"] = row.get("ddl_command")
+    return doc
+
+
+def dumps(doc: Any) -> bytes:
+    """Compact JSON with exact decimals, ISO timestamps and base64 bytes."""
+    return orjson.dumps(doc, default=json_default)
+
+
+def primary_key(row: Mapping[str, Any]) -> str:
+    """The ``primary_key`` part of a Kafka key: the key values, comma-joined."""
+    return ",".join("" if v is None else str(v) for v in _as_dict(row.get("key")).values())
+
+
+def kafka_record(row: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
+    """The Kafka message form of one event as a JSON record (key, value, headers)."""
+    ts = row.get("timestamp")
+    millis = int(ts.timestamp() * 1000) if isinstance(ts, dt.datetime) else 0
+    return {
+        "key": f"{event['table']}:{primary_key(row)}",
+        "value": event,
+        "headers": {
+            "savegress-event-id": event["id"],
+            "savegress-operation": event["operation"],
+            "savegress-table": event["table"],
+            "savegress-timestamp": str(millis),
+        },
+    }
+
+
+def envelope(batch_id: str, events: list[dict[str, Any]], now: dt.datetime) -> dict[str, Any]:
+    """A unified batch envelope."""
+    return {
+        "batch_id": batch_id,
+        "batch_size": len(events),
+        "batch_timestamp": format_timestamp(now),
+        "events": events,
+    }
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+def _chunks(rows: list[dict[str, Any]], size: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, len(rows), size):
+        yield start, min(start + size, len(rows))
+
+
+def _ordered(events: Any, partitions: int) -> Any:
+    """Events spread over ``partitions`` by (table, key) and in sequence order within each:
+    a replayed batch gives the same partitions, so the same batch ids."""
+    from pyspark.sql import functions as F
+
+    return events.repartition(partitions, F.col("_target"), F.to_json("key")).sortWithinPartitions(
+        "sequence", "id"
+    )
+
+
+def _row_events(events: Any) -> Any:
+    ops = ", ".join(f"'{op}'" for op in OUTPUT_OPERATIONS)
+    return events.where(f"operation IN ({ops})")
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _file_lines(pipeline: str, batch_id: int, fmt: str, size: int) -> Callable[..., Any]:
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        part = _partition_id()
+        chunk = 0
+        now = dt.datetime.now(dt.UTC)
+        for batch in batches:
+            rows = batch.to_pylist()
+            lines: list[str] = []
+            if fmt == "kafka":
+                for r in rows:
+                    lines.append(dumps(kafka_record(r, render_unified(r))).decode())
+            else:
+                for a, b in _chunks(rows, size):
+                    bid = f"{pipeline}-{batch_id}-{part}.{chunk}"
+                    chunk += 1
+                    events = [render_unified(r) for r in rows[a:b]]
+                    lines.append(dumps(envelope(bid, events, now)).decode())
+            if lines:
+                yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], ["value"])
+
+    return fn
+
+
+def write_files(events: Any, out: Any, pipeline: str, batch_id: int) -> str:
+    """Write one batch's events to ``<path>/batch=<batch_id>/`` (replaced when replayed)."""
+    target = f"{str(out.path).rstrip('/')}/batch={batch_id}"
+    rendered = _ordered(_row_events(events), out.concurrency).mapInArrow(
+        _file_lines(pipeline, batch_id, out.format, out.batch_size), "value string"
+    )
+    rendered.write.mode("overwrite").text(target)
+    return target
+
+
+# --------------------------------------------------------------------------- webhook
+
+
+class Secret:
+    """A signing secret that never shows in repr, str or logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret itself (only to sign)."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret(***)"
+
+    __str__ = __repr__
+
+
+def load_secret(out: Any) -> Secret | None:
+    """The output's secret from ``secret_env`` or ``secret_file`` (``None`` when unsigned)."""
+    from cdcflow.errors import ConfigError
+
+    if out.secret_env:
+        value = os.environ.get(out.secret_env)
+        if not value:
+            raise ConfigError(
+                f"output {out.name!r}: environment variable {out.secret_env} is not set"
+            )
+        return Secret(value)
+    if out.secret_file:
+        try:
+            value = Path(out.secret_file).read_text().strip()
+        except OSError as e:
+            raise ConfigError(
+                f"output {out.name!r}: cannot read secret_file ({e.strerror})"
+            ) from None
+        if not value:
+            raise ConfigError(f"output {out.name!r}: secret_file is empty")
+        return Secret(value)
+    return None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Outcome of one request after its retries."""
+
+    ok: bool
+    status: int | None
+    reason: str
+    attempts: int
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def backoff_delay(attempt: int, base: float, rng: Callable[[], float] = random.random) -> float:
+    """Wait before retry number ``attempt`` (1-based): ``base * 2**(attempt-1)`` with full
+    jitter between 50% and 150%, at most :data:`MAX_BACKOFF`."""
+    return min(base * (2 ** (attempt - 1)) * (0.5 + rng()), MAX_BACKOFF)
+
+
+def post(
+    url: str,
+    body: bytes,
+    event_id: str,
+    secret: Secret | None,
+    *,
+    max_attempts: int,
+    timeout: float,
+    backoff: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Delivery:
+    """POST ``body`` with the unified format's headers, retrying what may succeed later."""
+    status: int | None = None
+    reason = ""
+    attempt = 0
+    while attempt < max_attempts:
+        attempt += 1
+        headers = {"Content-Type": "application/json", "User-Agent": "cdcflow"}
+        if secret is not None:
+            headers.update(signature_headers(body, secret.reveal(), event_id))
+        else:
+            headers["X-Savegress-Event-ID"] = event_id
+        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        wait: float | None = None
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                resp.read()
+                return Delivery(True, resp.status, "ok", attempt)
+        except urllib.error.HTTPError as e:
+            status, reason = e.code, f"HTTP {e.code}"
+            retry_after = e.headers.get("Retry-After") if e.headers else None
+            e.close()
+            if e.code != 429 and e.code < 500:
+                return Delivery(False, status, reason, attempt)
+            wait = _retry_after(retry_after) if e.code in (429, 503) else None
+        except TimeoutError:
+            status, reason = None, "timeout"
+        except (urllib.error.URLError, OSError) as e:
+            status = None
+            cause = getattr(e, "reason", e)
+            reason = "timeout" if isinstance(cause, TimeoutError) else f"connection: {cause}"
+        if attempt < max_attempts:
+            sleep(wait if wait is not None else backoff_delay(attempt, backoff))
+    return Delivery(False, status, reason, attempt)
+
+
+def _deliver(pipeline: str, batch_id: int, out: Any, secret: Secret | None) -> Callable[..., Any]:
+    url, size = out.url, out.batch_size
+    options = {"max_attempts": out.max_attempts, "timeout": out.timeout, "backoff": out.backoff}
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        part = _partition_id()
+        chunk = 0
+        now = dt.datetime.now(dt.UTC)
+        for batch in batches:
+            rows = batch.to_pylist()
+            failed: list[int] = []
+            statuses: list[int | None] = []
+            reasons: list[str] = []
+            for a, b in _chunks(rows, size):
+                events = [render_unified(r) for r in rows[a:b]]
+                if size == 1:
+                    body, eid = dumps(events[0]), str(events[0]["id"])
+                else:
+                    eid = f"{pipeline}-{batch_id}-{part}.{chunk}"
+                    body = dumps(envelope(eid, events, now))
+                chunk += 1
+                result = post(url, body, eid, secret, **options)
+                if not result.ok:
+                    failed.extend(range(a, b))
+                    statuses.extend([result.status] * (b - a))
+                    reasons.extend(
+                        [f"{result.reason} after {result.attempts} attempt(s)"] * (b - a)
+                    )
+            if failed:
+                taken = batch.take(pa.array(failed, pa.int64()))
+                taken = taken.append_column("_status", pa.array(statuses, pa.int32()))
+                yield taken.append_column("_reason", pa.array(reasons, pa.string()))
+
+    return fn
+
+
+def deliver_webhook(events: Any, out: Any, pipeline: str, batch_id: int) -> Any:
+    """Deliver one batch's events; returns the (materialised) frame of the events that could
+    not be delivered, with ``_status`` and ``_reason``, columns of :data:`FAILURE_DDL`."""
+    secret = load_secret(out)
+    cols = [c.split(" ")[0] for c in FAILURE_DDL.split(", ")][:-2]
+    frame = _ordered(_row_events(events).select(*[c.strip("`") for c in cols]), out.concurrency)
+    failures = frame.mapInArrow(_deliver(pipeline, batch_id, out, secret), FAILURE_DDL)
+    # deliver exactly once per batch run: the failures are computed here, not on every read
+    return failures.localCheckpoint(eager=True)
+
+
+def failure_message_sql(out: Any) -> str:
+    """Spark SQL text of the dead-letter message of a failed delivery."""
+    name = out.name.replace("'", "")
+    return (
+        f"concat('output {name}: delivery failed, last status ', "
+        "coalesce(CAST(_status AS string), 'none'), ' (', _reason, ')')"
+    )
+
+
+def emit(events: Any, outputs: list[Any], pipeline: str, batch_id: int) -> list[Any]:
+    """Run every configured output over one batch's events; dead-letter rows of failures."""
+    from cdcflow.sinks.deadletter import event_rows
+
+    dead: list[Any] = []
+    for out in outputs:
+        if out.type == "files":
+            write_files(events, out, pipeline, batch_id)
+        else:
+            failures = deliver_webhook(events, out, pipeline, batch_id)
+            dead.append(
+                event_rows(
+                    failures, pipeline, batch_id, "DELIVERY_FAILED", failure_message_sql(out)
+                )
+            )
+    return dead

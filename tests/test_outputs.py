@@ -1,0 +1,377 @@
+"""Outputs: unified rendering, signed webhook delivery with retries, file stream sinks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from cdcflow.config import load_config
+from cdcflow.errors import ConfigError
+from cdcflow.serve.signing import verify
+from cdcflow.sinks.outputs import Secret, backoff_delay, dumps, post, render_unified
+
+SECRET = "s3cret-value"
+
+
+class Server:
+    """A loopback HTTP server answering from a script of statuses (then 200)."""
+
+    def __init__(self, script: list[int | tuple[int, dict[str, str]]] | None = None) -> None:
+        self.script = list(script or [])
+        self.requests: list[tuple[Any, bytes]] = []
+        self.fail_all: int | None = None
+        lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with lock:
+                    owner.requests.append((self.headers, body))
+                    step: Any = owner.script.pop(0) if owner.script else 200
+                    if owner.fail_all is not None:
+                        step = owner.fail_all
+                code, headers = step if isinstance(step, tuple) else (step, {})
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/events"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[Callable[..., Server]]:
+    made: list[Server] = []
+
+    def make(script: list[Any] | None = None) -> Server:
+        s = Server(script)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _row(**over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": "evt-1",
+        "source": "postgres",
+        "schema": "public",
+        "table": "users",
+        "operation": "UPDATE",
+        "timestamp": dt.datetime(2025, 1, 15, 10, 30, 0, 123456, tzinfo=dt.UTC),
+        "transaction_id": "tx-1",
+        "sequence": "0001",
+        "position": '{"lsn": "0/1A", "sequence": 3}',
+        "key": [("id", "1")],
+        "before": {"id": "1", "active": "false"},
+        "after": [
+            ("id", "1"),
+            ("active", "true"),
+            ("amount", "12345678901234567890.123456789"),
+            ("rate", "0.5"),
+            ("name", "Ann"),
+            ("nothing", None),
+        ],
+        "metadata": {"database": "prod"},
+        "types": [
+            ("id", "bigint"),
+            ("active", "boolean"),
+            ("amount", "decimal(38,9)"),
+            ("rate", "double"),
+            ("name", "string"),
+            ("nothing", "int"),
+        ],
+        "_fp": 42,
+    }
+    row.update(over)
+    return row
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_render_unified_typed_values() -> None:
+    doc = render_unified(_row())
+    assert doc["id"] == "evt-1"
+    assert doc["timestamp"] == "2025-01-15T10:30:00.123456Z"
+    assert doc["position"] == {"lsn": "0/1A", "sequence": 3}
+    assert doc["before"] == {"id": 1, "active": False}
+    assert doc["after"]["amount"] == Decimal("12345678901234567890.123456789")
+    assert doc["metadata"] == {"database": "prod"}
+    text = dumps(doc)
+    assert b'"amount":12345678901234567890.123456789' in text  # exact JSON number
+    back = orjson.loads(text)
+    assert back["after"] == {
+        "id": 1,
+        "active": True,
+        "amount": pytest.approx(12345678901234567890.123456789),
+        "rate": 0.5,
+        "name": "Ann",
+        "nothing": None,
+    }
+
+
+def test_render_unified_stable_ids() -> None:
+    a = render_unified(_row(id=None))
+    b = render_unified(_row(id=""))
+    assert a["id"] == b["id"] and a["id"].startswith("cdc-")
+    assert render_unified(_row(id=None, _fp=43))["id"] != a["id"]
+    assert render_unified(_row(id=None, sequence="0002"))["id"] != a["id"]
+
+
+def test_unreadable_value_kept_as_text() -> None:
+    doc = render_unified(_row(after={"id": "x"}, types={"id": "bigint"}))
+    assert doc["after"] == {"id": "x"}
+
+
+# --------------------------------------------------------------------------- delivery
+
+
+def _post(url: str, sleeps: list[float], attempts: int = 4) -> Any:
+    return post(
+        url,
+        b'{"id":"evt-1"}',
+        "evt-1",
+        Secret(SECRET),
+        max_attempts=attempts,
+        timeout=2,
+        backoff=0.01,
+        sleep=sleeps.append,
+    )
+
+
+def test_retry_5xx_then_ok_and_signature(server: Callable[..., Server]) -> None:
+    srv = server([500, 503, 200])
+    sleeps: list[float] = []
+    result = _post(srv.url, sleeps)
+    assert result.ok and result.attempts == 3
+    assert len(sleeps) == 2 and all(0 < s <= 0.1 for s in sleeps)
+    for headers, body in srv.requests:
+        assert body == b'{"id":"evt-1"}'
+        assert headers["X-Savegress-Event-ID"] == "evt-1"
+        assert verify(body, headers["X-Savegress-Signature"], SECRET)
+        assert not verify(body, headers["X-Savegress-Signature"], "other")
+        assert headers["X-Savegress-Timestamp"].isdigit()
+
+
+def test_429_honours_retry_after(server: Callable[..., Server]) -> None:
+    srv = server([(429, {"Retry-After": "2"}), 200])
+    sleeps: list[float] = []
+    result = _post(srv.url, sleeps)
+    assert result.ok and sleeps == [2.0]
+
+
+def test_400_not_retried(server: Callable[..., Server]) -> None:
+    srv = server([400, 200])
+    sleeps: list[float] = []
+    result = _post(srv.url, sleeps)
+    assert not result.ok and result.status == 400 and result.attempts == 1
+    assert sleeps == [] and len(srv.requests) == 1
+
+
+def test_failure_after_max_attempts(server: Callable[..., Server]) -> None:
+    srv = server([500] * 10)
+    sleeps: list[float] = []
+    result = _post(srv.url, sleeps, attempts=3)
+    assert not result.ok and result.status == 500 and result.attempts == 3
+    assert len(srv.requests) == 3 and len(sleeps) == 2
+
+
+def test_connection_refused_is_retried() -> None:
+    srv = Server()
+    url = srv.url
+    srv.close()
+    sleeps: list[float] = []
+    result = _post(url, sleeps, attempts=2)
+    assert not result.ok and result.status is None and "connection" in result.reason
+    assert len(sleeps) == 1
+
+
+def test_backoff_grows_with_jitter() -> None:
+    assert backoff_delay(1, 1.0, lambda: 0.0) == 0.5
+    assert backoff_delay(3, 1.0, lambda: 1.0) == 6.0
+    assert backoff_delay(20, 1.0, lambda: 1.0) == 30.0
+
+
+def test_secret_never_in_repr() -> None:
+    assert SECRET not in repr(Secret(SECRET)) and SECRET not in str(Secret(SECRET))
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def _cfg(outputs: list[dict[str, Any]]) -> Any:
+    return load_config({"sources": [{"name": "s", "path": "/x"}], "outputs": outputs})
+
+
+def test_output_config_validation() -> None:
+    cfg = _cfg([{"type": "webhook", "name": "hook", "url": "http://h/x", "secret_env": "S"}])
+    assert cfg.outputs[0].batch_size == 100 and cfg.outputs[0].max_attempts == 5
+    with pytest.raises(ConfigError, match="needs 'path'"):
+        _cfg([{"type": "files", "name": "f"}])
+    with pytest.raises(ConfigError, match="needs 'url'"):
+        _cfg([{"type": "webhook", "name": "w"}])
+    with pytest.raises(ConfigError, match="not both"):
+        _cfg(
+            [
+                {
+                    "type": "webhook",
+                    "name": "w",
+                    "url": "http://h",
+                    "secret_env": "A",
+                    "secret_file": "B",
+                }
+            ]
+        )
+    with pytest.raises(ConfigError, match="unique"):
+        _cfg(
+            [
+                {"type": "files", "name": "f", "path": "/a"},
+                {"type": "files", "name": "f", "path": "/b"},
+            ]
+        )
+    with pytest.raises(ConfigError, match="batch_size"):
+        _cfg([{"type": "files", "name": "f", "path": "/a", "batch_size": 0}])
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+def _decode_dir(directory: Path) -> list[dict[str, Any]]:
+    from cdcflow.dialects.base import RawMessage
+    from cdcflow.framing import Decoder
+
+    decoder = Decoder("savegress")
+    events: list[dict[str, Any]] = []
+    files = sorted(directory.glob("part-*"))
+    assert files, f"no files in {directory}"
+    for f in files:
+        for line in f.read_bytes().splitlines():
+            outcome = decoder.decode(RawMessage(data=line, origin=str(f)))
+            assert not outcome.rejections, outcome.rejections
+            events.extend(outcome.events)
+    return events
+
+
+@pytest.mark.spark
+def test_pipeline_outputs(
+    spark: Any,
+    tmp_path: Path,
+    server: Callable[..., Server],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.scenario import config, ev, land, run
+
+    monkeypatch.setenv("CDCFLOW_TEST_SECRET", SECRET)
+    good = server()
+    bad = server()
+    bad.fail_all = 500
+    messages = [
+        ev("INSERT", "users", 1, after={"id": 1, "amount": 10.25, "name": "a"}, id="e1"),
+        ev("INSERT", "users", 2, after={"id": 2, "amount": 3.5, "name": "b"}, id="e2"),
+        ev(
+            "UPDATE",
+            "users",
+            3,
+            before={"id": 1},
+            after={"id": 1, "amount": 11.0, "name": "a"},
+            id="e3",
+        ),
+        ev("DELETE", "users", 4, before={"id": 2}, id="e4"),
+        ev("INSERT", "orders", 5, after={"oid": 7, "user": 1}, id="e5"),
+    ]
+    land(tmp_path / "landing", messages)
+    out = tmp_path / "out"
+    cfg = config(
+        tmp_path,
+        "outputs_e2e",
+        keys={"users": ["id"], "orders": ["oid"]},
+        outputs=[
+            {"type": "files", "name": "uni", "path": str(out / "uni"), "batch_size": 2},
+            {"type": "files", "name": "kafka", "path": str(out / "kafka"), "format": "kafka"},
+            {
+                "type": "webhook",
+                "name": "hook",
+                "url": good.url,
+                "secret_env": "CDCFLOW_TEST_SECRET",
+                "batch_size": 2,
+                "backoff": 0.01,
+            },
+            {
+                "type": "webhook",
+                "name": "down",
+                "url": bad.url,
+                "batch_size": 1,
+                "max_attempts": 2,
+                "backoff": 0.01,
+            },
+        ],
+    )
+    run(spark, cfg)
+    want = {m["id"]: m for m in messages}
+
+    batch_dirs = sorted((out / "uni").glob("batch=*"))
+    assert batch_dirs
+    for fmt in ("uni", "kafka"):
+        got = [e for d in sorted((out / fmt).glob("batch=*")) for e in _decode_dir(d)]
+        assert sorted(e["id"] for e in got) == sorted(want)
+        for e in got:
+            m = want[e["id"]]
+            assert (e["operation"], e["table"]) == (m["operation"], m["table"])
+            if "after" in m:
+                assert {k: str(v) for k, v in e["after"].items()} == {
+                    k: str(v) for k, v in m["after"].items()
+                }
+
+    delivered: set[str] = set()
+    for headers, body in good.requests:
+        assert verify(body, headers["X-Savegress-Signature"], SECRET)
+        doc = orjson.loads(body)
+        assert headers["X-Savegress-Event-ID"] == doc["batch_id"]
+        assert doc["batch_size"] == len(doc["events"]) <= 2
+        delivered |= {e["id"] for e in doc["events"]}
+    assert delivered == set(want)
+    amounts = {
+        e["id"]: e["after"]["amount"]
+        for _, body in good.requests
+        for e in orjson.loads(body)["events"]
+        if e["table"] == "users" and e["after"]
+    }
+    assert amounts == {"e1": 10.25, "e2": 3.5, "e3": 11.0}
+
+    assert len(bad.requests) == 2 * len(want)  # every event tried max_attempts times
+    dead = spark.sql(
+        "SELECT error_code, error_message, raw FROM cdc.outputs_e2e__cdcflow.dead_letters"
+    ).collect()
+    assert len(dead) == len(want)
+    assert {r["error_code"] for r in dead} == {"DELIVERY_FAILED"}
+    assert all("output down" in r["error_message"] and "500" in r["error_message"] for r in dead)
+    assert {orjson.loads(r["raw"])["id"] for r in dead} == set(want)
+    # the replicas were still written
+    users = spark.sql("SELECT id FROM cdc.outputs_e2e.users").collect()
+    assert [r["id"] for r in users] == [1]
