@@ -5,20 +5,32 @@
 (b) end to end: events/s into an Iceberg replica vs a hand-written minimal pipeline
     (``from_json`` + ``row_number`` dedup + one ``MERGE INTO``, no guards), same workload.
 (c) growth: time of one fixed batch of changes against a replica of S rows and of 100×S rows.
+(d) receiver: acknowledged requests/s and p50/p99 latency of ``cdcflow serve`` (signed unified
+    endpoint, decode + durable landing: temp file, fsync, rename, folder fsync) vs a minimal
+    ``http.server`` receiver that only writes the body to a file without fsync, both in this
+    process under the same N concurrent keep-alive clients and the same signed bodies.
 
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png``. Sizes scale with the
-environment variable ``BENCH_SCALE`` (default 1.0).
+environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench receiver`` runs (d) alone
+(no Spark) and writes ``bench/results/receiver.json``.
 """
 
 from __future__ import annotations
 
+import argparse
+import http.client
+import itertools
 import json
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -232,13 +244,220 @@ def bench_growth(spark: Any, root: Path, base_rows: int, batch: int) -> dict[str
     return out
 
 
+RECEIVER_SECRET = "bench-receiver-secret"
+
+
+def _signed_requests(
+    clients: int, per_client: int, events: int, prefix: str
+) -> list[list[tuple[bytes, dict[str, str]]]]:
+    """Per client, ``per_client`` signed unified batches of ``events`` events each, with
+    distinct batch ids (the receiver deduplicates on them)."""
+    from cdcflow.serve.signing import signature_headers
+
+    out: list[list[tuple[bytes, dict[str, str]]]] = []
+    lsn = 1
+    for c in range(clients):
+        reqs: list[tuple[bytes, dict[str, str]]] = []
+        for r in range(per_client):
+            docs = []
+            for _ in range(events):
+                docs.append(
+                    {
+                        "id": f"{prefix}-e{lsn}",
+                        "operation": "INSERT",
+                        "table": "items",
+                        "source": "postgres",
+                        "timestamp": "2025-01-15T10:30:00Z",
+                        "position": {"lsn": _lsn(lsn), "sequence": 0},
+                        "after": {"id": lsn, "name": f"item-{lsn}", "qty": lsn % 1000},
+                    }
+                )
+                lsn += 1
+            batch_id = f"{prefix}-{c}-{r}"
+            body = orjson.dumps(
+                {
+                    "batch_id": batch_id,
+                    "batch_size": len(docs),
+                    "batch_timestamp": "2025-01-15T10:30:00Z",
+                    "events": docs,
+                }
+            )
+            headers = {"Content-Type": "application/json"}
+            headers.update(signature_headers(body, RECEIVER_SECRET, batch_id))
+            reqs.append((body, headers))
+        out.append(reqs)
+    return out
+
+
+def _drive(port: int, path: str, work: list[list[tuple[bytes, dict[str, str]]]]) -> dict[str, Any]:
+    """Send every client's requests from its own thread over one keep-alive connection
+    (reopened if the server closes it); acknowledged = answered 200."""
+    latencies: list[list[float]] = [[] for _ in work]
+    errors = [0] * len(work)
+    barrier = threading.Barrier(len(work) + 1)
+
+    def client(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        barrier.wait()
+        for body, headers in work[i]:
+            t = time.perf_counter()
+            try:
+                conn.request("POST", path, body=body, headers=headers)
+                resp = conn.getresponse()
+                resp.read()
+                ok = resp.status == 200
+                if resp.will_close:
+                    conn.close()
+            except (OSError, http.client.HTTPException):
+                ok = False
+                conn.close()
+            if ok:
+                latencies[i].append(time.perf_counter() - t)
+            else:
+                errors[i] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(work))]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - started
+    lat = sorted(x for xs in latencies for x in xs)
+    cuts = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
+    return {
+        "acknowledged": len(lat),
+        "errors": sum(errors),
+        "seconds": elapsed,
+        "requests_per_s": len(lat) / elapsed,
+        "p50_ms": cuts[49] * 1000,
+        "p99_ms": cuts[98] * 1000,
+    }
+
+
+def _minimal_receiver(folder: Path) -> ThreadingHTTPServer:
+    """The baseline: read the body, write it to a new file (no fsync), answer 200."""
+    folder.mkdir(parents=True, exist_ok=True)
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        # headers and body go out as two writes: without TCP_NODELAY the second waits for
+        # the client's delayed ACK (~40 ms on Linux) on a keep-alive connection
+        disable_nagle_algorithm = True
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with lock:
+                n = next(counter)
+            (folder / f"{n:08d}.json").write_bytes(body)
+            payload = b'{"status":"accepted"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+
+def _serving(server: Any) -> Callable[[], None]:
+    """Serve in a daemon thread; returns the function that stops it."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.daemon = True
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return stop
+
+
+def bench_receiver(
+    root: Path, clients: int = 8, per_client: int = 200, events: int = 10
+) -> dict[str, Any]:
+    from cdcflow.serve.config import load_serve_config
+    from cdcflow.serve.server import make_server
+
+    (root / "receiver_secret").write_text(RECEIVER_SECRET)
+    settings = load_serve_config(
+        {
+            "listen": {"host": "127.0.0.1", "port": 0},
+            "landing": str(root / "receiver_landing"),
+            "endpoints": [
+                {
+                    "path": "/events",
+                    "dialect": "savegress",
+                    "landing": "savegress",
+                    "auth": {
+                        "signature": {
+                            "secret_file": str(root / "receiver_secret"),
+                            "timestamp_tolerance": "1h",
+                        }
+                    },
+                }
+            ],
+        },
+        "(bench)",
+        root,
+    )
+    ours = make_server(settings)
+    base = _minimal_receiver(root / "receiver_minimal")
+    stops = [_serving(ours), _serving(base)]
+    try:
+        warm = max(1, per_client // 10)
+        for name, port in (
+            ("warm-ours", ours.server_address[1]),
+            ("warm-min", base.server_address[1]),
+        ):
+            _drive(port, "/events", _signed_requests(clients, warm, events, name))
+        r_ours = _drive(
+            ours.server_address[1], "/events", _signed_requests(clients, per_client, events, "o")
+        )
+        r_base = _drive(
+            base.server_address[1], "/events", _signed_requests(clients, per_client, events, "m")
+        )
+    finally:
+        for stop in stops:
+            stop()
+    landed = sorted((root / "receiver_landing" / "savegress").glob("*"))
+    return {
+        "clients": clients,
+        "requests_per_client": per_client,
+        "events_per_request": events,
+        "ours": r_ours,
+        "baseline": r_base,
+        # every acknowledged request (warm-up included) is one landed file
+        "landed_files": len([p for p in landed if p.is_file()]),
+        "ratio": r_ours["requests_per_s"] / r_base["requests_per_s"],
+    }
+
+
+def _receiver_line(r: dict[str, Any]) -> str:
+    o, b = r["ours"], r["baseline"]
+    return (
+        f"(d) receiver: cdcflow {o['requests_per_s']:,.0f} req/s (p50 {o['p50_ms']:.1f} ms, "
+        f"p99 {o['p99_ms']:.1f} ms), minimal {b['requests_per_s']:,.0f} req/s "
+        f"(p50 {b['p50_ms']:.1f} ms, p99 {b['p99_ms']:.1f} ms), ratio {r['ratio']:.2f}× "
+        f"({r['clients']} clients, errors {o['errors']}/{b['errors']})"
+    )
+
+
 def chart(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
+    receiver = results.get("receiver")
+    fig, axes = plt.subplots(1, 4 if receiver else 3, figsize=(16 if receiver else 12, 3.5))
     d, e, g = results["decode"], results["end_to_end"], results["growth"]
     axes[0].bar(["from_json", "cdcflow"], [d["baseline_events_per_s"], d["ours_events_per_s"]])
     axes[0].set_title(f"decode events/s (×{d['ratio']:.2f})")
@@ -249,11 +468,38 @@ def chart(results: dict[str, Any], path: Path) -> None:
         [g["small_seconds"], g["large_seconds"]],
     )
     axes[2].set_title(f"fixed batch seconds (×{g['cost_ratio_100x']:.2f})")
+    if receiver:
+        axes[3].bar(
+            ["minimal", "cdcflow serve"],
+            [receiver["baseline"]["requests_per_s"], receiver["ours"]["requests_per_s"]],
+        )
+        axes[3].set_title(f"receiver acked req/s (×{receiver['ratio']:.2f})")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
-def main() -> int:
+def receiver_only() -> int:
+    """``python -m bench receiver``: (d) alone, no Spark."""
+    root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
+    try:
+        r = bench_receiver(root, per_client=max(10, int(200 * SCALE)))
+        print(_receiver_line(r), flush=True)
+        RESULTS.mkdir(exist_ok=True)
+        doc = {"machine": {"cores": os.cpu_count()}, "scale": SCALE, "receiver": r}
+        (RESULTS / "receiver.json").write_text(json.dumps(doc, indent=2))
+        print(f"results: {RESULTS / 'receiver.json'}")
+        return 0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "part", nargs="?", choices=("all", "receiver"), default="all", help="what to run"
+    )
+    if parser.parse_args(argv).part == "receiver":
+        return receiver_only()
     from cdcflow.spark.session import SparkSettings, build_session
 
     root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
@@ -285,6 +531,8 @@ def main() -> int:
             f"ratio {g['cost_ratio_100x']:.2f}×",
             flush=True,
         )
+        results["receiver"] = bench_receiver(root, per_client=max(10, int(200 * SCALE)))
+        print(_receiver_line(results["receiver"]), flush=True)
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "bench.json").write_text(json.dumps(results, indent=2))
         chart(results, RESULTS / "bench.png")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +19,15 @@ import pytest
 from cdcflow.config import load_config
 from cdcflow.errors import ConfigError
 from cdcflow.serve.signing import verify
-from cdcflow.sinks.outputs import Secret, backoff_delay, dumps, post, render_unified
+from cdcflow.sinks.outputs import (
+    Secret,
+    backoff_delay,
+    dumps,
+    envelope,
+    post,
+    render_unified,
+)
+from tests.conftest_shared import shared_path
 
 SECRET = "s3cret-value"
 
@@ -220,6 +231,152 @@ def test_backoff_grows_with_jitter() -> None:
 
 def test_secret_never_in_repr() -> None:
     assert SECRET not in repr(Secret(SECRET)) and SECRET not in str(Secret(SECRET))
+
+
+# --------------------------------------------------------------------------- flaky receiver
+
+CLIENT_TIMEOUT = 0.3
+
+
+def spec_verify_signature() -> Callable[[bytes, str, str], bool]:
+    """The unified format spec's own ``verify_signature`` (section "Webhook Delivery"),
+    executed from the spec text, not copied into the project."""
+    text = shared_path("specs", "unified-cdc-event-format.txt").read_text()
+    section = text.split("## Webhook Delivery", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match and "def verify_signature" in match.group(1), "no verify_signature in the spec"
+    namespace: dict[str, Any] = {}
+    exec(compile(match.group(1), "unified-cdc-event-format.txt", "exec"), namespace)
+    fn: Callable[[bytes, str, str], bool] = namespace["verify_signature"]
+    return fn
+
+
+class FlakyServer:
+    """A loopback receiver failing at random (seeded): ~30% 500, ~20% 429 with
+    ``Retry-After: 0``, ~10% answering only after the client's timeout, else 200. Records
+    every request and the event ids of the bodies it answered 200 to (a late 200 counts:
+    the receiver has the body even though the client gave up on it)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.requests: list[tuple[Any, bytes, str]] = []
+        self.accepted: list[str] = []
+        self.pending = 0
+        self.cond = threading.Condition()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with owner.cond:
+                    roll = owner.rng.random()
+                    kind = (
+                        "500"
+                        if roll < 0.3
+                        else "429"
+                        if roll < 0.5
+                        else "slow"
+                        if roll < 0.6
+                        else "200"
+                    )
+                    owner.requests.append((self.headers, body, kind))
+                    if kind == "slow":
+                        owner.pending += 1
+                try:
+                    if kind == "slow":
+                        time.sleep(CLIENT_TIMEOUT * 2)
+                    if kind in ("200", "slow"):
+                        doc = orjson.loads(body)
+                        ids = [e["id"] for e in doc["events"]] if "events" in doc else [doc["id"]]
+                        with owner.cond:
+                            owner.accepted.extend(ids)
+                    status = {"500": 500, "429": 429}.get(kind, 200)
+                    self.send_response(status)
+                    if status == 429:
+                        self.send_header("Retry-After", "0")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # the client timed out and closed the connection
+                finally:
+                    if kind == "slow":
+                        with owner.cond:
+                            owner.pending -= 1
+                            owner.cond.notify_all()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/events"
+
+    def settle(self, timeout: float) -> None:
+        """Wait for the slow answers still sleeping."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.pending == 0, timeout)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_outbound_against_randomly_failing_receiver() -> None:
+    """Timeouts, 500 and 429 at random: every event delivered, each id accepted at least
+    once, the receiver's deduplicated set equals the events, and every request's signature
+    verifies with the spec's own ``verify_signature``."""
+    verify_signature = spec_verify_signature()
+    events = [render_unified(_row(id=f"evt-{i:03d}", sequence=f"{i:04d}")) for i in range(60)]
+    sent = {e["id"] for e in events}
+    srv = FlakyServer(seed=7)
+    try:
+        started = time.monotonic()
+        now = dt.datetime(2025, 1, 15, tzinfo=dt.UTC)
+        sizes = [1, 5, 8]  # single events and batches, as the sink sends them
+        start, chunk = 0, 0
+        while start < len(events):
+            part = events[start : start + sizes[chunk % len(sizes)]]
+            if len(part) == 1:
+                body, eid = dumps(part[0]), str(part[0]["id"])
+            else:
+                eid = f"pipe-1-0.{chunk}"
+                body = dumps(envelope(eid, part, now))
+            result = post(
+                srv.url,
+                body,
+                eid,
+                Secret(SECRET),
+                max_attempts=12,
+                timeout=CLIENT_TIMEOUT,
+                backoff=0.001,
+            )
+            assert result.ok and result.status == 200, (eid, result)
+            start += len(part)
+            chunk += 1
+        srv.settle(5)
+        elapsed = time.monotonic() - started
+    finally:
+        srv.close()
+
+    kinds = [kind for _, _, kind in srv.requests]
+    # the seed really exercised every failure kind, and retries were needed
+    assert {"500", "429", "slow", "200"} <= set(kinds)
+    assert len(srv.requests) > chunk
+    assert elapsed < 10
+    assert set(srv.accepted) == sent  # each id at least once, nothing else
+    assert all(srv.accepted.count(i) >= 1 for i in sent)
+    for headers, body, _ in srv.requests:
+        signature = headers["X-Savegress-Signature"]
+        assert verify_signature(body, signature, SECRET)
+        assert not verify_signature(body, signature, "wrong-secret")
+        assert not verify_signature(body + b" ", signature, SECRET)
+        doc = orjson.loads(body)
+        assert headers["X-Savegress-Event-ID"] == doc.get("batch_id", doc.get("id"))
+        assert headers["X-Savegress-Timestamp"].isdigit()
 
 
 # --------------------------------------------------------------------------- configuration

@@ -514,6 +514,9 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "cdcflow-serve"
     sys_version = ""
     timeout = 60
+    # headers and body go out in separate writes: without TCP_NODELAY a keep-alive client's
+    # delayed ACK stalls every response by ~40 ms
+    disable_nagle_algorithm = True
     server: ReceiverServer
 
     def setup(self) -> None:
