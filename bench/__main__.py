@@ -9,10 +9,14 @@
     endpoint, decode + durable landing: temp file, fsync, rename, folder fsync) vs a minimal
     ``http.server`` receiver that only writes the body to a file without fsync, both in this
     process under the same N concurrent keep-alive clients and the same signed bodies.
+(e) many tables: one batch of 20,000 events over 100 existing tables, in a running ``--follow``
+    pipeline (steady state) and as the batch of a new run, vs the hand-written per-table
+    pipeline (parse once, then per table ``row_number`` + one ``MERGE``, sequential, warm).
+(f) small continuous batches: the same for one table.
 
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png``. Sizes scale with the
-environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench receiver`` runs (d) alone
-(no Spark) and writes ``bench/results/receiver.json``.
+environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench PART...`` runs some cases
+(decode, e2e, growth, receiver, many, small); the others' figures in bench.json are kept.
 """
 
 from __future__ import annotations
@@ -201,7 +205,7 @@ def handwritten(spark: Any, folder: Path, table: str) -> None:
 
 
 def bench_end_to_end(spark: Any, root: Path, n: int) -> dict[str, float]:
-    from cdcflow.engine.pipeline import Pipeline
+    from cdcflow.pipeline.query import Pipeline
 
     folder = root / "e2e"
     write_events(folder, n, keys=max(1, n // 5), files=8)
@@ -226,7 +230,7 @@ def bench_end_to_end(spark: Any, root: Path, n: int) -> dict[str, float]:
 
 
 def bench_growth(spark: Any, root: Path, base_rows: int, batch: int) -> dict[str, float]:
-    from cdcflow.engine.pipeline import Pipeline
+    from cdcflow.pipeline.query import Pipeline
 
     out: dict[str, float] = {}
     for label, rows in (("small", base_rows), ("large", base_rows * 100)):
@@ -244,6 +248,245 @@ def bench_growth(spark: Any, root: Path, base_rows: int, batch: int) -> dict[str
     return out
 
 
+MULTI_COLUMNS = "id bigint, name string, qty bigint, price decimal(10,2), updated_at timestamp"
+
+
+def write_tables(
+    path: Path,
+    n: int,
+    tables: int,
+    keys: int,
+    seed: int,
+    first_lsn: int,
+    inserts_only: bool = False,
+) -> int:
+    """One JSON-lines file of ``n`` savegress events over tables ``t000``.. (10 % deletes of
+    live keys); returns the next LSN."""
+    rng = random.Random(seed)
+    alive: set[tuple[int, int]] = set()
+    if not inserts_only:
+        alive = {(t, k) for t in range(tables) for k in range(keys)}
+    out: list[bytes] = []
+    lsn = first_lsn
+    for i in range(n):
+        if inserts_only:
+            t, k = i % tables, i // tables
+            op = "INSERT"
+        else:
+            t, k = rng.randrange(tables), rng.randrange(keys * 2)
+            op = "UPDATE" if (t, k) in alive else "INSERT"
+            if (t, k) in alive and rng.random() < 0.1:
+                op = "DELETE"
+        row = {
+            "id": k,
+            "name": f"item-{k}-{i}",
+            "qty": rng.randrange(1000),
+            "price": f"{rng.randrange(100000) / 100:.2f}",
+            "updated_at": "2025-01-15T10:30:00.123456Z",
+        }
+        doc: dict[str, Any] = {
+            "id": f"m{lsn}",
+            "operation": op,
+            "table": f"t{t:03d}",
+            "source": "postgres",
+            "timestamp": "2025-01-15T10:30:00Z",
+            "position": {"lsn": _lsn(lsn), "sequence": 0},
+        }
+        if op == "DELETE":
+            doc["before"] = row
+            alive.discard((t, k))
+        else:
+            doc["after"] = row
+            alive.add((t, k))
+        lsn += 1
+        out.append(orjson.dumps(doc))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("_" + path.name)
+    tmp.write_bytes(b"\n".join(out) + b"\n")
+    tmp.rename(path)
+    return lsn
+
+
+def _multi_cfg(root: Path, name: str, landing: Path, tables: int, follow: str = "1s") -> Any:
+    from cdcflow.config import load_config
+
+    names = [f"t{t:03d}" for t in range(tables)]
+    return load_config(
+        {
+            "pipeline": name,
+            "checkpoint": str(root / f"ck_{name}"),
+            "namespace": name,
+            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
+            "follow_interval": follow,
+            "sources": [
+                {
+                    "name": "s",
+                    "path": str(landing),
+                    "dialect": "savegress",
+                    "keys": {t: ["id"] for t in names},
+                    "types": {t: TYPES["items"] for t in names},
+                }
+            ],
+        }
+    )
+
+
+def handwritten_tables(spark: Any, files: list[Path], namespace: str, tables: int) -> None:
+    """What people write by hand for many tables: parse the batch once, then per table a
+    row_number dedup and one MERGE, one table after another."""
+    for t in range(tables):
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS cdc.{namespace}.t{t:03d} ({MULTI_COLUMNS}) USING iceberg "
+            "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
+            "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')"
+        )
+    src = (
+        spark.read.text([str(f) for f in files])
+        .selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
+        .cache()
+    )
+    src.createOrReplaceTempView("bench_multi_raw")
+    try:
+        for t in range(tables):
+            name = f"t{t:03d}"
+            spark.sql(f"""
+                SELECT coalesce(e.after.id, e.before.id) AS id, e.operation AS op,
+                       e.after.name AS name, e.after.qty AS qty,
+                       CAST(e.after.price AS decimal(10,2)) AS price,
+                       CAST(e.after.updated_at AS timestamp) AS updated_at,
+                       row_number() OVER (PARTITION BY coalesce(e.after.id, e.before.id)
+                                          ORDER BY e.position.lsn DESC) AS rn
+                FROM bench_multi_raw WHERE e.`table` = '{name}'
+            """).where("rn = 1").createOrReplaceTempView("bench_multi_latest")
+            spark.sql(f"""
+                MERGE INTO cdc.{namespace}.{name} t USING bench_multi_latest s ON t.id = s.id
+                WHEN MATCHED AND s.op = 'DELETE' THEN DELETE
+                WHEN MATCHED THEN UPDATE SET name = s.name, qty = s.qty, price = s.price,
+                     updated_at = s.updated_at
+                WHEN NOT MATCHED AND s.op <> 'DELETE' THEN INSERT *
+            """)
+    finally:
+        src.unpersist()
+
+
+class _Follow:
+    """A pipeline kept open with ``--follow`` in a thread; each landed batch is timed by the
+    streaming query's own trigger duration (listing, planning, the batch, the commit)."""
+
+    def __init__(self, spark: Any, cfg: Any) -> None:
+        from cdcflow.pipeline.query import Pipeline
+
+        self.spark = spark
+        self.reports: list[Any] = []
+        self.ready = threading.Event()
+        self.pipeline = Pipeline(cfg, spark)
+        self.thread = threading.Thread(
+            target=self.pipeline.run, kwargs={"follow": True, "on_report": self._report}
+        )
+        self.thread.daemon = True
+        self.thread.start()
+
+    def _report(self, report: Any) -> None:
+        self.reports.append(report)
+        self.ready.set()
+
+    def _query(self) -> Any:
+        for _ in range(600):
+            active = self.spark.streams.active
+            if active:
+                return active[0]
+            time.sleep(0.1)
+        raise RuntimeError("the follow query did not start")
+
+    def batch(self, land: Callable[[], None]) -> tuple[float, Any]:
+        """Land files, wait for their batch; (trigger seconds, report)."""
+        query = self._query()
+        self.ready.clear()
+        seen = len(self.reports)
+        land()
+        while len(self.reports) <= seen:
+            if not self.ready.wait(600):
+                raise RuntimeError("no batch report within 600 s")
+            self.ready.clear()
+        report = self.reports[-1]
+        for _ in range(600):
+            progress = query.lastProgress
+            if progress and progress.get("batchId") == report.batch_id:
+                return progress["durationMs"]["triggerExecution"] / 1000, report
+            time.sleep(0.05)
+        raise RuntimeError("no progress for the batch")
+
+    def stop(self) -> None:
+        self._query().stop()
+        self.thread.join(timeout=120)
+
+
+def bench_shape(
+    spark: Any, root: Path, label: str, tables: int, events: int, keys: int
+) -> dict[str, Any]:
+    """One batch of ``events`` events over ``tables`` existing tables: inside a running
+    ``--follow`` pipeline (steady state), as the batch of a new run (scheduled use), and the
+    hand-written per-table pipeline over the same files (warm, tables existing)."""
+    from cdcflow.pipeline.query import Pipeline
+
+    landing = root / f"{label}_landing"
+    files = root / f"{label}_files"
+    n_load = max(events, tables * keys)
+    lsn = write_tables(files / "0.jsonl", n_load, tables, keys, 1, 1, inserts_only=True)
+    batches = []
+    for b in range(1, 4):
+        path = files / f"{b}.jsonl"
+        lsn = write_tables(path, events, tables, keys, seed=b + 10, first_lsn=lsn)
+        batches.append(path)
+
+    def land(src: Path) -> Callable[[], None]:
+        return lambda: shutil.copy(src, landing / src.name)
+
+    landing.mkdir(parents=True)
+    cfg = _multi_cfg(root, f"bench_{label}", landing, tables)
+    follow = _Follow(spark, cfg)
+    try:
+        load_s, _ = follow.batch(land(files / "0.jsonl"))
+        warm_s, _ = follow.batch(land(batches[0]))
+        steady_s, report = follow.batch(land(batches[1]))
+    finally:
+        follow.stop()
+    shutil.copy(batches[2], landing / batches[2].name)
+    t = time.perf_counter()
+    new_reports = Pipeline(cfg, spark).run()
+    new_run_s = time.perf_counter() - t
+
+    hand_ns = f"bench_{label}_hand"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS cdc.{hand_ns}")
+    handwritten_tables(spark, [files / "0.jsonl"], hand_ns, tables)
+    handwritten_tables(spark, [batches[0]], hand_ns, tables)  # warm
+    t = time.perf_counter()
+    handwritten_tables(spark, [batches[1]], hand_ns, tables)
+    hand_s = time.perf_counter() - t
+    return {
+        "tables": tables,
+        "events": events,
+        "hand_written_seconds": hand_s,
+        "ours_steady_seconds": steady_s,
+        "ours_new_run_seconds": new_run_s,
+        "ours_warmup_batch_seconds": warm_s,
+        "ours_first_load_seconds": load_s,
+        "ratio_steady": steady_s / hand_s,
+        "ratio_new_run": new_run_s / hand_s,
+        "slowest_stage": getattr(report, "slowest_stage", None),
+        "new_run_batches": len(new_reports),
+    }
+
+
+def _shape_line(tag: str, r: dict[str, Any]) -> str:
+    return (
+        f"({tag}) {r['events']:,} events over {r['tables']} existing table(s): cdcflow "
+        f"{r['ours_steady_seconds']:.1f}s steady (--follow), {r['ours_new_run_seconds']:.1f}s as "
+        f"a new run; hand-written {r['hand_written_seconds']:.1f}s; time ratio "
+        f"{r['ratio_steady']:.2f}× steady, {r['ratio_new_run']:.2f}× new run"
+    )
+
+
 RECEIVER_SECRET = "bench-receiver-secret"
 
 
@@ -252,7 +495,7 @@ def _signed_requests(
 ) -> list[list[tuple[bytes, dict[str, str]]]]:
     """Per client, ``per_client`` signed unified batches of ``events`` events each, with
     distinct batch ids (the receiver deduplicates on them)."""
-    from cdcflow.serve.signing import signature_headers
+    from cdcflow.signing import signature_headers
 
     out: list[list[tuple[bytes, dict[str, str]]]] = []
     lsn = 1
@@ -451,95 +694,157 @@ def _receiver_line(r: dict[str, Any]) -> str:
 
 
 def chart(results: dict[str, Any], path: Path) -> None:
+    """One panel per case present in ``results``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    receiver = results.get("receiver")
-    fig, axes = plt.subplots(1, 4 if receiver else 3, figsize=(16 if receiver else 12, 3.5))
-    d, e, g = results["decode"], results["end_to_end"], results["growth"]
-    axes[0].bar(["from_json", "cdcflow"], [d["baseline_events_per_s"], d["ours_events_per_s"]])
-    axes[0].set_title(f"decode events/s (×{d['ratio']:.2f})")
-    axes[1].bar(["hand-written", "cdcflow"], [e["baseline_events_per_s"], e["ours_events_per_s"]])
-    axes[1].set_title(f"end-to-end events/s (×{e['ratio']:.2f})")
-    axes[2].bar(
-        [f"{g['small_rows']:,} rows", f"{g['large_rows']:,} rows"],
-        [g["small_seconds"], g["large_seconds"]],
-    )
-    axes[2].set_title(f"fixed batch seconds (×{g['cost_ratio_100x']:.2f})")
-    if receiver:
-        axes[3].bar(
-            ["minimal", "cdcflow serve"],
-            [receiver["baseline"]["requests_per_s"], receiver["ours"]["requests_per_s"]],
+    panels: list[tuple[list[str], list[float], str]] = []
+    if "decode" in results:
+        d = results["decode"]
+        panels.append(
+            (
+                ["from_json", "cdcflow"],
+                [d["baseline_events_per_s"], d["ours_events_per_s"]],
+                f"(a) decode events/s (×{d['ratio']:.2f})",
+            )
         )
-        axes[3].set_title(f"receiver acked req/s (×{receiver['ratio']:.2f})")
+    if "end_to_end" in results:
+        e = results["end_to_end"]
+        panels.append(
+            (
+                ["hand-written", "cdcflow"],
+                [e["baseline_events_per_s"], e["ours_events_per_s"]],
+                f"(b) end-to-end events/s (×{e['ratio']:.2f})",
+            )
+        )
+    if "growth" in results:
+        g = results["growth"]
+        panels.append(
+            (
+                [f"{g['small_rows']:,} rows", f"{g['large_rows']:,} rows"],
+                [g["small_seconds"], g["large_seconds"]],
+                f"(c) fixed batch seconds (×{g['cost_ratio_100x']:.2f})",
+            )
+        )
+    if "receiver" in results:
+        r = results["receiver"]
+        panels.append(
+            (
+                ["minimal", "cdcflow serve"],
+                [r["baseline"]["requests_per_s"], r["ours"]["requests_per_s"]],
+                f"(d) receiver acked req/s (×{r['ratio']:.2f})",
+            )
+        )
+    for key, tag in (("many_tables", "e"), ("small_batches", "f")):
+        if key in results:
+            m = results[key]
+            panels.append(
+                (
+                    ["hand-written", "steady", "new run"],
+                    [
+                        m["hand_written_seconds"],
+                        m["ours_steady_seconds"],
+                        m["ours_new_run_seconds"],
+                    ],
+                    f"({tag}) {m['tables']} table(s) batch seconds (×{m['ratio_steady']:.2f})",
+                )
+            )
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
+    for ax, (labels, values, title) in zip(axes[0], panels, strict=True):
+        ax.bar(labels, values)
+        ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
-def receiver_only() -> int:
-    """``python -m bench receiver``: (d) alone, no Spark."""
+def receiver_only() -> dict[str, Any]:
+    """(d) alone, no Spark."""
     root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
     try:
         r = bench_receiver(root, per_client=max(10, int(200 * SCALE)))
         print(_receiver_line(r), flush=True)
-        RESULTS.mkdir(exist_ok=True)
-        doc = {"machine": {"cores": os.cpu_count()}, "scale": SCALE, "receiver": r}
-        (RESULTS / "receiver.json").write_text(json.dumps(doc, indent=2))
-        print(f"results: {RESULTS / 'receiver.json'}")
-        return 0
+        return r
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+PARTS = ("decode", "e2e", "growth", "receiver", "many", "small")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument(
-        "part", nargs="?", choices=("all", "receiver"), default="all", help="what to run"
+        "parts",
+        nargs="*",
+        choices=("all", *PARTS),
+        default=["all"],
+        help="cases to run (default all); results of other cases in bench.json are kept",
     )
-    if parser.parse_args(argv).part == "receiver":
-        return receiver_only()
-    from cdcflow.spark.session import SparkSettings, build_session
+    chosen = set(parser.parse_args(argv).parts)
+    if "all" in chosen:
+        chosen = set(PARTS)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "bench.json"
+    results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    results.update({"machine": {"cores": os.cpu_count()}, "scale": SCALE})
+    if chosen == {"receiver"}:
+        results["receiver"] = receiver_only()
+    else:
+        from cdcflow.spark.session import SparkSettings, build_session
 
-    root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
-    try:
-        spark = build_session(
-            SparkSettings(warehouse=str(root / "warehouse"), shuffle_partitions=4)
-        )
-        results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}, "scale": SCALE}
-        results["decode"] = bench_decode(spark, root, int(400_000 * SCALE))
+        root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
+        try:
+            spark = build_session(
+                SparkSettings(warehouse=str(root / "warehouse"), shuffle_partitions=4)
+            )
+            _run_spark_parts(spark, root, chosen, results)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    out.write_text(json.dumps(results, indent=2))
+    chart(results, RESULTS / "bench.png")
+    print(f"results: {out}, {RESULTS / 'bench.png'}")
+    return 0
+
+
+def _run_spark_parts(spark: Any, root: Path, chosen: set[str], results: dict[str, Any]) -> None:
+    if "decode" in chosen:
+        d = results["decode"] = bench_decode(spark, root, int(400_000 * SCALE))
         print(
-            f"(a) decode: cdcflow {results['decode']['ours_events_per_s']:,.0f} events/s, "
-            f"from_json {results['decode']['baseline_events_per_s']:,.0f} events/s, "
-            f"ratio {results['decode']['ratio']:.2f}×",
+            f"(a) decode: cdcflow {d['ours_events_per_s']:,.0f} events/s, "
+            f"from_json {d['baseline_events_per_s']:,.0f} events/s, ratio {d['ratio']:.2f}×",
             flush=True,
         )
-        results["end_to_end"] = bench_end_to_end(spark, root, int(200_000 * SCALE))
-        e = results["end_to_end"]
+    if "e2e" in chosen:
+        e = results["end_to_end"] = bench_end_to_end(spark, root, int(200_000 * SCALE))
         print(
             f"(b) end to end: cdcflow {e['ours_events_per_s']:,.0f} events/s, hand-written "
             f"{e['baseline_events_per_s']:,.0f} events/s, ratio {e['ratio']:.2f}× "
             f"(rows differing: {e['rows_differing_from_baseline']})",
             flush=True,
         )
-        results["growth"] = bench_growth(spark, root, int(10_000 * SCALE), int(10_000 * SCALE))
-        g = results["growth"]
+    if "growth" in chosen:
+        g = results["growth"] = bench_growth(spark, root, int(10_000 * SCALE), int(10_000 * SCALE))
         print(
             f"(c) growth: fixed batch {g['small_seconds']:.1f}s at {g['small_rows']:,} rows, "
             f"{g['large_seconds']:.1f}s at {g['large_rows']:,} rows, "
             f"ratio {g['cost_ratio_100x']:.2f}×",
             flush=True,
         )
+    if "receiver" in chosen:
         results["receiver"] = bench_receiver(root, per_client=max(10, int(200 * SCALE)))
         print(_receiver_line(results["receiver"]), flush=True)
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "bench.json").write_text(json.dumps(results, indent=2))
-        chart(results, RESULTS / "bench.png")
-        print(f"results: {RESULTS / 'bench.json'}, {RESULTS / 'bench.png'}")
-        return 0
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    if "many" in chosen:
+        m = results["many_tables"] = bench_shape(
+            spark, root, "many", tables=100, events=int(20_000 * SCALE), keys=50
+        )
+        print(_shape_line("e", m), flush=True)
+    if "small" in chosen:
+        f = results["small_batches"] = bench_shape(
+            spark, root, "small", tables=1, events=int(20_000 * SCALE), keys=5_000
+        )
+        print(_shape_line("f", f), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from cdcflow.config import PipelineConfig, load_config
-from cdcflow.engine.pipeline import Pipeline
+from cdcflow.pipeline.query import Pipeline
 
 _files = itertools.count()
 

@@ -770,7 +770,7 @@ def test_renderer_layout_and_shapes(tmp_path: Path) -> None:
 @pytest.mark.spark
 def test_spec_and_rendered_events_through_the_pipeline(spark: Any, tmp_path: Path) -> None:
     from cdcflow.demo import demo_config
-    from cdcflow.engine.pipeline import Pipeline
+    from cdcflow.pipeline.query import Pipeline
     from cdcflow.testing.compare import diff_table, read_replica
 
     feats = frozenset(ALL_FEATURES - {"truncate"})

@@ -18,8 +18,7 @@ import pytest
 
 from cdcflow.config import load_config
 from cdcflow.errors import ConfigError
-from cdcflow.serve.signing import verify
-from cdcflow.sinks.outputs import (
+from cdcflow.outputs.stream import (
     Secret,
     backoff_delay,
     dumps,
@@ -27,6 +26,7 @@ from cdcflow.sinks.outputs import (
     post,
     render_unified,
 )
+from cdcflow.signing import verify
 from tests.conftest_shared import shared_path
 
 SECRET = "s3cret-value"

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.demo import demo_config
-from cdcflow.engine.pipeline import Pipeline
+from cdcflow.pipeline.query import Pipeline
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.renderers import renderer, renderer_features, renderer_names

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.engine.batch import merge_shapes, shapes_fit
+from cdcflow.engine.plan import merge_shapes, shapes_fit
 
 
 def test_shapes_fit_with_unknown_kinds() -> None:

@@ -19,7 +19,7 @@ def test_posted_bodies_become_exact_replicas(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cdcflow.config import load_config
-    from cdcflow.engine.pipeline import Pipeline
+    from cdcflow.pipeline.query import Pipeline
 
     monkeypatch.setenv("TEST_SG_SECRET", SECRET)
     (tmp_path / "token.txt").write_text("unused\n")

@@ -46,8 +46,8 @@ def run_demo(
     workdir: Path, *, seed: int = 7, transactions: int = 150, echo: Callable[[str], None] = print
 ) -> bool:
     """Run the demo; returns whether every replica equals the oracle."""
-    from cdcflow.cli.pipeline import format_report
-    from cdcflow.engine.pipeline import Pipeline, spark_settings
+    from cdcflow.pipeline.query import Pipeline, spark_settings
+    from cdcflow.pipeline.report import format_report
     from cdcflow.spark.session import build_session
     from cdcflow.testing import oracle
     from cdcflow.testing.compare import diff_table, read_replica

@@ -9,30 +9,6 @@ import click
 from cdcflow.cli.main import echo_err
 
 
-def format_report(report: object) -> str:
-    """One progress line for a batch report."""
-    from cdcflow.engine.batch import BatchReport
-
-    assert isinstance(report, BatchReport)
-    ops = " ".join(f"{k}={v:,}" for k, v in sorted(report.operations.items()))
-    tables = ", ".join(f"{k}={v:,}" for k, v in sorted(report.tables.items())) or "-"
-    skipped = [o.table for o in report.outcomes if o.skipped]
-    extra = f" · already committed: {', '.join(skipped)}" if skipped else ""
-    if report.held or report.released:
-        extra += f" · {report.held:,} held, {report.released:,} released"
-    if report.segments or report.reassembled:
-        extra += (
-            f" · {report.segments:,} segments, {report.reassembled:,} split messages reassembled"
-        )
-    return (
-        f"batch {report.batch_id}: {report.events:,} events ({ops or 'none'}) · "
-        f"{report.duplicates:,} duplicates · {report.stale:,} stale · "
-        f"{report.conflicts:,} conflicts · "
-        f"{report.dead_lettered:,} dead-lettered · tables {tables} · "
-        f"{report.rate:,.0f} events/s in {report.seconds:.1f}s{extra}"
-    )
-
-
 @click.command("run")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--follow", is_flag=True, help="Keep following the landing zones.")
@@ -40,7 +16,8 @@ def run_cmd(config: str, follow: bool) -> None:
     """Run the pipeline described by CONFIG (YAML): decode the landing zones and apply the
     events to Iceberg tables. Stops when everything present is processed, unless --follow."""
     from cdcflow.config import load_config_file
-    from cdcflow.engine.pipeline import Pipeline
+    from cdcflow.pipeline.query import Pipeline
+    from cdcflow.pipeline.report import format_report
 
     cfg = load_config_file(config)
     pipeline = Pipeline(cfg)

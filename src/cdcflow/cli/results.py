@@ -9,7 +9,7 @@ import click
 
 def _session(config: str) -> tuple[Any, Any]:
     from cdcflow.config import load_config_file
-    from cdcflow.engine.pipeline import spark_settings
+    from cdcflow.pipeline.query import spark_settings
     from cdcflow.spark.session import build_session
 
     cfg = load_config_file(config)
@@ -79,9 +79,9 @@ def dead_letters_cmd(config: str, limit: int, output: str) -> None:
     """List dead-lettered messages: origin, error code and message."""
     cfg, spark = _session(config)
     ident = f"{cfg.catalog.name}.{cfg.namespace}__cdcflow.dead_letters"
-    from cdcflow.engine.tables import table_exists
+    from cdcflow.iceberg.catalog import Catalog
 
-    if not table_exists(spark, ident):
+    if not Catalog(cfg.catalog.name).exists(spark, f"{cfg.namespace}__cdcflow", "dead_letters"):
         click.echo("no dead letters")
         return
     df = spark.sql(
@@ -100,9 +100,9 @@ def history_cmd(config: str, limit: int, output: str) -> None:
     """Show the batch history of a pipeline."""
     cfg, spark = _session(config)
     ident = f"{cfg.catalog.name}.{cfg.namespace}__cdcflow.batches"
-    from cdcflow.engine.tables import table_exists
+    from cdcflow.iceberg.catalog import Catalog
 
-    if not table_exists(spark, ident):
+    if not Catalog(cfg.catalog.name).exists(spark, f"{cfg.namespace}__cdcflow", "batches"):
         click.echo("no batches yet")
         return
     _print(spark.sql(f"SELECT * FROM {ident} ORDER BY started_at DESC"), limit, output == "json")
@@ -117,9 +117,9 @@ def watermarks_cmd(config: str, limit: int, output: str) -> None:
     source's time — and how far that lags behind now."""
     cfg, spark = _session(config)
     ident = f"{cfg.catalog.name}.{cfg.namespace}__cdcflow.watermarks"
-    from cdcflow.engine.tables import table_exists
+    from cdcflow.iceberg.catalog import Catalog
 
-    if not table_exists(spark, ident):
+    if not Catalog(cfg.catalog.name).exists(spark, f"{cfg.namespace}__cdcflow", "watermarks"):
         click.echo("no resolved watermarks yet (the producers sent no RESOLVED events)")
         return
     df = spark.sql(

@@ -19,46 +19,56 @@ decides exactly as its first attempt did.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cdcflow.engine.commit import commit_properties, ledger_props
-from cdcflow.engine.sql import lit, view_name
-from cdcflow.engine.tables import table_exists
-from cdcflow.event import spark_schema_ddl
+from cdcflow.iceberg.catalog import Catalog
+from cdcflow.iceberg.layouts import HELD, WATERMARKS, held_columns
+from cdcflow.iceberg.write import Statement
+from cdcflow.spark.sql import view_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 MODES = ("none", "transactions", "resolved")
 _MARKERS = "('BEGIN','COMMIT','RESOLVED')"
-_EXTRA = "_fp bigint, _target string, batch_id bigint, released_batch bigint"
 
 
 @dataclass(frozen=True)
 class HoldResult:
-    """Events to apply in this batch (released ones from earlier batches included)."""
+    """Events to apply in this batch (released ones from earlier batches included), and the
+    write that records what is newly held and what is released (run it before the batch's
+    other commits)."""
 
-    events: Any
+    events: DataFrame
     held: int
     released: int
+    statements: list[Statement] = field(default_factory=list)
+    #: cached judgement behind the statements; release with :meth:`release` once they ran
+    cache: DataFrame | None = None
+
+    def release(self) -> None:
+        """Drop the cached judgement."""
+        if self.cache is not None:
+            self.cache.unpersist()
 
 
 class HoldStage:
     """The held-events table of a pipeline and the per-batch hold/release step."""
 
-    def __init__(self, ident: str, pipeline: str, mode: str, watermarks: str) -> None:
-        self.ident = ident
+    def __init__(self, catalog: Catalog, namespace: str, pipeline: str, mode: str) -> None:
+        self.catalog = catalog
+        self.namespace = namespace
+        self.ident = catalog.ident(namespace, HELD)
+        self.watermarks = catalog.ident(namespace, WATERMARKS)
         self.pipeline = pipeline
         self.mode = mode
-        self.watermarks = watermarks
 
-    def run(self, spark: Any, events: Any, batch_id: int) -> HoldResult:
+    def run(self, spark: SparkSession, events: DataFrame, batch_id: int) -> HoldResult:
         """Split ``events`` (this batch's decoded events, with ``_fp``/``_target``) and those
-        held earlier into released and still-held; record the change once."""
+        held earlier into released and still-held (the held table must exist)."""
         b = int(batch_id)
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {self.ident} ({spark_schema_ddl()}, {_EXTRA}) "
-            "USING iceberg TBLPROPERTIES ('format-version'='2')"
-        )
-        cols = [f.name for f in spark.table(self.ident).schema.fields][:-2]
+        cols = [c.split(" ")[0].strip("`") for c in held_columns().split(", ")][:-2]
         sel = ", ".join(f"`{c}`" for c in cols)
         new_view = view_name("hold_new")
         events.select(*cols).createOrReplaceTempView(new_view)
@@ -78,6 +88,7 @@ class HoldStage:
             f"SELECT a.*, a.operation = 'COMMIT' OR coalesce({ready}, false) AS _ready "
             f"FROM {all_view} a {joins}"
         ).persist()
+        statements: list[Statement] = []
         try:
             judged.createOrReplaceTempView(judged_view)
             counts = spark.sql(
@@ -101,8 +112,11 @@ class HoldStage:
                        OR (_ready AND batch_id < {b})
                     """
                 ).createOrReplaceTempView(source)
-                with commit_properties(spark, ledger_props(self.pipeline, b, "hold")):
-                    spark.sql(
+                statements.append(
+                    Statement(
+                        self.namespace,
+                        HELD,
+                        "hold",
                         f"""
                         MERGE INTO {self.ident} t USING {source} s
                         ON t._fp = s._fp AND t.batch_id = s.batch_id
@@ -110,28 +124,23 @@ class HoldStage:
                            AND t.item <=> s.item
                         WHEN MATCHED THEN UPDATE SET t.released_batch = s.released_batch
                         WHEN NOT MATCHED THEN INSERT *
-                        """
+                        """,
                     )
+                )
             released = spark.sql(
                 f"SELECT {sel} FROM {judged_view} WHERE _ready AND operation <> 'COMMIT'"
             )
             markers = spark.sql(f"SELECT {sel} FROM {new_view} WHERE operation IN {_MARKERS}")
             out = released.unionByName(markers).localCheckpoint(eager=True)
-        finally:
+        except BaseException:
             judged.unpersist()
-        return HoldResult(out, int(counts["held"]), int(counts["released"]))
+            raise
+        return HoldResult(out, int(counts["held"]), int(counts["released"]), statements, judged)
 
-    def _committed(self, spark: Any, b: int) -> bool:
-        if not table_exists(spark, self.ident):
-            return False
-        rows = spark.sql(
-            f"SELECT 1 FROM {self.ident}.snapshots "
-            f"WHERE summary['cdcflow.pipeline'] = {lit(self.pipeline)} "
-            f"AND summary['cdcflow.batch'] = '{b}' AND summary['cdcflow.step'] = 'hold' LIMIT 1"
-        ).collect()
-        return bool(rows)
+    def _committed(self, spark: SparkSession, b: int) -> bool:
+        return "hold" in self.catalog.committed_steps(spark, self.namespace, HELD, self.pipeline, b)
 
-    def _ready_condition(self, spark: Any, new_view: str, b: int) -> tuple[str, str]:
+    def _ready_condition(self, spark: SparkSession, new_view: str, b: int) -> tuple[str, str]:
         """(joins, condition) deciding whether a row ``a`` may be applied now."""
         if self.mode == "transactions":
             commits = view_name("hold_commits")
@@ -150,7 +159,7 @@ class HoldStage:
                 "a.transaction_id IS NULL OR c.transaction_id IS NOT NULL",
             )
         # resolved: the lowest watermark over the partitions of the event's table or of the feed
-        if not table_exists(spark, self.watermarks):
+        if not self.catalog.exists(spark, self.namespace, WATERMARKS):
             return "", "false"
         marks = view_name("hold_marks")
         spark.sql(

@@ -11,8 +11,8 @@ Decoders return segments of split messages as rows with ``operation`` ``SEGMENT`
    reassembled and decoded there, into events that join the batch; a group still incomplete
    after ``segment_wait`` is dead-lettered segment by segment (``SEGMENT_MISSING``), as is a
    group whose segments contradict each other;
-3. one ``MERGE`` into the segments table records the new segments and closes the groups judged
-   in this batch (``resolved_batch``, ``outcome``).
+3. one ``MERGE`` into the segments table (run by the caller) records the new segments and
+   closes the groups judged in this batch (``resolved_batch``, ``outcome``).
 
 Replays: "pending before batch B" is read as rows with ``batch_id < B`` not closed before ``B``,
 which stays true after B's own commit; the decision time (which decides expiry) is stored in
@@ -24,22 +24,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.engine.commit import commit_properties, ledger_props
-from cdcflow.engine.sql import lit, view_name
-from cdcflow.engine.tables import table_exists
 from cdcflow.event import spark_schema_ddl
+from cdcflow.iceberg.catalog import Catalog
+from cdcflow.iceberg.layouts import SEGMENTS
+from cdcflow.iceberg.write import Statement
 from cdcflow.segments import Piece, assess
+from cdcflow.spark.sql import lit, view_name
 
-SEGMENT_COLUMNS = (
-    "src string, dialect string, grp string, idx int, final boolean, total int, raw binary, "
-    "origin string, offset bigint, line bigint, item int, batch_id bigint, "
-    "first_seen timestamp, resolved_batch bigint, outcome string"
-)
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 _COLS = (
     "src, dialect, grp, idx, final, total, raw, origin, offset, line, item, batch_id, first_seen"
 )
@@ -51,15 +50,21 @@ class SegmentResult:
     """What the segment stage gives a batch."""
 
     #: events and decode rejections of reassembled messages, in the decoded-events schema
-    assembled: Any
+    assembled: DataFrame
     #: dead-letter rows (incomplete, contradictory and late segments)
-    dead: Any
+    dead: DataFrame
     segments: int
     complete: int
     pending: int
     dead_groups: int
+    #: reassembled messages their dialect rejected, and segments of groups dead-lettered earlier
+    rejected: int = 0
+    late: int = 0
     #: cached frame behind ``assembled``; release with :meth:`release` after the batch
-    cache: Any = None
+    cache: DataFrame | None = None
+    #: the write that records new segments and closes judged groups (run it before the batch's
+    #: other commits)
+    statements: list[Statement] = field(default_factory=list)
 
     def release(self) -> None:
         """Drop the cached reassembly results."""
@@ -72,45 +77,45 @@ class SegmentStage:
 
     def __init__(
         self,
-        ident: str,
+        catalog: Catalog,
+        namespace: str,
         pipeline: str,
         wait_seconds: float,
         options: Mapping[str, DialectOptions],
     ) -> None:
-        self.ident = ident
+        self.catalog = catalog
+        self.namespace = namespace
+        self.ident = catalog.ident(namespace, SEGMENTS)
         self.pipeline = pipeline
         self.wait = float(wait_seconds)
         self.options = dict(options)
         self.pending: bool | None = None
 
-    def has_pending(self, spark: Any) -> bool:
+    def has_pending(self, spark: SparkSession) -> bool:
         """Whether segments wait for the rest of their message (looked up once per process,
         then kept up to date by :meth:`run`)."""
         if self.pending is None:
-            self.pending = table_exists(spark, self.ident) and bool(
+            self.pending = self.catalog.exists(spark, self.namespace, SEGMENTS) and bool(
                 spark.sql(
                     f"SELECT 1 FROM {self.ident} WHERE resolved_batch IS NULL LIMIT 1"
                 ).collect()
             )
         return self.pending
 
-    def _recorded_now(self, spark: Any, batch_id: int) -> float | None:
-        rows = spark.sql(
-            f"SELECT summary[{lit(_NOW_PROPERTY)}] AS now FROM {self.ident}.snapshots "
-            f"WHERE summary['cdcflow.pipeline'] = {lit(self.pipeline)} "
-            f"AND summary['cdcflow.batch'] = '{batch_id}' "
-            "AND summary['cdcflow.step'] = 'segments'"
-        ).collect()
-        return float(rows[0]["now"]) if rows and rows[0]["now"] else None
+    def _recorded_now(self, spark: SparkSession, batch_id: int) -> float | None:
+        summary = self.catalog.summaries(
+            spark, self.namespace, SEGMENTS, self.pipeline, batch_id
+        ).get("segments")
+        now = (summary or {}).get(_NOW_PROPERTY)
+        return float(now) if now else None
 
-    def run(self, spark: Any, new_rows: Any, batch_id: int, check: bool) -> SegmentResult:
+    def run(
+        self, spark: SparkSession, new_rows: DataFrame, batch_id: int, check: bool
+    ) -> SegmentResult:
         """Judge the batch's segments (``new_rows``: decoded rows with ``operation`` SEGMENT)
-        with those pending; write the segments table once."""
+        with those pending (the segments table must exist); the result carries the one write
+        that records the outcome."""
         b = int(batch_id)
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {self.ident} ({SEGMENT_COLUMNS}) USING iceberg "
-            "TBLPROPERTIES ('format-version'='2')"
-        )
         recorded = self._recorded_now(spark, b) if check else None
         now = recorded if recorded is not None else time.time()
         now_us = int(now * 1_000_000)
@@ -185,7 +190,12 @@ class SegmentStage:
               (SELECT count(*) FROM {judged_view} WHERE _status = 'pending') AS pending,
               (SELECT count(*) FROM {judged_view}
                  WHERE _status IN ('invalid', 'expired')) AS dead_groups,
-              (SELECT count(*) FROM {fresh_view}) AS fresh
+              (SELECT count(*) FROM {fresh_view}) AS fresh,
+              (SELECT count(*) FROM {judged_view}
+                 WHERE _status IS NULL AND error_code IS NOT NULL) AS rejected,
+              (SELECT count(*) FROM {new_view} n JOIN {closed_view} c
+                 ON c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp
+               WHERE c.outcome <> 'complete') AS late
             """
         ).collect()[0]
 
@@ -200,14 +210,17 @@ class SegmentStage:
               ON j._status IS NOT NULL AND a.src = j._src AND a.dialect = j.dialect
              AND a.grp = j._grp
         """
+        statements: list[Statement] = []
         if recorded is None and (counts["fresh"] or counts["complete"] or counts["dead_groups"]):
             source = view_name("seg_merge")
             spark.sql(
                 f"SELECT * FROM ({closing}) WHERE outcome IS NOT NULL OR batch_id = {b}"
             ).createOrReplaceTempView(source)
-            props = {**ledger_props(self.pipeline, b, "segments"), _NOW_PROPERTY: repr(now)}
-            with commit_properties(spark, props):
-                spark.sql(
+            statements.append(
+                Statement(
+                    self.namespace,
+                    SEGMENTS,
+                    "segments",
                     f"""
                     MERGE INTO {self.ident} t USING {source} s
                     ON t.src = s.src AND t.dialect = s.dialect AND t.grp = s.grp
@@ -218,8 +231,10 @@ class SegmentStage:
                       resolved_batch, outcome)
                     VALUES ({", ".join("s." + c.strip() for c in _COLS.split(","))},
                       s.resolved_batch, s.outcome)
-                    """
+                    """,
+                    extra={_NOW_PROPERTY: repr(now)},
                 )
+            )
         self.pending = bool(counts["pending"])
 
         pipeline, bl = lit(self.pipeline), f"CAST({b} AS bigint)"
@@ -248,17 +263,19 @@ class SegmentStage:
             complete=int(counts["complete"]),
             pending=int(counts["pending"]),
             dead_groups=int(counts["dead_groups"]),
+            rejected=int(counts["rejected"]),
+            late=int(counts["late"]),
             cache=judged,
+            statements=statements,
         )
 
-    def expire_closed(self, spark: Any, retention_seconds: int) -> None:
+    def expire_sql(self, retention_seconds: int) -> str:
         """Forget groups closed longer ago than the retention (a redelivery after that is
         reassembled and applied again, which the merge's ordering makes harmless)."""
-        if table_exists(spark, self.ident):
-            spark.sql(
-                f"DELETE FROM {self.ident} WHERE resolved_batch IS NOT NULL AND first_seen < "
-                f"current_timestamp() - make_interval(0, 0, 0, 0, 0, 0, {retention_seconds})"
-            )
+        return (
+            f"DELETE FROM {self.ident} WHERE resolved_batch IS NOT NULL AND first_seen < "
+            f"current_timestamp() - make_interval(0, 0, 0, 0, 0, 0, {int(retention_seconds)})"
+        )
 
 
 def judge_groups(

@@ -6,51 +6,43 @@ keeps the highest one per (dialect, scope, partition) in ``<namespace>__cdcflow.
 ``cdcflow watermarks`` reports them with their lag. The scope is the event's table, else its
 ``metadata.topic``, else ``*`` (the whole feed); the partition is ``metadata.partition``.
 
-The update only ever raises a watermark, so a replayed batch changes nothing: no ledger needed.
+The update only ever raises a watermark, so a replayed batch changes nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from cdcflow.engine.sql import view_name
+from cdcflow.spark.sql import view
 
-WATERMARK_COLUMNS = (
-    "dialect string, scope string, part string, sequence string, resolved_at timestamp, "
-    "batch_id bigint, updated_at timestamp"
-)
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
-def record_watermarks(spark: Any, ident: str, resolved: Any, batch_id: int) -> None:
-    """Raise the watermarks of the scopes of ``resolved`` (decoded RESOLVED events)."""
-    spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {ident} ({WATERMARK_COLUMNS}) USING iceberg "
-        "TBLPROPERTIES ('format-version'='2')"
+def watermarks_sql(spark: SparkSession, ident: str, events: DataFrame, batch_id: int) -> str:
+    """The ``MERGE`` raising the watermarks of the scopes of the batch's ``RESOLVED`` events."""
+    top = view(
+        spark.sql(
+            f"""
+            SELECT coalesce(dialect, '') AS dialect,
+                   coalesce(`table`, metadata['topic'], '*') AS scope,
+                   coalesce(metadata['partition'], '') AS part,
+                   max(sequence) AS sequence, max_by(timestamp, sequence) AS resolved_at
+            FROM {view(events, "resolved")}
+            WHERE operation = 'RESOLVED' AND sequence IS NOT NULL GROUP BY 1, 2, 3
+            """
+        ),
+        "resolved_top",
     )
-    src = view_name("resolved")
-    resolved.createOrReplaceTempView(src)
-    top = view_name("resolved_top")
-    spark.sql(
-        f"""
-        SELECT coalesce(dialect, '') AS dialect,
-               coalesce(`table`, metadata['topic'], '*') AS scope,
-               coalesce(metadata['partition'], '') AS part,
-               max(sequence) AS sequence, max_by(timestamp, sequence) AS resolved_at
-        FROM {src} WHERE sequence IS NOT NULL GROUP BY 1, 2, 3
-        """
-    ).createOrReplaceTempView(top)
-    spark.sql(
-        f"""
+    b = int(batch_id)
+    return f"""
         MERGE INTO {ident} t USING {top} s
         ON t.dialect = s.dialect AND t.scope = s.scope AND t.part = s.part
         WHEN MATCHED AND s.sequence > t.sequence THEN UPDATE SET
-          t.sequence = s.sequence, t.resolved_at = s.resolved_at, t.batch_id = {int(batch_id)},
+          t.sequence = s.sequence, t.resolved_at = s.resolved_at, t.batch_id = {b},
           t.updated_at = current_timestamp()
         WHEN NOT MATCHED THEN INSERT (dialect, scope, part, sequence, resolved_at, batch_id,
           updated_at)
-        VALUES (s.dialect, s.scope, s.part, s.sequence, s.resolved_at, {int(batch_id)},
+        VALUES (s.dialect, s.scope, s.part, s.sequence, s.resolved_at, {b},
           current_timestamp())
-        """
-    )
-    for v in (src, top):
-        spark.catalog.dropTempView(v)
+    """

@@ -39,10 +39,10 @@ from typing import Any
 
 import orjson
 
+from cdcflow import signing
 from cdcflow.config import parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.framing import Decoder, split_file
-from cdcflow.serve import signing
 from cdcflow.serve.config import EndpointRuntime, Settings
 from cdcflow.serve.landing import DiskFull, LandingZone, ReplayJournal
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from cdcflow.engine.sql import q
+from cdcflow.spark.sql import q
 
 _TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
 

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from cdcflow.event import format_timestamp, spark_schema_ddl
-from cdcflow.serve.signing import signature_headers
+from cdcflow.signing import signature_headers
 from cdcflow.types import ValueTypeError, from_wire, json_default
 
 #: Operations emitted to outputs (markers BEGIN/COMMIT/RESOLVED are not).
@@ -396,7 +396,7 @@ def failure_message_sql(out: Any) -> str:
 
 def emit(events: Any, outputs: list[Any], pipeline: str, batch_id: int) -> list[Any]:
     """Run every configured output over one batch's events; dead-letter rows of failures."""
-    from cdcflow.sinks.deadletter import event_rows
+    from cdcflow.engine.deadletters import coded_rows
 
     dead: list[Any] = []
     for out in outputs:
@@ -405,7 +405,7 @@ def emit(events: Any, outputs: list[Any], pipeline: str, batch_id: int) -> list[
         else:
             failures = deliver_webhook(events, out, pipeline, batch_id)
             dead.append(
-                event_rows(
+                coded_rows(
                     failures, pipeline, batch_id, "DELIVERY_FAILED", failure_message_sql(out)
                 )
             )

@@ -1,0 +1,197 @@
+"""What a batch needs from each target table: pure decisions from the batch's metadata, the
+table's current state and the configuration (no Spark).
+
+For each target a :class:`TablePlan` says how it is written (merge or append), under which
+keys, which columns it gains or widens, which events the engine rejects (type conflicts,
+misshapen sort keys, unknown keys), whether a ``TRUNCATE`` applies, and which table properties
+change. The Iceberg layer runs the DDL; :mod:`cdcflow.engine.stage` turns the plans into the
+batch's SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from cdcflow.engine.meta import TableMeta
+from cdcflow.engine.schema import SchemaPlan, plan_schema
+from cdcflow.iceberg.layouts import (
+    KEY_PROPERTY,
+    SHAPE_PROPERTY,
+    TRUNCATE_PROPERTY,
+    canonical_from_spark,
+)
+
+Mode = Literal["merge", "append"]
+KeySource = Literal["configured", "recorded", "batch", "source", "matched"]
+
+
+@dataclass(frozen=True)
+class TableState:
+    """What the engine needs to know of an existing table: canonical column types (for a
+    changelog, the fields of its ``after`` image) and properties."""
+
+    columns: Mapping[str, str]
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The decisions for one target table in one batch."""
+
+    target: str
+    name: str
+    mode: Mode
+    meta: TableMeta
+    exists: bool
+    schema: SchemaPlan
+    keys: tuple[str, ...] | None = None
+    key_source: KeySource | None = None
+    soft_deletes: bool = False
+    #: events at or below this sequence are older than a ``TRUNCATE`` and dropped
+    watermark: str = ""
+    #: a ``TRUNCATE`` newer than the table's: rows older than it are deleted first
+    truncate: str | None = None
+    bad_shapes: frozenset[str] = frozenset()
+    shape: str | None = None
+    #: table properties to set (sequence shape, key columns, truncate watermark)
+    properties: Mapping[str, str] = field(default_factory=dict)
+    #: why row events cannot be applied (no keys known), else ``None``
+    key_problem: str | None = None
+
+    @property
+    def writes_rows(self) -> bool:
+        """Whether events of this table are written (else only DDL, or rejections)."""
+        if self.mode == "append":
+            return True
+        return self.keys is not None and (self.meta.row_events > 0 or self.truncate is not None)
+
+    @property
+    def creates(self) -> bool:
+        """Whether the table is created by this batch."""
+        return not self.exists and (self.mode == "append" or self.writes_rows)
+
+
+def existing_columns(state: TableState | None, mode: Mode) -> dict[str, str] | None:
+    """Canonical types of a table's data columns (``None`` when it does not exist)."""
+    if state is None:
+        return None
+    skip = {"_cdc"} if mode == "merge" else {"_empty"}
+    return {c: canonical_from_spark(t) for c, t in state.columns.items() if c not in skip}
+
+
+def shapes_fit(a: str, b: str) -> bool:
+    """Whether two sequence shapes (comma-separated kinds, ``*`` for unknown) can compare."""
+    xs, ys = a.split(","), b.split(",")
+    return len(xs) == len(ys) and all(x == y or "*" in (x, y) for x, y in zip(xs, ys, strict=True))
+
+
+def merge_shapes(a: str, b: str) -> str:
+    """``a`` with its unknown kinds filled from ``b`` (shapes that fit)."""
+    return ",".join(y if x == "*" else x for x, y in zip(a.split(","), b.split(","), strict=True))
+
+
+def decide_shape(
+    recorded: str | None, shapes: Mapping[str, int]
+) -> tuple[frozenset[str], str | None]:
+    """(shapes to reject, the table's shape after the batch when it changes). The table's
+    shape is recorded on first sight (the most common one of that batch) and refined where it
+    had unknown kinds; events whose sort fields do not fit it cannot be ordered with the rest."""
+    if not shapes:
+        return frozenset(), None
+    reference = recorded
+    if reference is None:
+        reference = max(shapes.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    bad = frozenset(s for s in shapes if not shapes_fit(s, reference))
+    merged = reference
+    for s in sorted(shapes):
+        if s not in bad:
+            merged = merge_shapes(merged, s)
+    return bad, (merged if merged != recorded else None)
+
+
+def resolve_keys(
+    configured: Sequence[str] | None,
+    recorded: str | None,
+    batch_sets: set[tuple[str, ...]],
+    source_keys: Sequence[str] | None,
+    matched: Sequence[str] | None,
+) -> tuple[tuple[str, ...] | None, KeySource | None]:
+    """A merge table's key columns, first found: the table's configuration, the replica's
+    recorded key columns, the key names events carry (the widest set when producers disagree),
+    a source's configured keys, names matched from positional key values."""
+    if configured:
+        return tuple(configured), "configured"
+    if recorded:
+        return tuple(recorded.split(",")), "recorded"
+    if batch_sets:
+        return max(batch_sets, key=lambda s: (len(s), s)), "batch"
+    if source_keys:
+        return tuple(source_keys), "source"
+    if matched:
+        return tuple(matched), "matched"
+    return None, None
+
+
+def decide(
+    target: str,
+    name: str,
+    mode: Mode,
+    meta: TableMeta,
+    state: TableState | None,
+    *,
+    configured_keys: Sequence[str] | None = None,
+    source_keys: Sequence[str] | None = None,
+    matched_keys: Sequence[str] | None = None,
+    soft_deletes: bool = False,
+) -> TablePlan:
+    """The plan of one target table for a batch."""
+    props = dict(state.properties) if state is not None else {}
+    bad, shape = decide_shape(props.get(SHAPE_PROPERTY), meta.shapes)
+    schema = plan_schema(existing_columns(state, mode), meta.seen)
+    new_props: dict[str, str] = {}
+    if shape is not None:
+        new_props[SHAPE_PROPERTY] = shape
+    common = {
+        "target": target,
+        "name": name,
+        "meta": meta,
+        "exists": state is not None,
+        "schema": schema,
+        "bad_shapes": bad,
+        "shape": shape,
+    }
+    if mode == "append":
+        return TablePlan(mode="append", properties=new_props, **common)  # type: ignore[arg-type]
+
+    keys, source = resolve_keys(
+        configured_keys, props.get(KEY_PROPERTY), meta.key_sets, source_keys, matched_keys
+    )
+    watermark = props.get(TRUNCATE_PROPERTY, "")
+    truncate = None
+    if meta.truncate and meta.truncate > watermark:
+        truncate = watermark = meta.truncate
+        new_props[TRUNCATE_PROPERTY] = truncate
+    problem = None
+    if keys is None:
+        problem = (
+            f"no key columns known for table {name!r}: the producer sends none; set "
+            f"tables.{name}.keys or the source's keys in the configuration"
+        )
+    else:
+        for k in keys:
+            schema.types.setdefault(k, "string")
+        if state is not None and props.get(KEY_PROPERTY) != ",".join(keys):
+            new_props[KEY_PROPERTY] = ",".join(keys)
+    return TablePlan(
+        mode="merge",
+        keys=keys,
+        key_source=source,
+        soft_deletes=soft_deletes,
+        watermark=watermark,
+        truncate=truncate,
+        properties=new_props,
+        key_problem=problem,
+        **common,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,621 @@
+"""The batch's SQL: validate, resolve keys, dedup, order and collapse every table at once, then
+one statement per table.
+
+Row images are ``map<string,string>`` of wire strings for every table of every dialect, so the
+work that does not depend on a table's columns runs **once for the whole batch**, whatever the
+number of tables: key values (normalised to their column type, so ``1.50`` and ``1.5`` are one
+key), rejections, primary-key changes, duplicates and conflicts, collapse per key with per-column
+authorship of partial events, and the tombstone check. Per-table plans enter the SQL as small
+literal maps keyed by the target name. What remains per table is what must be: one ``MERGE``
+whose every ``SET`` is guarded by the replica's ``_cdc`` sequences (or one changelog
+``MERGE``), and a ``DELETE`` when a ``TRUNCATE`` arrived.
+
+Semantics (DESIGN §5, one item each):
+
+1. per (table, key, sequence) the latest delivered copy wins; different contents at one
+   sequence count as a conflict; per key the newest sequence decides the row;
+2. the ``MERGE`` only changes a column for a newer author (``_cdc.sequence``,
+   ``row_sequence``, ``column_sequences``), so stale events and replays change nothing;
+3. deletes leave tombstones (table, key, sequence) in one internal table, so a late older event
+   cannot resurrect the row; a delete at the very sequence of its tombstone is its own replay
+   and still applies;
+4. partial events contribute their columns over the newest full image, each column keeping its
+   newest author;
+5. an update whose before image names another key also deletes that key; events at or below a
+   ``TRUNCATE`` are dropped and older rows deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cdcflow.engine.deadletters import event_rows
+from cdcflow.engine.meta import KEY_VALUES, ROW_OPERATIONS, SHAPE_KEY
+from cdcflow.engine.plan import TablePlan
+from cdcflow.spark.sql import lit, q, string_array, string_map, view
+from cdcflow.types import spark_from_wire, spark_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_ROW_OPS = "(" + ", ".join(lit(o) for o in ROW_OPERATIONS) + ")"
+_NO_MAP = "CAST(NULL AS map<string,string>)"
+_EMPTY_MAP = "CAST(map() AS map<string,string>)"
+
+
+# --------------------------------------------------------------------------- key values
+
+
+def normalise(value: str, t: str) -> str:
+    """SQL turning a wire string into the canonical text of its typed value (``1.50`` in a
+    ``decimal(10,1)`` column is ``1.5``), so equal keys compare equal as text."""
+    st = spark_type(t)
+    if t in ("string", "uuid", "json", "time"):
+        return value
+    if t == "binary":
+        return f"base64(unbase64({value}))"
+    if t == "point" or t.startswith("array<"):
+        return f"to_json(from_json({value}, {lit(st)}))"
+    return f"CAST(CAST({value} AS {st}) AS string)"
+
+
+def _normalise_by_type(value: str, type_expr: str, types: Iterable[str]) -> str:
+    branches = [
+        f"WHEN {lit(t)} THEN {normalise(value, t)}"
+        for t in sorted(set(types))
+        if normalise(value, t) != value
+    ]
+    if not branches:
+        return value
+    return f"CASE {type_expr} {' '.join(branches)} ELSE {value} END"
+
+
+def key_values_sql(names: str, types: str, all_types: Iterable[str], image: str) -> str:
+    """``array<string>`` of an event's key values, normalised: from ``key``, else the
+    positional ``metadata.key_values``, else the row image (``image`` is a SQL expression)."""
+    raw = (
+        "coalesce(key[k], "
+        f"get(from_json(metadata[{lit(KEY_VALUES)}], 'array<string>'), i), {image}[k])"
+    )
+    return f"transform({names}, (k, i) -> {_normalise_by_type(raw, f'get({types}, i)', all_types)})"
+
+
+# --------------------------------------------------------------------------- the batch
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """Counts of one table's events in the batch, from the stats aggregate."""
+
+    events: int = 0
+    conflicts: int = 0
+    winners: int = 0
+    buried: int = 0
+    deletes: int = 0
+    writes: int = 0
+    live: int = 0
+    rejected: Mapping[str, int] | None = None
+
+    @property
+    def duplicates(self) -> int:
+        """Exact copies of events (redeliveries)."""
+        return self.events - self.winners - self.conflicts
+
+
+class BatchStage:
+    """The SQL of one batch over its events (a view of canonical rows with ``_fp`` and
+    ``_target``), for the given table plans."""
+
+    def __init__(self, spark: SparkSession, events: DataFrame, plans: Sequence[TablePlan]) -> None:
+        self.spark = spark
+        self.plans = {p.target: p for p in plans}
+        self.merge = [p for p in plans if p.mode == "merge" and p.keys and p.writes_rows]
+        self.source = view(events, "events")
+        self.has_rules = False
+        self.validated = view(self.spark.sql(self.validated_sql()), "validated")
+        self.staged: DataFrame | None = None
+        self.staged_view: str | None = None
+
+    # ------------------------------------------------------------------ literal maps
+
+    def _names(self) -> str:
+        return string_map(
+            {p.target: string_array(p.keys or ()) for p in self.merge}, "array<string>"
+        )
+
+    def _types(self) -> str:
+        return string_map(
+            {
+                p.target: string_array(p.schema.types.get(k, "string") for k in p.keys or ())
+                for p in self.merge
+            },
+            "array<string>",
+        )
+
+    def _key_types(self) -> set[str]:
+        return {p.schema.types.get(k, "string") for p in self.merge for k in p.keys or ()}
+
+    def _replica_names(self) -> str:
+        return string_map({t: lit(p.name) for t, p in self.plans.items()})
+
+    # ------------------------------------------------------------------ validation
+
+    def validated_sql(self) -> str:
+        """Every event with ``_kv`` (normalised key values, merge tables) and, for events the
+        engine rejects, ``_reject`` (code) and ``_reason`` (message)."""
+        names, types = self._names(), self._types()
+        keyed = string_array(p.target for p in self.merge)
+        kv = key_values_sql(
+            f"element_at({names}, _target)",
+            f"element_at({types}, _target)",
+            self._key_types(),
+            "(CASE WHEN operation = 'DELETE' THEN before ELSE after END)",
+        )
+        rules: list[tuple[str, str, str]] = []
+        shaped = [p for p in self.plans.values() if p.bad_shapes]
+        if shaped:
+            cond = " OR ".join(
+                f"(_target = {lit(p.target)} AND metadata[{lit(SHAPE_KEY)}] IN "
+                f"({', '.join(lit(s) for s in sorted(p.bad_shapes))}))"
+                for p in shaped
+            )
+            msg = (
+                "CASE _target "
+                + " ".join(
+                    f"WHEN {lit(p.target)} THEN concat('sort fields shaped ', "
+                    f"metadata[{lit(SHAPE_KEY)}], {lit(f', but table {p.name} orders by ')}, "
+                    f"{lit(p.shape or '')}, ': the sequences cannot be compared')"
+                    for p in shaped
+                )
+                + " END"
+            )
+            rules.append((cond, "SEQUENCE_SHAPE_MISMATCH", msg))
+        conflicted = [p for p in self.plans.values() if p.schema.conflicts]
+        if conflicted:
+            parts = []
+            msgs = []
+            for p in conflicted:
+                inner = " OR ".join(
+                    f"types[{lit(c)}] IN ({', '.join(lit(t) for t in sorted(bad))})"
+                    for c, bad in sorted(p.schema.conflicts.items())
+                )
+                parts.append(f"(_target = {lit(p.target)} AND ({inner}))")
+                msgs.append(
+                    f"WHEN {lit(p.target)} THEN {lit('; '.join(p.schema.reasons.values()))}"
+                )
+            rules.append(
+                (" OR ".join(parts), "TYPE_CONFLICT", f"CASE _target {' '.join(msgs)} END")
+            )
+        unknown = [p for p in self.plans.values() if p.key_problem and p.meta.row_events]
+        if unknown:
+            targets = string_array(p.target for p in unknown)
+            cond = f"array_contains({targets}, _target) AND operation IN {_ROW_OPS}"
+            msg = string_map({p.target: lit(p.key_problem or "") for p in unknown})
+            rules.append((cond, "KEY_UNKNOWN", f"element_at({msg}, _target)"))
+        if self.merge:
+            cond = f"_kv IS NOT NULL AND operation IN {_ROW_OPS} AND exists(_kv, x -> x IS NULL)"
+            lacks = lit("row event lacks a value (of the column type) for key column(s) [")
+            msg = (
+                f"concat({lacks}, "
+                f"array_join(element_at({names}, _target), ', '), '] of table ', "
+                f"element_at({self._replica_names()}, _target))"
+            )
+            rules.append((cond, "KEY_MISSING", msg))
+        self.has_rules = bool(rules)
+        if rules:
+            code = "CASE " + " ".join(f"WHEN {c} THEN {lit(k)}" for c, k, _ in rules) + " END"
+            reason = "CASE " + " ".join(f"WHEN {c} THEN {m}" for c, _, m in rules) + " END"
+        else:
+            code = reason = "CAST(NULL AS string)"
+        return (
+            f"SELECT *, {code} AS _reject, {reason} AS _reason FROM ("
+            f"SELECT *, CASE WHEN array_contains({keyed}, _target) THEN {kv} END AS _kv "
+            f"FROM {self.source})"
+        )
+
+    def rejected(self, pipeline: str, batch_id: int) -> DataFrame:
+        """Dead-letter rows of the events the engine rejects."""
+        df = self.spark.sql(f"SELECT * FROM {self.validated} WHERE _reject IS NOT NULL")
+        return event_rows(df, pipeline, batch_id, "_reject", "_reason")
+
+    # ------------------------------------------------------------------ merge tables
+
+    def rows_sql(self) -> str:
+        """One row per applicable event of the merge tables (plus a delete of the old key for
+        each primary-key change): target, key, sequence, delivery position, image."""
+        names, types = self._names(), self._types()
+        keyed = string_array(p.target for p in self.merge)
+        soft = string_array(p.target for p in self.merge if p.soft_deletes)
+        marks = string_map({p.target: lit(p.watermark) for p in self.merge if p.watermark})
+        applicable = (
+            f"_reject IS NULL AND array_contains({keyed}, _target) AND operation IN {_ROW_OPS} "
+            f"AND sequence > coalesce(element_at({marks}, _target), '')"
+        )
+        old_norm = _normalise_by_type(
+            "before[k]", f"get(element_at({types}, _target), i)", self._key_types()
+        )
+        old_kv = f"transform(element_at({names}, _target), (k, i) -> {old_norm})"
+        common = "sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item"
+        return f"""
+            SELECT _target, _kv, to_json(_kv) AS _kj, {common}, operation AS _op,
+                   partial AS _partial,
+                   CASE WHEN operation <> 'DELETE' THEN after
+                        WHEN array_contains({soft}, _target) THEN before END AS _after,
+                   _fp
+            FROM {self.validated} WHERE {applicable}
+            UNION ALL
+            SELECT _target, _okv, to_json(_okv), {common}, 'DELETE', false, {_NO_MAP}, _fp + 1
+            FROM (SELECT *, {old_kv} AS _okv FROM {self.validated}
+                  WHERE {applicable} AND operation IN ('UPDATE', 'UPSERT') AND before IS NOT NULL)
+            WHERE NOT exists(_okv, x -> x IS NULL) AND _okv <> _kv
+        """
+
+    def collapsed_sql(self, rows: str) -> str:
+        """Per (table, key): the newest event, the newest full image and sequence (the base),
+        the partial images newer than the base, and the counts."""
+        return f"""
+            SELECT _target, _kj, first(_kv) AS _kv, max(_seq) AS _seq, max_by(_w, _seq) AS _top,
+                   max(CASE WHEN NOT _w._partial THEN _seq END) AS _base_seq,
+                   max_by(_w._after, CASE WHEN NOT _w._partial THEN _seq END) AS _base_after,
+                   collect_list(CASE WHEN _w._partial THEN named_struct('s', _seq, 'a', _w._after)
+                                END) AS _parts,
+                   sum(_nseq) AS _n_in, sum(_nfp - 1) AS _n_conf, count(*) AS _n_win
+            FROM (
+              SELECT _target, _kj, first(_kv) AS _kv, _seq,
+                     max_by(named_struct('_ts', _ts, '_id', _id, '_op', _op,
+                                         '_partial', _partial, '_after', _after, '_fp', _fp),
+                            named_struct('o', origin, 'f', offset, 'i', item)) AS _w,
+                     size(collect_set(_fp)) AS _nfp, count(*) AS _nseq
+              FROM (SELECT * FROM {rows} DISTRIBUTE BY _target, _kj)
+              GROUP BY _target, _kj, _seq
+            )
+            GROUP BY _target, _kj
+        """
+
+    def staged_sql(self, collapsed: str, tombstones: str | None) -> str:
+        """The collapsed rows with their tombstone, liveness and merged partial images."""
+        soft = string_array(p.target for p in self.merge if p.soft_deletes)
+        hard = [p.target for p in self.merge if not p.soft_deletes]
+        if tombstones and hard:
+            join = (
+                f"LEFT JOIN (SELECT target, key, seq FROM {tombstones} "
+                f"WHERE target IN ({', '.join(lit(t) for t in hard)})) tb "
+                "ON tb.target = c._target AND tb.key = c._kj"
+            )
+            tomb = "tb.seq"
+        else:
+            join, tomb = "", "CAST(NULL AS string)"
+        newer = (
+            "array_sort(filter(_parts, x -> x.s > coalesce(_base_seq, '')), "
+            "(l, r) -> CASE WHEN l.s < r.s THEN -1 WHEN l.s > r.s THEN 1 ELSE 0 END)"
+        )
+        fold_img = (
+            f"aggregate(_newer, coalesce(_base_after, {_EMPTY_MAP}), (acc, x) -> map_concat("
+            "map_filter(acc, (k, v) -> NOT map_contains_key(x.a, k)), x.a))"
+        )
+        fold_seq = (
+            f"aggregate(_newer, {_EMPTY_MAP}, (acc, x) -> map_concat("
+            "map_filter(acc, (k, v) -> NOT map_contains_key(x.a, k)), "
+            "transform_values(x.a, (k, v) -> x.s)))"
+        )
+        return f"""
+            SELECT _target, _kj, _kv, _seq, _top._op AS _op, _top._ts AS _ts, _top._id AS _id,
+                   _top._fp AS _fp, _top._op <> 'DELETE' AS _exists, _tomb,
+                   _tomb IS NULL OR _seq > _tomb OR (_seq = _tomb AND _top._op = 'DELETE')
+                     AS _live,
+                   array_contains({soft}, _target) AS _soft, _base_seq,
+                   CASE WHEN size(_newer) = 0 THEN _base_after ELSE {fold_img} END AS _img,
+                   CASE WHEN size(_newer) = 0 THEN {_EMPTY_MAP} ELSE {fold_seq} END AS _cs,
+                   _n_in, _n_conf, _n_win
+            FROM (SELECT c.*, {tomb} AS _tomb, {newer} AS _newer FROM {collapsed} c {join})
+        """
+
+    def stage(self, tombstones: str | None) -> DataFrame:
+        """Build and persist the staged rows of every merge table (``tombstones``: the
+        tombstone table's identifier when it exists)."""
+        rows = view(self.spark.sql(self.rows_sql()), "rows")
+        collapsed = view(self.spark.sql(self.collapsed_sql(rows)), "collapsed")
+        staged = self.spark.sql(self.staged_sql(collapsed, tombstones)).persist()
+        self.staged = staged
+        self.staged_view = view(staged, "staged")
+        return staged
+
+    def stats(self) -> dict[str, TableStats]:
+        """One aggregate for every table: staged counts and rejections (materialises the
+        staged rows)."""
+        parts = [
+            f"SELECT _target, _reject AS code, count(*) AS n, 0L AS conflicts, 0L AS winners, "
+            f"0L AS buried, 0L AS deletes, 0L AS writes, 0L AS live FROM {self.validated} "
+            "WHERE _reject IS NOT NULL GROUP BY _target, _reject"
+        ]
+        if self.staged_view is not None:
+            parts.append(
+                "SELECT _target, CAST(NULL AS string), sum(_n_in), sum(_n_conf), sum(_n_win), "
+                "count_if(NOT _live), count_if(_live AND NOT _exists), "
+                "count_if(_live AND (_exists OR _soft)), count_if(_live) "
+                f"FROM {self.staged_view} GROUP BY _target"
+            )
+        out: dict[str, TableStats] = {}
+        rejected: dict[str, dict[str, int]] = {}
+        for r in self.spark.sql(" UNION ALL ".join(parts)).collect():
+            if r["code"] is not None:
+                rejected.setdefault(r["_target"], {})[r["code"]] = int(r["n"])
+                continue
+            out[r["_target"]] = TableStats(
+                events=int(r["n"]),
+                conflicts=int(r["conflicts"]),
+                winners=int(r["winners"]),
+                buried=int(r["buried"]),
+                deletes=int(r["deletes"]),
+                writes=int(r["writes"]),
+                live=int(r["live"]),
+            )
+        for target, codes in rejected.items():
+            base = out.get(target, TableStats())
+            out[target] = TableStats(
+                base.events,
+                base.conflicts,
+                base.winners,
+                base.buried,
+                base.deletes,
+                base.writes,
+                base.live,
+                codes,
+            )
+        return out
+
+    def release(self) -> None:
+        """Drop the batch's cached staged rows."""
+        if self.staged is not None:
+            self.staged.unpersist()
+
+    # ------------------------------------------------------------------ per table
+
+    def merge_source(self, plan: TablePlan) -> str:
+        """Register the typed ``MERGE`` source of one table; returns the view name."""
+        assert self.staged_view is not None and plan.keys is not None
+        types = plan.schema.types
+        data = data_columns(plan)
+        keys = [
+            f"{spark_from_wire(f'_kv[{i}]', types.get(k, 'string'))} AS {key_alias(i)}"
+            for i, k in enumerate(plan.keys)
+        ]
+        cols, seqs = [], []
+        for i, c in enumerate(data):
+            cseq = f"coalesce(_cs[{lit(c)}], _base_seq)"
+            value = spark_from_wire(f"_img[{lit(c)}]", types[c])
+            cols.append(
+                f"CASE WHEN _tomb IS NOT NULL AND {cseq} <= _tomb THEN NULL ELSE {value} END "
+                f"AS {col_alias(i)}"
+            )
+            seqs.append(
+                f"CASE WHEN _tomb IS NOT NULL AND coalesce({cseq}, '') <= _tomb THEN _tomb "
+                f"ELSE {cseq} END AS {colseq_alias(i)}"
+            )
+        base = (
+            "CASE WHEN _tomb IS NOT NULL AND coalesce(_base_seq, '') <= _tomb THEN _tomb "
+            "ELSE _base_seq END"
+        )
+        inner = ", ".join([*keys, *cols, *seqs])
+        colseqs = "CAST(NULL AS map<string,string>)"
+        if data:
+            names = ", ".join(lit(c) for c in data)
+            values = ", ".join(colseq_alias(i) for i in range(len(data)))
+            m = (
+                f"map_filter(map_from_arrays(array({names}), array({values})), "
+                "(k, v) -> v > coalesce(_base_seq, ''))"
+            )
+            colseqs = f"CASE WHEN size({m}) = 0 THEN NULL ELSE {m} END"
+        return view(
+            self.spark.sql(
+                f"SELECT *, {colseqs} AS _colseqs FROM ("
+                f"SELECT {inner}, _seq, _op, _ts, _id, _fp, _exists, {base} AS _base_seq "
+                f"FROM {self.staged_view} WHERE _target = {lit(plan.target)} AND _live)"
+            ),
+            "source",
+        )
+
+    def changelog_source(self, plan: TablePlan) -> str:
+        """Register the changelog rows of one append table; returns the view name."""
+        types = plan.schema.types
+
+        def image(name: str) -> str:
+            if not types:
+                return "CAST(NULL AS struct<_empty:string>)"
+            fields = ", ".join(
+                f"{lit(c)}, {spark_from_wire(f'{name}[{lit(c)}]', t)}" for c, t in types.items()
+            )
+            return f"CASE WHEN {name} IS NULL THEN NULL ELSE named_struct({fields}) END"
+
+        return view(
+            self.spark.sql(
+                f"""
+                SELECT named_struct('operation', operation, 'sequence', sequence,
+                                    'source_timestamp', timestamp, 'event_id', id,
+                                    'fingerprint', _fp, 'transaction_id', transaction_id,
+                                    'partial', partial, 'applied_at', current_timestamp()) AS _cdc,
+                       {image("before")} AS before, {image("after")} AS after
+                FROM (SELECT *, row_number() OVER (PARTITION BY id, _fp
+                                                   ORDER BY origin, offset, item) AS _rn
+                      FROM {self.validated}
+                      WHERE _target = {lit(plan.target)} AND _reject IS NULL
+                        AND operation IN ('INSERT','UPDATE','UPSERT','SNAPSHOT','DELETE',
+                                          'TRUNCATE'))
+                WHERE _rn = 1
+                """
+            ),
+            "changelog",
+        )
+
+    def deletes_source(self) -> str:
+        """Register the batch's live deletes of hard-delete tables (for the tombstones)."""
+        assert self.staged_view is not None
+        return view(
+            self.spark.sql(
+                f"SELECT _target AS target, _kj AS key, _seq AS seq FROM {self.staged_view} "
+                "WHERE _live AND NOT _exists AND NOT _soft"
+            ),
+            "deletes",
+        )
+
+
+# --------------------------------------------------------------------------- statements
+
+
+def key_alias(i: int) -> str:
+    """Name of the i-th key column inside the staging views (keys and columns go by position:
+    a source column may be named like a working column, MongoDB's ``_id``...)."""
+    return f"`_k{i}`"
+
+
+def col_alias(i: int) -> str:
+    """Name of the i-th data column inside the staging views."""
+    return f"`_c{i}`"
+
+
+def colseq_alias(i: int) -> str:
+    """Name of the i-th data column's authoring sequence inside the staging views."""
+    return f"`_cs{i}`"
+
+
+def data_columns(plan: TablePlan) -> list[str]:
+    """A merge table's non-key columns, in plan order."""
+    keys = set(plan.keys or ())
+    return [c for c in plan.schema.types if c not in keys]
+
+
+def merge_sql(ident: str, plan: TablePlan, source: str) -> str:
+    """The guarded ``MERGE`` of one replica: a matched row is rewritten only when the source
+    changes something (a newer event, a conflict at the same sequence, or a column whose
+    author is newer), so redelivered input rewrites nothing."""
+    assert plan.keys is not None
+    keys = plan.keys
+    data = data_columns(plan)
+    soft = plan.soft_deletes
+    on = " AND ".join(f"t.{q(k)} = s.{key_alias(i)}" for i, k in enumerate(keys))
+    conflict = "(s._seq = t._cdc.sequence AND s._fp <> t._cdc.fingerprint)"
+    sets, names, seqs, column_newer = [], [], [], []
+    for i, c in enumerate(data):
+        tcs = f"coalesce(t._cdc.column_sequences[{lit(c)}], t._cdc.row_sequence)"
+        scs = f"s.{colseq_alias(i)}"
+        column_newer.append(f"{scs} > {tcs}")
+        guard = "s._exists AND " if soft else ""
+        sets.append(
+            f"{q(c)} = CASE WHEN {guard}({scs} > {tcs} OR ({scs} = {tcs} AND {conflict})) "
+            f"THEN s.{col_alias(i)} ELSE t.{q(c)} END"
+        )
+        names.append(lit(c))
+        seqs.append(f"greatest({scs}, {tcs})")
+    newer = f"(s._seq > t._cdc.sequence OR {conflict})"
+    row_seq = (
+        "CASE WHEN s._base_seq > t._cdc.row_sequence OR t._cdc.row_sequence IS NULL "
+        "THEN s._base_seq ELSE t._cdc.row_sequence END"
+    )
+    if names:
+        colmap = (
+            f"map_filter(map_from_arrays(array({', '.join(names)}), array({', '.join(seqs)})), "
+            f"(k, v) -> v > coalesce({row_seq}, ''))"
+        )
+        colseqs = f"CASE WHEN size({colmap}) = 0 THEN NULL ELSE {colmap} END"
+    else:
+        colseqs = "CAST(NULL AS map<string,string>)"
+
+    def pick(field: str, src: str) -> str:
+        return f"CASE WHEN {newer} THEN {src} ELSE t._cdc.{field} END"
+
+    deleted = "NOT s._exists" if soft else "false"
+    cdc_update = (
+        "named_struct("
+        f"'sequence', greatest(s._seq, t._cdc.sequence), "
+        f"'row_sequence', {row_seq}, "
+        f"'column_sequences', {colseqs}, "
+        f"'operation', {pick('operation', 's._op')}, "
+        f"'source_timestamp', {pick('source_timestamp', 's._ts')}, "
+        f"'event_id', {pick('event_id', 's._id')}, "
+        f"'fingerprint', {pick('fingerprint', 's._fp')}, "
+        f"'deleted', CASE WHEN {newer} THEN {deleted} ELSE t._cdc.deleted END, "
+        "'applied_at', current_timestamp())"
+    )
+    cdc_insert = (
+        "named_struct('sequence', s._seq, 'row_sequence', coalesce(s._base_seq, ''), "
+        "'column_sequences', s._colseqs, 'operation', s._op, 'source_timestamp', s._ts, "
+        f"'event_id', s._id, 'fingerprint', s._fp, 'deleted', {deleted}, "
+        "'applied_at', current_timestamp())"
+    )
+    insert_cols = ", ".join(q(c) for c in [*keys, *data]) + ", _cdc"
+    insert_vals = (
+        ", ".join(
+            [f"s.{key_alias(i)}" for i in range(len(keys))]
+            + [f"s.{col_alias(i)}" for i in range(len(data))]
+        )
+        + f", {cdc_insert}"
+    )
+    update_sets = ", ".join([*sets, f"_cdc = {cdc_update}"])
+    if soft:
+        delete_clause = ""
+        not_matched = "WHEN NOT MATCHED THEN INSERT"
+    else:
+        delete_clause = "WHEN MATCHED AND NOT s._exists AND s._seq > t._cdc.sequence THEN DELETE"
+        not_matched = "WHEN NOT MATCHED AND s._exists THEN INSERT"
+    changes = " OR ".join(["s._seq > t._cdc.sequence", conflict, *column_newer])
+    return f"""
+        MERGE INTO {ident} t USING {source} s ON {on}
+        {delete_clause}
+        WHEN MATCHED AND ({changes}) THEN UPDATE SET {update_sets}
+        {not_matched} ({insert_cols}) VALUES ({insert_vals})
+    """
+
+
+def changelog_sql(ident: str, source: str) -> str:
+    """Changelog rows inserted once per (event id, fingerprint), whatever the checkpoint says."""
+    return f"""
+        MERGE INTO {ident} t USING {source} s
+        ON t._cdc.event_id = s._cdc.event_id AND t._cdc.fingerprint = s._cdc.fingerprint
+        WHEN NOT MATCHED THEN INSERT *
+    """
+
+
+def truncate_sql(ident: str, sequence: str) -> str:
+    """Rows older than a ``TRUNCATE`` go (idempotent: a replay deletes nothing more)."""
+    return f"DELETE FROM {ident} WHERE _cdc.sequence < {lit(sequence)}"
+
+
+def tombstones_sql(ident: str, source: str) -> str:
+    """Record deleted keys (a newer delete of a key moves its tombstone up)."""
+    return f"""
+        MERGE INTO {ident} t USING {source} s ON t.target = s.target AND t.key = s.key
+        WHEN MATCHED AND s.seq > t.seq THEN UPDATE SET seq = s.seq,
+             deleted_at = current_timestamp()
+        WHEN NOT MATCHED THEN INSERT (target, key, seq, deleted_at)
+             VALUES (s.target, s.key, s.seq, current_timestamp())
+    """
+
+
+def expire_tombstones_sql(ident: str, retention_seconds: int) -> str:
+    """Drop tombstones older than the retention (a late event older than a dropped tombstone
+    can then resurrect its row: choose a retention beyond the producers' redelivery horizon)."""
+    return (
+        f"DELETE FROM {ident} WHERE deleted_at < "
+        f"current_timestamp() - make_interval(0, 0, 0, 0, 0, 0, {int(retention_seconds)})"
+    )
+
+
+def create_replica_columns(plan: TablePlan, cdc_struct: str) -> str:
+    """Column list of a new replica: keys first, then the other columns, then ``_cdc``."""
+    assert plan.keys is not None
+    types = plan.schema.types
+    ordered = [*plan.keys, *[c for c in types if c not in set(plan.keys)]]
+    cols = [f"{q(c)} {spark_type(types.get(c, 'string'))}" for c in ordered]
+    return ", ".join([*cols, f"_cdc {cdc_struct}"])
+
+
+def create_changelog_columns(plan: TablePlan, changelog_struct: str) -> str:
+    """Column list of a new changelog: ``_cdc`` and the typed ``before``/``after`` images."""
+    types = plan.schema.types
+    if types:
+        st = "struct<" + ", ".join(f"{q(c)}:{spark_type(t)}" for c, t in types.items()) + ">"
+    else:
+        st = "struct<_empty:string>"
+    return f"_cdc {changelog_struct}, before {st}, after {st}"

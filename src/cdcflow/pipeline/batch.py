@@ -1,0 +1,536 @@
+"""One micro-batch: the engine decides, the Iceberg layer writes.
+
+The ``foreachBatch`` function. Per batch it runs a constant number of Spark jobs whatever the
+number of tables — the metadata aggregate (where decoding happens), the staging aggregate over
+every table at once — plus one ``MERGE`` per table written (concurrently, ``parallel_tables`` at
+a time) and at most one commit per internal table; counts come from those steps and from the
+commits' own snapshot summaries. Table metadata is read once per run and kept up to date by the
+run's own DDL. On the first batch of a run (the only one Spark may replay) one look-up in the
+batch history says whether the batch is already done; every other write is idempotent (guarded
+merges, tombstones that only rise) or looked up in its own table (dead letters).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from cdcflow.config import PipelineConfig, parse_duration
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.engine.deadletters import rejected_rows
+from cdcflow.engine.hold import HoldResult, HoldStage
+from cdcflow.engine.keys import match_keys
+from cdcflow.engine.meta import MARKERS, SEGMENT, BatchMeta, aggregate, with_batch_columns
+from cdcflow.engine.plan import Mode, TablePlan, TableState, decide
+from cdcflow.engine.segments import SegmentResult, SegmentStage
+from cdcflow.engine.stage import (
+    BatchStage,
+    TableStats,
+    changelog_sql,
+    create_changelog_columns,
+    create_replica_columns,
+    expire_tombstones_sql,
+    merge_sql,
+    tombstones_sql,
+    truncate_sql,
+)
+from cdcflow.engine.watermarks import watermarks_sql
+from cdcflow.iceberg.catalog import Catalog, TableInfo
+from cdcflow.iceberg.layouts import (
+    BATCHES,
+    CDC_STRUCT,
+    CHANGELOG_STRUCT,
+    DEAD_LETTER_COLUMNS,
+    DEAD_LETTERS,
+    HELD,
+    HISTORY_COLUMNS,
+    KEY_PROPERTY,
+    SEGMENT_COLUMNS,
+    SEGMENTS,
+    TOMBSTONE_COLUMNS,
+    TOMBSTONES,
+    TRUNCATE_PROPERTY,
+    WATERMARK_COLUMNS,
+    WATERMARKS,
+    held_columns,
+)
+from cdcflow.iceberg.write import Statement, Writer, Written
+from cdcflow.pipeline.report import BatchReport, StageClock, TableOutcome
+from cdcflow.spark.sql import lit, view
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: How often tombstones and closed segment groups past their retention are dropped.
+EXPIRY_INTERVAL = 3600.0
+
+
+def source_options(src: object) -> DialectOptions:
+    """Decoder options of one configured source."""
+    return DialectOptions(
+        table_keys={t: tuple(k) for t, k in src.keys.items()},  # type: ignore[attr-defined]
+        column_types={t: dict(c) for t, c in src.types.items()},  # type: ignore[attr-defined]
+        extra=dict(src.options),  # type: ignore[attr-defined]
+    )
+
+
+class BatchRunner:
+    """The ``foreachBatch`` function of a pipeline."""
+
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        pipeline_id: str,
+        on_report: Callable[[BatchReport], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.pipeline_id = pipeline_id
+        self.on_report = on_report
+        self.catalog = Catalog(cfg.catalog.name)
+        self.namespace = cfg.namespace
+        self.internal = cfg.namespace + "__cdcflow"
+        self.writer = Writer(self.catalog, pipeline_id)
+        self.first_batch = True
+        self.reports: list[BatchReport] = []
+        # in a run that keeps following, expiry runs hourly; a run that drains ends with it
+        self.last_expiry = time.time()
+        self.segment_stage = SegmentStage(
+            self.catalog,
+            self.internal,
+            pipeline_id,
+            parse_duration(cfg.segment_wait),
+            {src.name: source_options(src) for src in cfg.sources},
+        )
+        self.hold_stage = (
+            HoldStage(self.catalog, self.internal, pipeline_id, cfg.consistency)
+            if cfg.consistency != "none"
+            else None
+        )
+
+    # ------------------------------------------------------------------ entry
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        started = time.time()
+        # the batch frame belongs to the query's own session: temp views must live there
+        spark = df.sparkSession
+        check = self.first_batch
+        self.catalog.ensure_namespace(spark, self.namespace)
+        self.catalog.ensure_namespace(spark, self.internal)
+        if check and self.catalog.committed_steps(
+            spark, self.internal, BATCHES, self.pipeline_id, batch_id
+        ):
+            self.first_batch = False
+            return
+        decoded = with_batch_columns(df).persist()
+        try:
+            report = self._process(spark, decoded, batch_id, check, started)
+        finally:
+            decoded.unpersist()
+        self.first_batch = False
+        self.reports.append(report)
+        if time.time() - self.last_expiry > min(EXPIRY_INTERVAL, self.cfg.retention_seconds):
+            self.expire(spark)
+        if self.on_report:
+            self.on_report(report)
+
+    def expire(self, spark: SparkSession) -> None:
+        """Drop tombstones, and closed groups of split-message segments, older than
+        ``tombstone_retention``."""
+        self.last_expiry = time.time()
+        retention = self.cfg.retention_seconds
+        if self.catalog.exists(spark, self.internal, TOMBSTONES):
+            ident = self.catalog.ident(self.internal, TOMBSTONES)
+            spark.sql(expire_tombstones_sql(ident, retention))
+        if self.catalog.exists(spark, self.internal, SEGMENTS):
+            spark.sql(self.segment_stage.expire_sql(retention))
+
+    # ------------------------------------------------------------------ a batch
+
+    def _process(
+        self, spark: SparkSession, decoded: DataFrame, batch_id: int, check: bool, started: float
+    ) -> BatchReport:
+        clock = StageClock()
+        meta = BatchMeta()
+        with clock.stage("decode"):
+            meta.add(aggregate(spark, decoded))
+        valid = decoded.where("error_code IS NULL")
+        events = valid.where(f"NOT (operation <=> '{SEGMENT}')")
+        dead: list[DataFrame] = []
+        if meta.rejected:
+            dead.append(
+                rejected_rows(decoded.where("error_code IS NOT NULL"), self.pipeline_id, batch_id)
+            )
+        seg: SegmentResult | None = None
+        hold: HoldResult | None = None
+        try:
+            if meta.segments or self.segment_stage.has_pending(spark):
+                with clock.stage("segments"):
+                    seg, events = self._segments(spark, valid, events, meta, dead, batch_id, check)
+            if self.hold_stage is not None:
+                with clock.stage("hold"):
+                    hold, events, meta = self._hold(spark, events, meta, batch_id, check)
+            return self._apply(
+                spark, events, meta, dead, seg, hold, batch_id, check, started, clock
+            )
+        finally:
+            if seg is not None:
+                seg.release()
+
+    def _segments(
+        self,
+        spark: SparkSession,
+        valid: DataFrame,
+        events: DataFrame,
+        meta: BatchMeta,
+        dead: list[DataFrame],
+        batch_id: int,
+        check: bool,
+    ) -> tuple[SegmentResult, DataFrame]:
+        self.catalog.ensure_table(spark, self.internal, SEGMENTS, SEGMENT_COLUMNS)
+        seg = self.segment_stage.run(
+            spark, valid.where(f"operation = '{SEGMENT}'"), batch_id, check
+        )
+        for st in seg.statements:
+            self.writer.run(spark, st, batch_id)
+        assembled = with_batch_columns(seg.assembled)
+        whole = assembled.where("error_code IS NULL")
+        if seg.complete:
+            meta.add(aggregate(spark, whole))
+        if seg.rejected:
+            rejected = assembled.where("error_code IS NOT NULL")
+            dead.append(rejected_rows(rejected, self.pipeline_id, batch_id))
+        if seg.dead_groups or seg.late:
+            dead.append(seg.dead)
+        return seg, events.unionByName(whole)
+
+    def _hold(
+        self, spark: SparkSession, events: DataFrame, meta: BatchMeta, batch_id: int, check: bool
+    ) -> tuple[HoldResult, DataFrame, BatchMeta]:
+        assert self.hold_stage is not None
+        if meta.ops.get("RESOLVED"):
+            self._watermarks(spark, events, batch_id)
+        self.catalog.ensure_table(spark, self.internal, HELD, held_columns())
+        hold = self.hold_stage.run(spark, events, batch_id)
+        try:
+            for st in hold.statements:
+                self.writer.run(spark, st, batch_id)
+        finally:
+            hold.release()
+        released = BatchMeta(segments=meta.segments, rejected=meta.rejected)
+        released.add(aggregate(spark, hold.events))
+        return hold, hold.events, released
+
+    def _watermarks(self, spark: SparkSession, events: DataFrame, batch_id: int) -> Written:
+        self.catalog.ensure_table(spark, self.internal, WATERMARKS, WATERMARK_COLUMNS)
+        ident = self.catalog.ident(self.internal, WATERMARKS)
+        sql = watermarks_sql(spark, ident, events, batch_id)
+        return self.writer.run(
+            spark, Statement(self.internal, WATERMARKS, "watermarks", sql), batch_id
+        )
+
+    # ------------------------------------------------------------------ plan
+
+    def plan(self, spark: SparkSession, events: DataFrame, meta: BatchMeta) -> list[TablePlan]:
+        """The decisions for every target table of the batch (no writes)."""
+        plans: list[TablePlan] = []
+        states: dict[str, TableState | None] = {}
+        pending: list[tuple[str, str, Mode]] = []
+        for target, tmeta in sorted(meta.tables.items()):
+            if not set(tmeta.ops) - set(MARKERS):
+                continue
+            tcfg = self.cfg.table(target)
+            name = tcfg.name or target
+            info = self.catalog.info(spark, self.namespace, name)
+            states[target] = _state(info, tcfg.mode)
+            pending.append((target, name, tcfg.mode))
+        matched: dict[str, tuple[str, ...]] = {}
+        unnamed = [
+            t
+            for t, name, mode in pending
+            if mode == "merge"
+            and meta.tables[t].positional_keys
+            and not meta.tables[t].key_sets
+            and not self.cfg.table(t).keys
+            and not (states[t] and states[t].properties.get(KEY_PROPERTY))  # type: ignore[union-attr]
+            and not self._source_keys(name)
+        ]
+        if unnamed:
+            matched = match_keys(spark, events, unnamed)
+        for target, name, mode in pending:
+            tcfg = self.cfg.table(target)
+            plans.append(
+                decide(
+                    target,
+                    name,
+                    mode,
+                    meta.tables[target],
+                    states[target],
+                    configured_keys=tcfg.keys,
+                    source_keys=self._source_keys(name),
+                    matched_keys=matched.get(target),
+                    soft_deletes=tcfg.deletes == "soft",
+                )
+            )
+        return plans
+
+    def _source_keys(self, name: str) -> list[str] | None:
+        for src in self.cfg.sources:
+            if name in src.keys:
+                return list(src.keys[name])
+        return None
+
+    def _ddl(self, spark: SparkSession, plan: TablePlan) -> None:
+        """Create or evolve one table as its plan says (the truncate watermark is set after
+        the rows it removes are gone)."""
+        ns, name, schema = self.namespace, plan.name, plan.schema
+        props = {k: v for k, v in plan.properties.items() if k != TRUNCATE_PROPERTY}
+        if plan.mode == "append":
+            if not plan.exists:
+                cols = create_changelog_columns(plan, CHANGELOG_STRUCT)
+                self.catalog.create_table(spark, ns, name, cols, props)
+            elif schema.add or schema.widen or props:
+                self.catalog.alter(
+                    spark, ns, name, schema.add, schema.widen, props, ("before.", "after.")
+                )
+            return
+        if plan.keys is None:
+            if plan.exists and not plan.meta.row_events and (schema.add or schema.widen):
+                self.catalog.alter(spark, ns, name, schema.add, schema.widen)
+            return
+        if not plan.exists:
+            if plan.writes_rows:
+                props[KEY_PROPERTY] = ",".join(plan.keys)
+                cols = create_replica_columns(plan, CDC_STRUCT)
+                self.catalog.create_table(spark, ns, name, cols, props)
+            return
+        if schema.add or schema.widen or props:
+            self.catalog.alter(spark, ns, name, schema.add, schema.widen, props)
+
+    # ------------------------------------------------------------------ apply
+
+    def _apply(
+        self,
+        spark: SparkSession,
+        events: DataFrame,
+        meta: BatchMeta,
+        dead: list[DataFrame],
+        seg: SegmentResult | None,
+        hold: HoldResult | None,
+        batch_id: int,
+        check: bool,
+        started: float,
+        clock: StageClock,
+    ) -> BatchReport:
+        workers = max(1, self.cfg.parallel_tables)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            with clock.stage("plan"):
+                plans = self.plan(spark, events, meta)
+                for f in [pool.submit(self._ddl, spark, p) for p in plans]:
+                    f.result()
+            stage = BatchStage(spark, events, plans) if plans else None
+            stats: dict[str, TableStats] = {}
+            try:
+                if stage is not None and (stage.merge or stage.has_rules):
+                    with clock.stage("validate"):
+                        tombs = None
+                        if stage.merge and self.catalog.exists(spark, self.internal, TOMBSTONES):
+                            tombs = self.catalog.ident(self.internal, TOMBSTONES)
+                        if stage.merge:
+                            stage.stage(tombs)
+                        stats = stage.stats()
+                    if any(s.rejected for s in stats.values()):
+                        dead.append(stage.rejected(self.pipeline_id, batch_id))
+                outcomes = self._write(
+                    spark, pool, plans, stage, stats, events, meta, dead, hold, batch_id, clock
+                )
+            finally:
+                if stage is not None:
+                    stage.release()
+        dead_n = 0
+        with clock.stage("dead_letters"):
+            if dead:
+                dead_n = self._dead_letters(spark, dead, batch_id, check)
+        report = BatchReport(
+            batch_id=batch_id,
+            events=meta.events,
+            operations=dict(meta.ops),
+            duplicates=sum(o.duplicates for o in outcomes),
+            conflicts=sum(o.conflicts for o in outcomes),
+            stale=sum(o.stale for o in outcomes),
+            dead_lettered=dead_n,
+            tables={o.table: o.events for o in outcomes},
+            seconds=time.time() - started,
+            outcomes=tuple(outcomes),
+            segments=meta.segments,
+            reassembled=seg.complete if seg is not None else 0,
+            held=hold.held if hold is not None else 0,
+            released=hold.released if hold is not None else 0,
+            stages=dict(clock.seconds),
+        )
+        with clock.stage("history"):
+            self._history(spark, report, started, clock)
+        return BatchReport(**{**report.__dict__, "stages": dict(clock.seconds)})
+
+    def _write(
+        self,
+        spark: SparkSession,
+        pool: ThreadPoolExecutor,
+        plans: Sequence[TablePlan],
+        stage: BatchStage | None,
+        stats: dict[str, TableStats],
+        events: DataFrame,
+        meta: BatchMeta,
+        dead: list[DataFrame],
+        hold: HoldResult | None,
+        batch_id: int,
+        clock: StageClock,
+    ) -> list[TableOutcome]:
+        """Every table's writes and the internal tables', concurrently."""
+        phase = time.perf_counter()
+        tables: list[tuple[TablePlan, Future[tuple[TableOutcome, float]]]] = []
+        internal: list[Future[Written]] = []
+        if stage is not None:
+            for plan in plans:
+                job = pool.submit(self._table, spark, plan, stage, stats, batch_id)
+                tables.append((plan, job))
+            merged = {p.target for p in stage.merge}
+            if any(s.deletes for t, s in stats.items() if t in merged):
+                internal.append(pool.submit(self._tombstones, spark, stage, batch_id))
+        if meta.ops.get("RESOLVED") and hold is None:
+            internal.append(pool.submit(self._watermarks, spark, events, batch_id))
+        outputs: Future[list[DataFrame]] | None = None
+        if self.cfg.outputs:
+            outputs = pool.submit(self._outputs, spark, events, batch_id)
+        outcomes: list[TableOutcome] = []
+        merge_done = internal_done = phase
+        for _plan, future in tables:
+            outcome, finished = future.result()
+            outcomes.append(outcome)
+            merge_done = max(merge_done, finished)
+        for written in internal:
+            written.result()
+            internal_done = max(internal_done, time.perf_counter())
+        if tables:
+            clock.add("merge", merge_done - phase)
+        if internal:
+            clock.add("internal", internal_done - phase)
+        if outputs is not None:
+            dead.extend(outputs.result())
+            clock.add("outputs", time.perf_counter() - phase)
+        return outcomes
+
+    def _table(
+        self,
+        spark: SparkSession,
+        plan: TablePlan,
+        stage: BatchStage,
+        stats: dict[str, TableStats],
+        batch_id: int,
+    ) -> tuple[TableOutcome, float]:
+        """One table's statements, in order: a truncate, then the merge (or changelog)."""
+        started = time.perf_counter()
+        s = stats.get(plan.target, TableStats())
+        rejected = sum((s.rejected or {}).values())
+        ident = self.catalog.ident(self.namespace, plan.name)
+        stale = 0
+        if plan.mode == "append":
+            if plan.meta.events > rejected:
+                sql = changelog_sql(ident, stage.changelog_source(plan))
+                self.writer.run(
+                    spark, Statement(self.namespace, plan.name, "append", sql), batch_id
+                )
+            outcome = TableOutcome(plan.name, "append", plan.meta.events, dead_lettered=rejected)
+            return outcome, time.perf_counter()
+        if plan.keys is not None and plan.truncate is not None:
+            sql = truncate_sql(ident, plan.truncate)
+            self.writer.run(spark, Statement(self.namespace, plan.name, "truncate", sql), batch_id)
+            self.catalog.alter(
+                spark, self.namespace, plan.name, properties={TRUNCATE_PROPERTY: plan.truncate}
+            )
+        if plan.keys is not None and s.live:
+            sql = merge_sql(ident, plan, stage.merge_source(plan))
+            written = self.writer.run(
+                spark, Statement(self.namespace, plan.name, "merge", sql, report=True), batch_id
+            )
+            # stale: a key's newest events that lost to its tombstone, or that the guarded
+            # MERGE did not write because the replica row was newer (merge-on-read: written
+            # rows are the commit's added records)
+            stale = max(0, s.writes - written.count("added-records"))
+        outcome = TableOutcome(
+            plan.name,
+            "merge",
+            plan.meta.events,
+            s.duplicates,
+            s.conflicts,
+            stale + s.buried,
+            rejected,
+            time.perf_counter() - started,
+        )
+        return outcome, time.perf_counter()
+
+    def _tombstones(self, spark: SparkSession, stage: BatchStage, batch_id: int) -> Written:
+        self.catalog.ensure_table(
+            spark, self.internal, TOMBSTONES, TOMBSTONE_COLUMNS, partitioned_by="target"
+        )
+        ident = self.catalog.ident(self.internal, TOMBSTONES)
+        sql = tombstones_sql(ident, stage.deletes_source())
+        return self.writer.run(
+            spark, Statement(self.internal, TOMBSTONES, "tombstones", sql), batch_id
+        )
+
+    def _outputs(self, spark: SparkSession, events: DataFrame, batch_id: int) -> list[DataFrame]:
+        from cdcflow.outputs.stream import emit
+
+        return emit(events, list(self.cfg.outputs), self.pipeline_id, batch_id)
+
+    def _dead_letters(
+        self, spark: SparkSession, dead: list[DataFrame], batch_id: int, check: bool
+    ) -> int:
+        rows = dead[0]
+        for d in dead[1:]:
+            rows = rows.unionByName(d)
+        self.catalog.ensure_table(spark, self.internal, DEAD_LETTERS, DEAD_LETTER_COLUMNS)
+        ident = self.catalog.ident(self.internal, DEAD_LETTERS)
+        st = Statement(
+            self.internal,
+            DEAD_LETTERS,
+            "dead_letters",
+            f"INSERT INTO {ident} SELECT * FROM {view(rows, 'dlq')}",
+            once=True,
+            report=True,
+        )
+        written = self.writer.run(spark, st, batch_id, check)
+        return written.count("added-records")
+
+    def _history(
+        self, spark: SparkSession, report: BatchReport, started: float, clock: StageClock
+    ) -> None:
+        info = self.catalog.ensure_table(spark, self.internal, BATCHES, HISTORY_COLUMNS)
+        if "stages" not in info.columns:
+            self.catalog.alter(spark, self.internal, BATCHES, add={"stages": "map<string,double>"})
+        ident = self.catalog.ident(self.internal, BATCHES)
+        ops = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.operations.items())
+        tables = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.tables.items())
+        stages = ", ".join(f"{lit(k)}, CAST({v:.3f} AS double)" for k, v in clock.seconds.items())
+        sql = f"""
+            INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
+                                 duplicates, conflicts, stale, dead_lettered, tables, seconds,
+                                 stages)
+            SELECT {lit(self.pipeline_id)}, {report.batch_id},
+              timestamp_millis({int(started * 1000)}), current_timestamp(), {report.events},
+              {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
+              {report.duplicates}, {report.conflicts}, {report.stale}, {report.dead_lettered},
+              {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
+              {report.seconds:.3f}D,
+              {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"}
+        """
+        self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)
+
+
+def _state(info: TableInfo | None, mode: Mode) -> TableState | None:
+    if info is None:
+        return None
+    columns = info.structs.get("after", {}) if mode == "append" else info.columns
+    return TableState(columns=dict(columns), properties=dict(info.properties))

@@ -1,0 +1,119 @@
+"""What a micro-batch did: figures for the progress line, the batch history and callers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+#: Stages of a batch, in the order they run (``merge`` and ``internal`` overlap: replicas and
+#: internal tables are written concurrently).
+STAGES: tuple[str, ...] = (
+    "decode",
+    "segments",
+    "hold",
+    "plan",
+    "validate",
+    "merge",
+    "internal",
+    "outputs",
+    "dead_letters",
+    "history",
+)
+
+
+@dataclass(frozen=True)
+class TableOutcome:
+    """What happened to one target table in a batch."""
+
+    table: str
+    mode: str
+    events: int
+    duplicates: int = 0
+    conflicts: int = 0
+    stale: int = 0
+    dead_lettered: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """Progress figures of one micro-batch."""
+
+    batch_id: int
+    events: int
+    operations: dict[str, int]
+    duplicates: int
+    conflicts: int
+    stale: int
+    dead_lettered: int
+    tables: dict[str, int]
+    seconds: float
+    outcomes: tuple[TableOutcome, ...] = field(default_factory=tuple)
+    #: segments of split messages received, and messages reassembled from segments
+    segments: int = 0
+    reassembled: int = 0
+    #: consistency mode: events held back at the end of the batch, and released from earlier
+    held: int = 0
+    released: int = 0
+    #: seconds per stage (see :data:`STAGES`)
+    stages: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        """Events per second."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def slowest_stage(self) -> tuple[str, float] | None:
+        """The stage that took longest, with its seconds."""
+        if not self.stages:
+            return None
+        name = max(self.stages, key=lambda k: self.stages[k])
+        return name, self.stages[name]
+
+
+class StageClock:
+    """Seconds per stage of one batch."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time a block as (part of) a stage."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - started)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add seconds to a stage."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+
+def format_report(report: BatchReport) -> str:
+    """One progress line for a batch report."""
+    ops = " ".join(f"{k}={v:,}" for k, v in sorted(report.operations.items()))
+    tables = ", ".join(f"{k}={v:,}" for k, v in sorted(report.tables.items())) or "-"
+    if len(report.tables) > 6:
+        tables = f"{len(report.tables)} tables"
+    extra = ""
+    if report.held or report.released:
+        extra += f" · {report.held:,} held, {report.released:,} released"
+    if report.segments or report.reassembled:
+        extra += (
+            f" · {report.segments:,} segments, {report.reassembled:,} split messages reassembled"
+        )
+    slowest = report.slowest_stage
+    if slowest is not None:
+        extra += f" · slowest stage {slowest[0]} {slowest[1]:.1f}s"
+    return (
+        f"batch {report.batch_id}: {report.events:,} events ({ops or 'none'}) · "
+        f"{report.duplicates:,} duplicates · {report.stale:,} stale · "
+        f"{report.conflicts:,} conflicts · "
+        f"{report.dead_lettered:,} dead-lettered · tables {tables} · "
+        f"{report.rate:,.0f} events/s in {report.seconds:.1f}s{extra}"
+    )

@@ -1,1 +1,0 @@
-"""Sinks: where canonical events go (Iceberg replicas, changelogs, dead letters)."""
