@@ -16,9 +16,9 @@ Semantics (DESIGN §5, one item each):
    sequence count as a conflict; per key the newest sequence decides the row;
 2. the ``MERGE`` only changes a column for a newer author (``_cdc.sequence``,
    ``row_sequence``, ``column_sequences``), so stale events and replays change nothing;
-3. deletes leave tombstones (table, key, sequence) in one internal table, so a late older event
-   cannot resurrect the row; a delete at the very sequence of its tombstone is its own replay
-   and still applies;
+3. deletes leave tombstones (table, key, sequence), appended to one internal table, so a late
+   older event cannot resurrect the row; a delete at the very sequence of its tombstone is its
+   own replay and still applies;
 4. partial events contribute their columns over the newest full image, each column keeping its
    newest author;
 5. an update whose before image names another key also deletes that key; events at or below a
@@ -117,6 +117,7 @@ class BatchStage:
         self.validated = view(self.spark.sql(self.validated_sql()), "validated")
         self.staged: DataFrame | None = None
         self.staged_view: str | None = None
+        self._checkpoints: list[DataFrame] = []
 
     # ------------------------------------------------------------------ literal maps
 
@@ -224,54 +225,96 @@ class BatchStage:
 
     def rows_sql(self) -> str:
         """One row per applicable event of the merge tables (plus a delete of the old key for
-        each primary-key change): target, key, sequence, delivery position, image."""
+        each primary-key change, from the same scan): target, key, sequence, delivery position,
+        image."""
         names, types = self._names(), self._types()
         keyed = string_array(p.target for p in self.merge)
         soft = string_array(p.target for p in self.merge if p.soft_deletes)
         marks = string_map({p.target: lit(p.watermark) for p in self.merge if p.watermark})
-        applicable = (
-            f"_reject IS NULL AND array_contains({keyed}, _target) AND operation IN {_ROW_OPS} "
-            f"AND sequence > coalesce(element_at({marks}, _target), '')"
-        )
         old_norm = _normalise_by_type(
             "before[k]", f"get(element_at({types}, _target), i)", self._key_types()
         )
         old_kv = f"transform(element_at({names}, _target), (k, i) -> {old_norm})"
-        common = "sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item"
+        image = (
+            "CASE WHEN operation <> 'DELETE' THEN after "
+            f"WHEN array_contains({soft}, _target) THEN before END"
+        )
+        pk_change = (
+            "operation IN ('UPDATE', 'UPSERT') AND before IS NOT NULL "
+            "AND NOT exists(_okv, x -> x IS NULL) AND _okv <> _kv"
+        )
+        versions = (
+            f"filter(array(named_struct('k', _kv, 'op', operation, 'a', {image}, 'fp', _fp), "
+            f"CASE WHEN {pk_change} THEN named_struct('k', _okv, 'op', 'DELETE', "
+            f"'a', {_NO_MAP}, 'fp', _fp + 1) END), v -> v IS NOT NULL)"
+        )
+        # events the engine rejects pass too, keyed by their code: the collapse counts them
+        # for the batch's figures without another scan of the batch
         return f"""
-            SELECT _target, _kv, to_json(_kv) AS _kj, {common}, operation AS _op,
-                   partial AS _partial,
-                   CASE WHEN operation <> 'DELETE' THEN after
-                        WHEN array_contains({soft}, _target) THEN before END AS _after,
-                   _fp
-            FROM {self.validated} WHERE {applicable}
-            UNION ALL
-            SELECT _target, _okv, to_json(_okv), {common}, 'DELETE', false, {_NO_MAP}, _fp + 1
+            SELECT _target, v.k AS _kv,
+                   CASE WHEN _reject IS NULL THEN to_json(v.k) ELSE concat('!', _reject) END
+                     AS _kj,
+                   sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item,
+                   v.op AS _op, partial AND v.op <> 'DELETE' AS _partial, v.a AS _after,
+                   v.fp AS _fp, _reject IS NOT NULL AS _bad
             FROM (SELECT *, {old_kv} AS _okv FROM {self.validated}
-                  WHERE {applicable} AND operation IN ('UPDATE', 'UPSERT') AND before IS NOT NULL)
-            WHERE NOT exists(_okv, x -> x IS NULL) AND _okv <> _kv
+                  WHERE array_contains({keyed}, _target) AND (_reject IS NOT NULL
+                    OR (operation IN {_ROW_OPS}
+                        AND sequence > coalesce(element_at({marks}, _target), ''))))
+            LATERAL VIEW explode(
+              CASE WHEN _reject IS NULL THEN {versions}
+                   ELSE array(named_struct('k', _kv, 'op', operation, 'a', {_NO_MAP}, 'fp', _fp))
+              END) e AS v
         """
 
     def collapsed_sql(self, rows: str) -> str:
         """Per (table, key): the newest event, the newest full image and sequence (the base),
-        the partial images newer than the base, and the counts."""
-        return f"""
-            SELECT _target, _kj, first(_kv) AS _kv, max(_seq) AS _seq, max_by(_w, _seq) AS _top,
-                   max(CASE WHEN NOT _w._partial THEN _seq END) AS _base_seq,
-                   max_by(_w._after, CASE WHEN NOT _w._partial THEN _seq END) AS _base_after,
-                   collect_list(CASE WHEN _w._partial THEN named_struct('s', _seq, 'a', _w._after)
-                                END) AS _parts,
-                   sum(_nseq) AS _n_in, sum(_nfp - 1) AS _n_conf, count(*) AS _n_win
-            FROM (
-              SELECT _target, _kj, first(_kv) AS _kv, _seq,
-                     max_by(named_struct('_ts', _ts, '_id', _id, '_op', _op,
-                                         '_partial', _partial, '_after', _after, '_fp', _fp),
-                            named_struct('o', origin, 'f', offset, 'i', item)) AS _w,
-                     size(collect_set(_fp)) AS _nfp, count(*) AS _nseq
-              FROM (SELECT * FROM {rows} DISTRIBUTE BY _target, _kj)
-              GROUP BY _target, _kj, _seq
+        the partial images newer than the base, and the counts.
+
+        Window functions pick the winners (no row image sits in an aggregation buffer). Only
+        when the batch has partial events are the images of a key gathered over its window."""
+        part = "PARTITION BY _target, _kj"
+        delivered = "origin DESC, offset DESC, item DESC"
+        partial = any(p.meta.partial for p in self.merge)
+        if partial:
+            base = (
+                f"first(CASE WHEN _rs = 1 AND NOT _partial AND _seq = _base_seq THEN _after END,"
+                f" true) OVER ({part})"
             )
-            GROUP BY _target, _kj
+            parts = (
+                f"collect_list(CASE WHEN _rs = 1 AND _partial AND _seq > coalesce(_base_seq, '')"
+                f" THEN named_struct('s', _seq, 'a', _after) END) OVER ({part})"
+            )
+            gathered = f"""
+                SELECT *, {base} AS _base_after, {parts} AS _parts FROM (
+                  SELECT *, max(CASE WHEN NOT _partial AND _rs = 1 THEN _seq END) OVER ({part})
+                              AS _base_seq
+                  FROM ({{inner}}))
+            """
+        else:
+            gathered = """
+                SELECT *, _seq AS _base_seq, _after AS _base_after,
+                       CAST(array() AS array<struct<s:string, a:map<string,string>>>) AS _parts
+                FROM ({inner})
+            """
+        inner = f"""
+            SELECT *,
+                   count(*) OVER ({part}) AS _n_in,
+                   sum(CASE WHEN _rs = 1 THEN 1 ELSE 0 END) OVER ({part}) AS _n_win,
+                   sum(CASE WHEN _rs = 1 THEN _nfp - 1 ELSE 0 END) OVER ({part}) AS _n_conf
+            FROM (
+              SELECT *,
+                     row_number() OVER ({part} ORDER BY _seq DESC, {delivered}) AS _rn,
+                     row_number() OVER ({part}, _seq ORDER BY {delivered}) AS _rs,
+                     size(collect_set(_fp) OVER ({part}, _seq)) AS _nfp
+              FROM {rows})
+        """
+        return f"""
+            SELECT _target, _kj, _kv, _seq, _bad,
+                   named_struct('_op', _op, '_ts', _ts, '_id', _id, '_fp', _fp) AS _top,
+                   _base_seq, _base_after, _parts, CAST(_n_in AS bigint) AS _n_in,
+                   CAST(_n_conf AS bigint) AS _n_conf, CAST(_n_win AS bigint) AS _n_win
+            FROM ({gathered.format(inner=inner)}) WHERE _rn = 1
         """
 
     def staged_sql(self, collapsed: str, tombstones: str | None) -> str:
@@ -279,10 +322,14 @@ class BatchStage:
         soft = string_array(p.target for p in self.merge if p.soft_deletes)
         hard = [p.target for p in self.merge if not p.soft_deletes]
         if tombstones and hard:
+            # tombstones are appended: a key's newest is its highest; only the batch's keys
+            # are looked at
             join = (
-                f"LEFT JOIN (SELECT target, key, seq FROM {tombstones} "
-                f"WHERE target IN ({', '.join(lit(t) for t in hard)})) tb "
-                "ON tb.target = c._target AND tb.key = c._kj"
+                "LEFT JOIN (SELECT t.target, t.key, max(t.seq) AS seq FROM "
+                f"(SELECT target, key, seq FROM {tombstones} "
+                f"WHERE target IN ({', '.join(lit(t) for t in hard)})) t "
+                f"LEFT SEMI JOIN {collapsed} k ON t.target = k._target AND t.key = k._kj "
+                "GROUP BY t.target, t.key) tb ON tb.target = c._target AND tb.key = c._kj"
             )
             tomb = "tb.seq"
         else:
@@ -301,10 +348,10 @@ class BatchStage:
             "transform_values(x.a, (k, v) -> x.s)))"
         )
         return f"""
-            SELECT _target, _kj, _kv, _seq, _top._op AS _op, _top._ts AS _ts, _top._id AS _id,
-                   _top._fp AS _fp, _top._op <> 'DELETE' AS _exists, _tomb,
-                   _tomb IS NULL OR _seq > _tomb OR (_seq = _tomb AND _top._op = 'DELETE')
-                     AS _live,
+            SELECT _target, _kj, _kv, _seq, _bad, _top._op AS _op, _top._ts AS _ts,
+                   _top._id AS _id, _top._fp AS _fp, _top._op <> 'DELETE' AS _exists, _tomb,
+                   NOT _bad AND (_tomb IS NULL OR _seq > _tomb
+                                 OR (_seq = _tomb AND _top._op = 'DELETE')) AS _live,
                    array_contains({soft}, _target) AS _soft, _base_seq,
                    CASE WHEN size(_newer) = 0 THEN _base_after ELSE {fold_img} END AS _img,
                    CASE WHEN size(_newer) = 0 THEN {_EMPTY_MAP} ELSE {fold_seq} END AS _cs,
@@ -313,35 +360,51 @@ class BatchStage:
         """
 
     def stage(self, tombstones: str | None) -> DataFrame:
-        """Build and persist the staged rows of every merge table (``tombstones``: the
-        tombstone table's identifier when it exists)."""
+        """Build and keep the staged rows of every merge table (``tombstones``: the tombstone
+        table's identifier when it exists). They are checkpointed locally: every later query
+        of the batch (one per table) starts from them instead of re-analysing the whole plan."""
         rows = view(self.spark.sql(self.rows_sql()), "rows")
-        collapsed = view(self.spark.sql(self.collapsed_sql(rows)), "collapsed")
-        staged = self.spark.sql(self.staged_sql(collapsed, tombstones)).persist()
+        collapsed = self.spark.sql(self.collapsed_sql(rows)).localCheckpoint(eager=True)
+        self._checkpoints.append(collapsed)
+        staged = self.spark.sql(self.staged_sql(view(collapsed, "collapsed"), tombstones))
+        if tombstones is not None:
+            # the tombstone look-up runs once, not once per table
+            staged = staged.localCheckpoint(eager=True)
+            self._checkpoints.append(staged)
         self.staged = staged
         self.staged_view = view(staged, "staged")
         return staged
 
     def stats(self) -> dict[str, TableStats]:
-        """One aggregate for every table: staged counts and rejections (materialises the
-        staged rows)."""
-        parts = [
-            f"SELECT _target, _reject AS code, count(*) AS n, 0L AS conflicts, 0L AS winners, "
-            f"0L AS buried, 0L AS deletes, 0L AS writes, 0L AS live FROM {self.validated} "
-            "WHERE _reject IS NOT NULL GROUP BY _target, _reject"
-        ]
+        """Counts of every table, from the staged rows (one small aggregate): events,
+        conflicts, winners, rows buried by tombstones, deletes and writes, and rejections by
+        code. Rejections of tables that are not merged (changelogs, tables without keys) are
+        counted over the batch only when a rule other than ``KEY_UNKNOWN`` applies to them."""
+        parts = []
         if self.staged_view is not None:
             parts.append(
-                "SELECT _target, CAST(NULL AS string), sum(_n_in), sum(_n_conf), sum(_n_win), "
-                "count_if(NOT _live), count_if(_live AND NOT _exists), "
-                "count_if(_live AND (_exists OR _soft)), count_if(_live) "
-                f"FROM {self.staged_view} GROUP BY _target"
+                "SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, "
+                "sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, "
+                "count_if(NOT _live AND NOT _bad) AS buried, count_if(_live AND NOT _exists) "
+                "AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, "
+                f"count_if(_live) AS live FROM {self.staged_view} GROUP BY 1, 2"
+            )
+        merged = {p.target for p in self.merge}
+        others = [p for t, p in self.plans.items() if t not in merged]
+        if any(p.bad_shapes or p.schema.conflicts for p in others):
+            parts.append(
+                f"SELECT _target, _reject, count(*), 0L, 0L, 0L, 0L, 0L, 0L FROM {self.validated} "
+                f"WHERE _reject IS NOT NULL AND NOT array_contains("
+                f"{string_array(sorted(merged))}, _target) GROUP BY 1, 2"
             )
         out: dict[str, TableStats] = {}
         rejected: dict[str, dict[str, int]] = {}
-        for r in self.spark.sql(" UNION ALL ".join(parts)).collect():
+        rows = self.spark.sql(" UNION ALL ".join(parts)).collect() if parts else []
+        counted = set()
+        for r in rows:
             if r["code"] is not None:
                 rejected.setdefault(r["_target"], {})[r["code"]] = int(r["n"])
+                counted.add(r["_target"])
                 continue
             out[r["_target"]] = TableStats(
                 events=int(r["n"]),
@@ -352,6 +415,9 @@ class BatchStage:
                 writes=int(r["writes"]),
                 live=int(r["live"]),
             )
+        for p in others:
+            if p.key_problem and p.meta.row_events and p.target not in counted:
+                rejected.setdefault(p.target, {})["KEY_UNKNOWN"] = p.meta.row_events
         for target, codes in rejected.items():
             base = out.get(target, TableStats())
             out[target] = TableStats(
@@ -367,9 +433,11 @@ class BatchStage:
         return out
 
     def release(self) -> None:
-        """Drop the batch's cached staged rows."""
-        if self.staged is not None:
-            self.staged.unpersist()
+        """Drop the batch's staged rows (the blocks of its local checkpoints)."""
+        for df in self._checkpoints:
+            release_checkpoint(df)
+        self._checkpoints.clear()
+        self.staged = None
 
     # ------------------------------------------------------------------ per table
 
@@ -459,6 +527,14 @@ class BatchStage:
             ),
             "deletes",
         )
+
+
+def release_checkpoint(df: DataFrame) -> None:
+    """Free the blocks behind a ``localCheckpoint`` now rather than when the JVM collects
+    garbage (a pipeline that keeps following runs thousands of batches)."""
+    plan = df._jdf.queryExecution().logical()
+    if plan.getClass().getSimpleName() == "LogicalRDD":
+        plan.rdd().unpersist(False)
 
 
 # --------------------------------------------------------------------------- statements
@@ -583,14 +659,12 @@ def truncate_sql(ident: str, sequence: str) -> str:
 
 
 def tombstones_sql(ident: str, source: str) -> str:
-    """Record deleted keys (a newer delete of a key moves its tombstone up)."""
-    return f"""
-        MERGE INTO {ident} t USING {source} s ON t.target = s.target AND t.key = s.key
-        WHEN MATCHED AND s.seq > t.seq THEN UPDATE SET seq = s.seq,
-             deleted_at = current_timestamp()
-        WHEN NOT MATCHED THEN INSERT (target, key, seq, deleted_at)
-             VALUES (s.target, s.key, s.seq, current_timestamp())
-    """
+    """Record deleted keys: tombstones are appended (a key's highest one counts), which costs
+    a small file per batch instead of a join with every tombstone kept."""
+    return (
+        f"INSERT INTO {ident} (target, key, seq, deleted_at) "
+        f"SELECT target, key, seq, current_timestamp() FROM {source}"
+    )
 
 
 def expire_tombstones_sql(ident: str, retention_seconds: int) -> str:

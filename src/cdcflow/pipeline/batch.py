@@ -343,7 +343,18 @@ class BatchRunner:
                     if any(s.rejected for s in stats.values()):
                         dead.append(stage.rejected(self.pipeline_id, batch_id))
                 outcomes = self._write(
-                    spark, pool, plans, stage, stats, events, meta, dead, hold, batch_id, clock
+                    spark,
+                    pool,
+                    plans,
+                    stage,
+                    stats,
+                    events,
+                    meta,
+                    dead,
+                    hold,
+                    batch_id,
+                    check,
+                    clock,
                 )
             finally:
                 if stage is not None:
@@ -385,6 +396,7 @@ class BatchRunner:
         dead: list[DataFrame],
         hold: HoldResult | None,
         batch_id: int,
+        check: bool,
         clock: StageClock,
     ) -> list[TableOutcome]:
         """Every table's writes and the internal tables', concurrently."""
@@ -397,7 +409,7 @@ class BatchRunner:
                 tables.append((plan, job))
             merged = {p.target for p in stage.merge}
             if any(s.deletes for t, s in stats.items() if t in merged):
-                internal.append(pool.submit(self._tombstones, spark, stage, batch_id))
+                internal.append(pool.submit(self._tombstones, spark, stage, batch_id, check))
         if meta.ops.get("RESOLVED") and hold is None:
             internal.append(pool.submit(self._watermarks, spark, events, batch_id))
         outputs: Future[list[DataFrame]] | None = None
@@ -470,15 +482,14 @@ class BatchRunner:
         )
         return outcome, time.perf_counter()
 
-    def _tombstones(self, spark: SparkSession, stage: BatchStage, batch_id: int) -> Written:
-        self.catalog.ensure_table(
-            spark, self.internal, TOMBSTONES, TOMBSTONE_COLUMNS, partitioned_by="target"
-        )
+    def _tombstones(
+        self, spark: SparkSession, stage: BatchStage, batch_id: int, check: bool
+    ) -> Written:
+        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_COLUMNS)
         ident = self.catalog.ident(self.internal, TOMBSTONES)
         sql = tombstones_sql(ident, stage.deletes_source())
-        return self.writer.run(
-            spark, Statement(self.internal, TOMBSTONES, "tombstones", sql), batch_id
-        )
+        st = Statement(self.internal, TOMBSTONES, "tombstones", sql, once=True)
+        return self.writer.run(spark, st, batch_id, check)
 
     def _outputs(self, spark: SparkSession, events: DataFrame, batch_id: int) -> list[DataFrame]:
         from cdcflow.outputs.stream import emit
