@@ -61,6 +61,16 @@ def normalise(value: str, t: str) -> str:
     return f"CAST(CAST({value} AS {st}) AS string)"
 
 
+def typed_text(column: str, spark_type_name: str) -> str:
+    """SQL giving a typed column's value as the text :func:`normalise` gives its wire string
+    (``spark_type_name`` as a Spark ``simpleString``)."""
+    if spark_type_name == "binary":
+        return f"base64({column})"
+    if spark_type_name.startswith(("array<", "struct<")):
+        return f"to_json({column})"
+    return f"CAST({column} AS string)"
+
+
 def _normalise_by_type(value: str, type_expr: str, types: Iterable[str]) -> str:
     branches = [
         f"WHEN {lit(t)} THEN {normalise(value, t)}"
@@ -322,14 +332,17 @@ class BatchStage:
         soft = string_array(p.target for p in self.merge if p.soft_deletes)
         hard = [p.target for p in self.merge if not p.soft_deletes]
         if tombstones and hard:
-            # tombstones are appended: a key's newest is its highest; only the batch's keys
-            # are looked at
+            # tombstones (by replica name) are appended: a key's newest is its highest; only the
+            # batch's keys are looked at
+            names = self._replica_names()
+            tables = ", ".join(lit(self.plans[t].name) for t in hard)
             join = (
                 "LEFT JOIN (SELECT t.target, t.key, max(t.seq) AS seq FROM "
-                f"(SELECT target, key, seq FROM {tombstones} "
-                f"WHERE target IN ({', '.join(lit(t) for t in hard)})) t "
-                f"LEFT SEMI JOIN {collapsed} k ON t.target = k._target AND t.key = k._kj "
-                "GROUP BY t.target, t.key) tb ON tb.target = c._target AND tb.key = c._kj"
+                f"(SELECT target, key, seq FROM {tombstones} WHERE target IN ({tables})) t "
+                f"LEFT SEMI JOIN (SELECT element_at({names}, _target) AS _name, _kj "
+                f"FROM {collapsed}) k ON t.target = k._name AND t.key = k._kj "
+                "GROUP BY t.target, t.key) tb "
+                f"ON tb.target = element_at({names}, c._target) AND tb.key = c._kj"
             )
             tomb = "tb.seq"
         else:
@@ -522,8 +535,8 @@ class BatchStage:
         assert self.staged_view is not None
         return view(
             self.spark.sql(
-                f"SELECT _target AS target, _kj AS key, _seq AS seq FROM {self.staged_view} "
-                "WHERE _live AND NOT _exists AND NOT _soft"
+                f"SELECT element_at({self._replica_names()}, _target) AS target, _kj AS key, "
+                f"_seq AS seq FROM {self.staged_view} WHERE _live AND NOT _exists AND NOT _soft"
             ),
             "deletes",
         )

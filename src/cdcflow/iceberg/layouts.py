@@ -6,8 +6,8 @@ Internal tables, one per pipeline namespace, each written at most once per batch
 =================  ==============================================================================
 ``dead_letters``   messages and events that could not be decoded or applied, with raw bytes
 ``batches``        the batch history: counts, tables, seconds per stage
-``tombstones``     deleted keys of every replica (``target``, key as JSON, sequence), partitioned
-                   by replica, so a late older event cannot resurrect a deleted row
+``tombstones``     deleted keys of every replica (replica name, key as JSON, sequence), so a late
+                   older event cannot resurrect a deleted row
 ``watermarks``     the highest ``RESOLVED`` point per (dialect, scope, partition)
 ``segments``       segments of split messages waiting for the rest of their message
 ``held``           events held until a consistent point (consistency mode)

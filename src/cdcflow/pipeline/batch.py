@@ -35,6 +35,7 @@ from cdcflow.engine.stage import (
     merge_sql,
     tombstones_sql,
     truncate_sql,
+    typed_text,
 )
 from cdcflow.engine.watermarks import watermarks_sql
 from cdcflow.iceberg.catalog import Catalog, TableInfo
@@ -58,7 +59,7 @@ from cdcflow.iceberg.layouts import (
 )
 from cdcflow.iceberg.write import Statement, Writer, Written
 from cdcflow.pipeline.report import BatchReport, StageClock, TableOutcome
-from cdcflow.spark.sql import lit, view
+from cdcflow.spark.sql import lit, q, view
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -84,8 +85,10 @@ class BatchRunner:
         cfg: PipelineConfig,
         pipeline_id: str,
         on_report: Callable[[BatchReport], None] | None = None,
+        adaptive: bool = True,
     ) -> None:
         self.cfg = cfg
+        self.adaptive = adaptive
         self.pipeline_id = pipeline_id
         self.on_report = on_report
         self.catalog = Catalog(cfg.catalog.name)
@@ -115,14 +118,19 @@ class BatchRunner:
         started = time.time()
         # the batch frame belongs to the query's own session: temp views must live there
         spark = df.sparkSession
+        # a streaming query's batch runs with adaptive execution off; the batch's own queries
+        # (staging, merges) are ordinary batch queries that gain from it
+        spark.conf.set("spark.sql.adaptive.enabled", "true" if self.adaptive else "false")
         check = self.first_batch
         self.catalog.ensure_namespace(spark, self.namespace)
         self.catalog.ensure_namespace(spark, self.internal)
-        if check and self.catalog.committed_steps(
-            spark, self.internal, BATCHES, self.pipeline_id, batch_id
-        ):
-            self.first_batch = False
-            return
+        if check:
+            self._migrate_tombstones(spark)
+            if self.catalog.committed_steps(
+                spark, self.internal, BATCHES, self.pipeline_id, batch_id
+            ):
+                self.first_batch = False
+                return
         decoded = with_batch_columns(df).persist()
         try:
             report = self._process(spark, decoded, batch_id, check, started)
@@ -134,6 +142,35 @@ class BatchRunner:
             self.expire(spark)
         if self.on_report:
             self.on_report(report)
+
+    def _migrate_tombstones(self, spark: SparkSession) -> None:
+        """Tombstones kept one table per replica (``tombstones__<table>``, typed key columns)
+        by earlier versions move into the one tombstone table (a crash half-way copies some
+        twice, which changes nothing: a key's highest tombstone counts)."""
+        old = sorted(
+            n
+            for n in self.catalog.table_names(spark, self.internal)
+            if n.startswith("tombstones__")
+        )
+        if not old:
+            return
+        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_COLUMNS)
+        target = self.catalog.ident(self.internal, TOMBSTONES)
+        for name in old:
+            info = self.catalog.info(spark, self.internal, name)
+            if info is None:
+                continue
+            keys = [k for k in info.properties.get(KEY_PROPERTY, "").split(",") if k]
+            if keys and all(k in info.columns for k in keys):
+                texts = ", ".join(typed_text(q(k), info.columns[k]) for k in keys)
+                spark.sql(
+                    f"INSERT INTO {target} (target, key, seq, deleted_at) "
+                    f"SELECT {lit(name.removeprefix('tombstones__'))}, to_json(array({texts})), "
+                    f"_seq, _deleted_at FROM {self.catalog.ident(self.internal, name)}"
+                )
+            spark.sql(f"DROP TABLE {self.catalog.ident(self.internal, name)}")
+            self.catalog.forget(self.internal, name)
+        self.catalog.forget(self.internal)
 
     def expire(self, spark: SparkSession) -> None:
         """Drop tombstones, and closed groups of split-message segments, older than

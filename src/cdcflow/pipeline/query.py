@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from cdcflow.spark.session import SparkSettings
 
 _ID_FILE = "cdcflow-pipeline-id"
+ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 def spark_settings(cfg: PipelineConfig) -> SparkSettings:
@@ -87,7 +88,22 @@ class Pipeline:
         self.spark = spark
         self.runner: BatchRunner | None = None
 
-    def events(self) -> DataFrame:
+    def _stream_session(self) -> SparkSession:
+        """A session for the streaming query: the pipeline session's settings with adaptive
+        execution off, which streaming does not support (Spark would turn it off itself and
+        warn). Each batch turns it back on for the batch's own queries."""
+        session = self.spark.newSession()
+        confs = self.spark._jsparkSession.sessionState().conf().getAllConfs()
+        it = confs.iterator()
+        while it.hasNext():
+            entry = it.next()
+            key, value = str(entry._1()), str(entry._2())
+            if key != ADAPTIVE and session.conf.isModifiable(key):
+                session.conf.set(key, value)
+        session.conf.set(ADAPTIVE, "false")
+        return session
+
+    def events(self, session: SparkSession | None = None) -> DataFrame:
         """The decoded-events stream of every source (one DataFrame)."""
         from cdcflow.spark.arrow import decode_dataframe, read_raw
 
@@ -96,7 +112,10 @@ class Pipeline:
             if "://" not in src.path:
                 Path(src.path).mkdir(parents=True, exist_ok=True)
             raw = read_raw(
-                self.spark, src.path, streaming=True, max_files_per_trigger=src.max_files_per_batch
+                session or self.spark,
+                src.path,
+                streaming=True,
+                max_files_per_trigger=src.max_files_per_batch,
             )
             frames.append(decode_dataframe(raw, src.dialect, source_options(src), src.name))
         return reduce(lambda a, b: a.unionByName(b), frames)
@@ -106,9 +125,10 @@ class Pipeline:
     ) -> StreamingQuery:
         """Start the streaming query (drains the landing zones, or keeps following)."""
         pid = pipeline_identity(self.spark, self.cfg.checkpoint, self.cfg.pipeline)
-        self.runner = BatchRunner(self.cfg, pid, on_report)
+        adaptive = self.spark.conf.get(ADAPTIVE, "true") or "true"
+        self.runner = BatchRunner(self.cfg, pid, on_report, adaptive=adaptive.lower() == "true")
         writer = (
-            self.events()
+            self.events(self._stream_session())
             .writeStream.foreachBatch(self.runner)
             .option("checkpointLocation", self.cfg.checkpoint.rstrip("/") + "/stream")
             .queryName(f"cdcflow_{self.cfg.pipeline}")

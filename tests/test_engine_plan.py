@@ -1,0 +1,141 @@
+"""The engine's per-table decisions as data: batch metadata and table state in, plan out
+(no Spark)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from cdcflow.engine.keys import unambiguous
+from cdcflow.engine.meta import TableMeta, target_name
+from cdcflow.engine.plan import TableState, decide, decide_shape, resolve_keys
+from cdcflow.iceberg.layouts import KEY_PROPERTY, SHAPE_PROPERTY, TRUNCATE_PROPERTY
+
+
+def meta(ops: dict[str, int], seen: dict[str, set[str]] | None = None, **kw: object) -> TableMeta:
+    m = TableMeta(ops=dict(ops), **kw)  # type: ignore[arg-type]
+    m.seen = defaultdict(set, {c: set(t) for c, t in (seen or {}).items()})
+    return m
+
+
+def test_new_merge_table_takes_configured_keys_and_all_seen_columns() -> None:
+    plan = decide(
+        "users",
+        "users",
+        "merge",
+        meta({"INSERT": 3}, {"id": {"bigint"}, "name": {"string"}}),
+        None,
+        configured_keys=["id"],
+    )
+    assert plan.keys == ("id",) and plan.key_source == "configured"
+    assert plan.creates and plan.writes_rows
+    assert plan.schema.types == {"id": "bigint", "name": "string"}
+    assert plan.schema.add == {}  # a new table is created with its columns, nothing to add
+    assert plan.key_problem is None
+
+
+def test_existing_table_gains_and_widens_columns_and_records_its_keys() -> None:
+    state = TableState({"id": "bigint", "n": "int", "_cdc": "struct<...>"}, {})
+    plan = decide(
+        "t",
+        "t",
+        "merge",
+        meta({"UPDATE": 1}, {"n": {"bigint"}, "extra": {"string"}}, key_sets={("id",)}),
+        state,
+    )
+    assert plan.keys == ("id",) and plan.key_source == "batch"
+    assert plan.schema.widen == {"n": "bigint"}
+    assert plan.schema.add == {"extra": "string"}
+    assert plan.properties == {KEY_PROPERTY: "id"}
+
+
+def test_keys_come_first_from_configuration_then_the_replica_then_the_events() -> None:
+    assert resolve_keys(["a"], "b", {("c",)}, ["d"], ["e"]) == (("a",), "configured")
+    assert resolve_keys(None, "b,x", {("c",)}, ["d"], ["e"]) == (("b", "x"), "recorded")
+    assert resolve_keys(None, None, {("c",), ("c", "z")}, ["d"], None) == (("c", "z"), "batch")
+    assert resolve_keys(None, None, set(), ["d"], ["e"]) == (("d",), "source")
+    assert resolve_keys(None, None, set(), None, ["e"]) == (("e",), "matched")
+    assert resolve_keys(None, None, set(), None, None) == (None, None)
+
+
+def test_a_table_without_keys_rejects_its_row_events_with_a_hint() -> None:
+    plan = decide("orders", "orders", "merge", meta({"INSERT": 2}, {"id": {"bigint"}}), None)
+    assert plan.keys is None and not plan.writes_rows and not plan.creates
+    assert plan.key_problem is not None and "tables.orders.keys" in plan.key_problem
+
+
+def test_schema_only_events_for_a_missing_table_create_nothing() -> None:
+    plan = decide("t", "t", "merge", meta({"DDL": 1}, {"extra": {"int"}}), None)
+    assert not plan.creates and not plan.writes_rows
+
+
+def test_a_newer_truncate_moves_the_watermark_and_an_older_one_does_not() -> None:
+    state = TableState({"id": "bigint"}, {TRUNCATE_PROPERTY: "p05"})
+    newer = decide(
+        "t", "t", "merge", meta({"TRUNCATE": 1}, truncate="p07"), state, configured_keys=["id"]
+    )
+    assert newer.truncate == "p07" and newer.watermark == "p07"
+    assert newer.properties[TRUNCATE_PROPERTY] == "p07"
+    assert newer.writes_rows  # a truncate alone still applies
+    older = decide(
+        "t", "t", "merge", meta({"TRUNCATE": 1}, truncate="p03"), state, configured_keys=["id"]
+    )
+    assert older.truncate is None and older.watermark == "p05"
+
+
+def test_changelog_plans_work_on_the_after_image_fields() -> None:
+    state = TableState({"a": "string", "_empty": "string"}, {})
+    plan = decide("log", "audit", "append", meta({"INSERT": 1}, {"b": {"int"}}), state)
+    assert plan.mode == "append" and plan.name == "audit" and plan.keys is None
+    assert plan.schema.add == {"b": "int"} and plan.writes_rows
+
+
+@pytest.mark.parametrize(
+    ("recorded", "shapes", "bad", "shape"),
+    [
+        (None, {}, set(), None),
+        (None, {"n,n": 3, "n,s": 1}, {"n,s"}, "n,n"),  # the most common one is recorded
+        (None, {"n,*": 2, "n,n": 1}, set(), "n,n"),  # unknowns filled from fitting shapes
+        ("n,n", {"n,n": 2}, set(), None),  # nothing changes
+        ("n,n", {"s": 1}, {"s"}, None),
+    ],
+)
+def test_sequence_shapes(
+    recorded: str | None, shapes: dict[str, int], bad: set[str], shape: str | None
+) -> None:
+    assert decide_shape(recorded, shapes) == (frozenset(bad), shape)
+
+
+def test_shape_decisions_reach_the_plan() -> None:
+    plan = decide(
+        "t",
+        "t",
+        "merge",
+        meta({"INSERT": 2}, shapes={"n,n": 2, "s": 1}),
+        None,
+        configured_keys=["id"],
+    )
+    assert plan.bad_shapes == frozenset({"s"}) and plan.properties[SHAPE_PROPERTY] == "n,n"
+
+
+@pytest.mark.parametrize(
+    ("found", "names"),
+    [
+        ([(0, "id")], ("id",)),
+        ([(0, "a"), (1, "b")], ("a", "b")),
+        ([(0, "id"), (0, "qty")], None),  # two columns match: ambiguous
+        ([(1, "b")], None),  # position 0 unmatched
+        ([(0, "a"), (1, "a")], None),  # one column cannot be two key parts
+        ([], None),
+    ],
+)
+def test_positional_key_names_only_when_unambiguous(
+    found: list[tuple[int, str]], names: tuple[str, ...] | None
+) -> None:
+    assert unambiguous(found) == names
+
+
+def test_target_names_are_identifiers() -> None:
+    assert target_name("Shop.Users") == "shop_users"
+    assert target_name("") == "_"
