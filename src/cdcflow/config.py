@@ -76,8 +76,21 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+#: Placeholders of a source's ``replica_name`` template.
+NAME_FIELDS: tuple[str, ...] = ("source", "database", "schema", "table")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
 class SourceConfig(_Model):
-    """One landing zone and how to decode it."""
+    """One landing zone and how to decode it.
+
+    ``replica_name``: how the source's tables are named in the catalog, a template of
+    ``{source}``, ``{database}``, ``{schema}`` and ``{table}`` (lower-cased, other characters
+    than letters, digits and ``_`` become ``_``). When absent, the name the source got on its
+    first run is kept: ``{table}`` for the sole source of a new pipeline (and for every source
+    of a pipeline from before names were recorded), ``{source}__{table}`` otherwise, so two
+    sources with a table ``users`` never share a replica.
+    """
 
     name: str
     path: str
@@ -85,7 +98,33 @@ class SourceConfig(_Model):
     keys: dict[str, list[str]] = Field(default_factory=dict)
     types: dict[str, dict[str, str]] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
-    max_files_per_batch: int | None = None
+    max_files_per_batch: int | None = Field(default=None, ge=1)
+    replica_name: str | None = None
+    create_path: bool = False
+    renamed_from: str | None = None
+
+    @field_validator("name", "renamed_from")
+    @classmethod
+    def _source_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", v):
+            raise ValueError(f"must be letters, digits, _, . or - (got {v!r})")
+        return v
+
+    @field_validator("replica_name")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        found = _PLACEHOLDER.findall(v)
+        unknown = sorted(set(found) - set(NAME_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"unknown placeholder(s) {unknown} in {v!r}; use "
+                + ", ".join("{" + f + "}" for f in NAME_FIELDS)
+            )
+        if "table" not in found:
+            raise ValueError(f"{v!r} must contain {{table}}: every table needs its own replica")
+        return v
 
     @field_validator("dialect")
     @classmethod
@@ -177,6 +216,17 @@ class PipelineConfig(_Model):
     follow_interval: str = "10s"
     parallel_tables: int = 2
     outputs: list[OutputConfig] = Field(default_factory=list)
+
+    @field_validator("sources")
+    @classmethod
+    def _unique_sources(cls, v: list[SourceConfig]) -> list[SourceConfig]:
+        if not v:
+            raise ValueError("at least one source is needed")
+        names = [s.name for s in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"source names must be unique (repeated: {', '.join(dup)})")
+        return v
 
     @field_validator("outputs")
     @classmethod

@@ -9,6 +9,7 @@ first action on the batch, so it is where decoding happens.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,25 +33,63 @@ ROW_OPERATIONS = ("INSERT", "UPDATE", "DELETE", "UPSERT", "SNAPSHOT")
 MARKERS = ("BEGIN", "COMMIT", "RESOLVED")
 
 
-def target_expr() -> str:
-    """Default replica name of an event's table: lower case, other characters → ``_``."""
-    return "regexp_replace(lower(coalesce(`table`, '')), '[^a-z0-9_]', '_')"
+#: (database, schema, table) of an event, as its producer names them.
+Identity = tuple[str | None, str | None, str | None]
+_PLACEHOLDER = re.compile(r"\{(source|database|schema|table)\}")
 
 
-def target_name(table: str) -> str:
+def _pieces(template: str) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = []
+    pos = 0
+    for m in _PLACEHOLDER.finditer(template):
+        out.append((template[pos : m.start()], m.group(1)))
+        pos = m.end()
+    out.append((template[pos:], None))
+    return out
+
+
+def target_expr(template: str = "{table}", source: str = "") -> str:
+    """SQL of an event's replica name: ``template`` filled from the event (``{source}`` is the
+    configured source's name), lower case, characters other than letters, digits and ``_``
+    turned into ``_``; empty for events without a table (markers)."""
+    parts: list[str] = []
+    for literal, name in _pieces(template):
+        if literal:
+            parts.append(lit(literal))
+        if name == "source":
+            parts.append(lit(source))
+        elif name is not None:
+            parts.append(f"coalesce(`{name}`, '')")
+    name = f"regexp_replace(lower(concat({', '.join(parts)})), '[^a-z0-9_]', '_')"
+    return f"CASE WHEN coalesce(`table`, '') = '' THEN '' ELSE {name} END"
+
+
+def target_name(
+    table: str,
+    template: str = "{table}",
+    source: str = "",
+    database: str | None = None,
+    schema: str | None = None,
+) -> str:
     """:func:`target_expr` in Python."""
-    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in table.lower())
-    return out or "_"
+    if not table:
+        return ""
+    values = {"source": source, "database": database or "", "schema": schema or "", "table": table}
+    text = "".join(lit_ + (values[f] if f else "") for lit_, f in _pieces(template))
+    return "".join(
+        ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in text.lower()
+    )
 
 
-def with_batch_columns(df: DataFrame) -> DataFrame:
+def with_batch_columns(df: DataFrame, source: str = "", template: str = "{table}") -> DataFrame:
     """Decoded rows plus the batch's working columns: ``_fp`` (event fingerprint, for exact
-    duplicates) and ``_target`` (replica name)."""
+    duplicates), ``_source`` (the configured source) and ``_target`` (replica name)."""
     return df.selectExpr(
         "*",
         "xxhash64(coalesce(`table`, ''), coalesce(operation, ''), coalesce(sequence, ''), "
         "to_json(key), to_json(before), to_json(after), partial) AS _fp",
-        f"{target_expr()} AS _target",
+        f"{lit(source)} AS _source",
+        f"{target_expr(template, source)} AS _target",
     )
 
 
@@ -65,6 +104,45 @@ class TableMeta:
     shapes: dict[str, int] = field(default_factory=dict)
     truncate: str | None = None
     positional_keys: bool = False
+    #: the same figures per identity (database, schema, table) seen under this name
+    identities: dict[Identity, TableMeta] = field(default_factory=dict)
+
+    def fold(self, r: Row) -> None:
+        """Add one row of :func:`aggregate`."""
+        n = int(r["n"])
+        op = r["operation"]
+        self.ops[op] = self.ops.get(op, 0) + n
+        self.partial = self.partial or bool(r["has_partial"])
+        for text in r["type_sets"]:
+            for col, typ in orjson.loads(text).items():
+                self.seen[col].add(typ)
+        for names in r["key_sets"]:
+            self.key_sets.add(tuple(names))
+        if r["shape"] is not None:
+            self.shapes[r["shape"]] = self.shapes.get(r["shape"], 0) + n
+        if op == "TRUNCATE" and r["max_seq"] is not None:
+            self.truncate = max(self.truncate or "", r["max_seq"])
+        self.positional_keys = self.positional_keys or bool(r["positional_keys"])
+
+    def merged(self, identities: set[Identity]) -> TableMeta:
+        """The figures of some of this table's identities only."""
+        out = TableMeta()
+        for ident, sub in self.identities.items():
+            if ident not in identities:
+                continue
+            for op, n in sub.ops.items():
+                out.ops[op] = out.ops.get(op, 0) + n
+            out.partial = out.partial or sub.partial
+            for col, types in sub.seen.items():
+                out.seen[col].update(types)
+            out.key_sets |= sub.key_sets
+            for shape, n in sub.shapes.items():
+                out.shapes[shape] = out.shapes.get(shape, 0) + n
+            if sub.truncate:
+                out.truncate = max(out.truncate or "", sub.truncate)
+            out.positional_keys = out.positional_keys or sub.positional_keys
+            out.identities[ident] = sub
+        return out
 
     @property
     def events(self) -> int:
@@ -101,18 +179,9 @@ class BatchMeta:
             if not target:
                 continue
             t = self.tables.setdefault(target, TableMeta())
-            t.ops[op] = t.ops.get(op, 0) + n
-            t.partial = t.partial or bool(r["has_partial"])
-            for text in r["type_sets"]:
-                for col, typ in orjson.loads(text).items():
-                    t.seen[col].add(typ)
-            for names in r["key_sets"]:
-                t.key_sets.add(tuple(names))
-            if r["shape"] is not None:
-                t.shapes[r["shape"]] = t.shapes.get(r["shape"], 0) + n
-            if op == "TRUNCATE" and r["max_seq"] is not None:
-                t.truncate = max(t.truncate or "", r["max_seq"])
-            t.positional_keys = t.positional_keys or bool(r["positional_keys"])
+            t.fold(r)
+            ident: Identity = (r["database"], r["schema"], r["table"])
+            t.identities.setdefault(ident, TableMeta()).fold(r)
 
     @property
     def events(self) -> int:
@@ -124,11 +193,11 @@ def aggregate(spark: SparkSession, frame: DataFrame) -> list[Row]:
     """The metadata aggregate of a decoded frame (with :func:`with_batch_columns`)."""
     return spark.sql(
         "SELECT _target, operation, error_code IS NOT NULL AS _rejected, "
-        f"metadata[{lit(SHAPE_KEY)}] AS shape, count(*) AS n, max(partial) AS has_partial, "
-        "collect_set(to_json(types)) AS type_sets, "
+        f"metadata[{lit(SHAPE_KEY)}] AS shape, database, schema, `table`, count(*) AS n, "
+        "max(partial) AS has_partial, collect_set(to_json(types)) AS type_sets, "
         "collect_set(array_sort(map_keys(key))) AS key_sets, max(sequence) AS max_seq, "
         f"max(key IS NULL AND metadata[{lit(KEY_VALUES)}] IS NOT NULL) AS positional_keys "
-        f"FROM {view(frame, 'meta')} GROUP BY 1, 2, 3, 4"
+        f"FROM {view(frame, 'meta')} GROUP BY 1, 2, 3, 4, 5, 6, 7"
     ).collect()
 
 

@@ -111,6 +111,56 @@ def decide_shape(
     return bad, (merged if merged != recorded else None)
 
 
+#: Table property: the identity of a replica's source table (JSON: source, database, schema,
+#: table), so two tables of the producers never share a replica silently.
+IDENTITY_PROPERTY = "cdcflow.identity"
+
+#: A source table's identity: (source, database, schema, table); ``None`` where the producer
+#: does not say.
+SourceIdentity = tuple[str, str | None, str | None, str | None]
+
+
+def _fits(a: SourceIdentity, b: SourceIdentity) -> bool:
+    pairs = zip(a[1:], b[1:], strict=True)
+    return a[0] == b[0] and all(x is None or y is None or x == y for x, y in pairs)
+
+
+def _refine(a: SourceIdentity, b: SourceIdentity) -> SourceIdentity:
+    return (
+        a[0],
+        a[1] if a[1] is not None else b[1],
+        a[2] if a[2] is not None else b[2],
+        a[3] if a[3] is not None else b[3],
+    )
+
+
+def decide_identity(
+    recorded: SourceIdentity | None, seen: Mapping[SourceIdentity, int]
+) -> tuple[SourceIdentity | None, frozenset[SourceIdentity]]:
+    """(the replica's identity after the batch, identities whose events must not be written
+    to it). A replica holds the rows of one source table: the one it recorded, else the most
+    frequent of the batch. A field the producer leaves out fits any value (and is filled in
+    from the events that give it); a different value is another table."""
+    if not seen:
+        return recorded, frozenset()
+    reference = recorded
+    if reference is None:
+        reference = max(seen.items(), key=lambda kv: (kv[1], tuple(x or "" for x in kv[0])))[0]
+    accepted = reference
+    rejected = set()
+    for ident in sorted(seen, key=lambda i: tuple(x or "" for x in i)):
+        if _fits(accepted, ident):
+            accepted = _refine(accepted, ident)
+        else:
+            rejected.add(ident)
+    return accepted, frozenset(rejected)
+
+
+def describe(ident: SourceIdentity) -> str:
+    """``source:database.schema.table`` (absent parts left out)."""
+    return f"{ident[0]}:" + ".".join(p for p in ident[1:] if p)
+
+
 def resolve_keys(
     configured: Sequence[str] | None,
     recorded: str | None,

@@ -1,0 +1,355 @@
+"""A pipeline's checkpoint folder: who owns it, who runs it, and one streaming query per source.
+
+Layout (local path or any Hadoop filesystem URI)::
+
+    <checkpoint>/cdcflow-pipeline-id        pipeline name + a random suffix, written on first run
+    <checkpoint>/cdcflow.lock               the running process (host, pid, heartbeat)
+    <checkpoint>/sources/<id>/source.json   the source as first run: id, name, path, dialect,
+                                            replica names
+    <checkpoint>/sources/<id>/query/        Spark's checkpoint of that source's query
+
+Spark ties a checkpoint to its set of sources, so each source has its own query and checkpoint:
+adding a source starts its query from the beginning of its landing zone and leaves the others
+where they were; removing one leaves its folder (its progress, should it come back); renaming
+one (``renamed_from``) keeps its folder, id and replica names. Pipelines checkpointed by
+earlier versions (one query over every source, ``<checkpoint>/stream``) are split into
+per-source checkpoints on their first run, when the configuration still lists their sources
+in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cdcflow.config import PipelineConfig, SourceConfig
+from cdcflow.errors import CdcflowError, ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ID_FILE = "cdcflow-pipeline-id"
+LOCK_FILE = "cdcflow.lock"
+SOURCE_FILE = "source.json"
+#: A lock whose heartbeat is older than this belongs to a run that is gone.
+LOCK_STALE_SECONDS = 60.0
+HEARTBEAT_SECONDS = 15.0
+
+
+class PipelineBusy(CdcflowError):
+    """Another run of the same pipeline holds its checkpoint."""
+
+    code = "PIPELINE_RUNNING"
+
+
+class Store:
+    """Small files of a checkpoint folder through the Hadoop filesystem API (local or remote)."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.root = root.rstrip("/")
+        jvm = spark._jvm
+        assert jvm is not None
+        self._jvm = jvm
+        self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        self.fs = jvm.org.apache.hadoop.fs.Path(self.root).getFileSystem(self._conf)
+
+    def path(self, *parts: str) -> Any:
+        """A Hadoop ``Path`` under the root."""
+        return self._jvm.org.apache.hadoop.fs.Path("/".join([self.root, *parts]))
+
+    def exists(self, *parts: str) -> bool:
+        return bool(self.fs.exists(self.path(*parts)))
+
+    def read(self, *parts: str) -> str | None:
+        p = self.path(*parts)
+        if not self.fs.exists(p):
+            return None
+        stream = self.fs.open(p)
+        try:
+            jio = self._jvm.java.io
+            reader = jio.BufferedReader(jio.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            line = reader.readLine()
+            while line is not None:
+                lines.append(str(line))
+                line = reader.readLine()
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
+    def write(self, text: str, *parts: str, exclusive: bool = False) -> bool:
+        """Write a small file (``exclusive``: only when it does not exist yet, atomically where
+        the filesystem can); returns whether it was written."""
+        p = self.path(*parts)
+        try:
+            out = self.fs.create(p, not exclusive)
+        except Exception:
+            if exclusive and self.fs.exists(p):
+                return False
+            raise
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+        return True
+
+    def delete(self, *parts: str) -> None:
+        self.fs.delete(self.path(*parts), True)
+
+    def rename(self, src: Sequence[str], dst: Sequence[str]) -> None:
+        self.fs.mkdirs(self.path(*dst[:-1]))
+        if not self.fs.rename(self.path(*src), self.path(*dst)):
+            raise CdcflowError(f"could not move {'/'.join(src)} to {'/'.join(dst)} in {self.root}")
+
+    def children(self, *parts: str) -> list[str]:
+        """Names in a folder, hidden ones (checksums) left out."""
+        p = self.path(*parts)
+        if not self.fs.exists(p):
+            return []
+        names = (str(s.getPath().getName()) for s in self.fs.listStatus(p))
+        return sorted(n for n in names if not n.startswith((".", "_")))
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """A source as the checkpoint remembers it."""
+
+    id: str
+    name: str
+    path: str
+    dialect: str
+    replica_name: str
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2)
+
+
+class Checkpoint:
+    """The checkpoint folder of one pipeline."""
+
+    def __init__(self, spark: SparkSession, cfg: PipelineConfig) -> None:
+        self.cfg = cfg
+        self.store = Store(spark, cfg.checkpoint)
+        self.run_id = uuid.uuid4().hex
+        self._beat: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ ownership
+
+    def pipeline_id(self) -> str:
+        """The pipeline's id, written on first run; a checkpoint of another pipeline is
+        refused, naming both."""
+        found = self.store.read(ID_FILE)
+        if found:
+            value = found.strip()
+            owner = value.rsplit("-", 1)[0]
+            if owner != self.cfg.pipeline:
+                raise ConfigError(
+                    f"checkpoint {self.cfg.checkpoint} belongs to pipeline {owner!r}, not "
+                    f"{self.cfg.pipeline!r}: a pipeline reading another's checkpoint would read "
+                    "nothing it has not already applied",
+                    hint="give this pipeline its own checkpoint folder, or set pipeline: "
+                    f"{owner} if it is the same pipeline under a new name",
+                )
+            return value
+        value = f"{self.cfg.pipeline}-{uuid.uuid4().hex[:12]}"
+        if not self.store.write(value, ID_FILE, exclusive=True):
+            return self.pipeline_id()
+        return value
+
+    def acquire(self) -> None:
+        """Take the run lock, or refuse when another live run of the pipeline holds it. A lock
+        left by a run that died (its process gone on this host, or no heartbeat for a minute)
+        is taken over."""
+        mine = self._lock_text()
+        if self.store.write(mine, LOCK_FILE, exclusive=True):
+            self._start_heartbeat()
+            return
+        held = self._read_lock()
+        if held is not None and not self._stale(held):
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(held.get("started", 0)))
+            raise PipelineBusy(
+                f"pipeline {self.cfg.pipeline!r} is already running (process {held.get('pid')} "
+                f"on {held.get('host')}, since {since} UTC): two runs of one pipeline would "
+                "commit the same batches",
+                hint="wait for that run to end, or stop it; a lock left by a run that was "
+                f"killed expires within {int(LOCK_STALE_SECONDS)} s",
+            )
+        self.store.write(mine, LOCK_FILE)
+        time.sleep(0.2)
+        again = self._read_lock()
+        if again is None or again.get("run") != self.run_id:
+            raise PipelineBusy(
+                f"pipeline {self.cfg.pipeline!r} was started by another process at the same time",
+                hint="run one at a time",
+            )
+        self._start_heartbeat()
+
+    def release(self) -> None:
+        """Give the run lock back (when it is still ours)."""
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
+        held = self._read_lock()
+        if held is not None and held.get("run") == self.run_id:
+            self.store.delete(LOCK_FILE)
+
+    def _lock_text(self) -> str:
+        now = time.time()
+        return json.dumps(
+            {
+                "run": self.run_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "started": getattr(self, "_started", now),
+                "heartbeat": now,
+            }
+        )
+
+    def _read_lock(self) -> dict[str, Any] | None:
+        text = self.store.read(LOCK_FILE)
+        if not text:
+            return None
+        try:
+            found = json.loads(text)
+        except json.JSONDecodeError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    @staticmethod
+    def _stale(held: dict[str, Any]) -> bool:
+        if time.time() - float(held.get("heartbeat", 0) or 0) > LOCK_STALE_SECONDS:
+            return True
+        if held.get("host") == socket.gethostname():
+            try:
+                os.kill(int(held.get("pid", 0)), 0)
+            except (ProcessLookupError, ValueError):
+                return True
+            except PermissionError:
+                return False
+        return False
+
+    def _start_heartbeat(self) -> None:
+        self._started = time.time()
+
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_SECONDS):
+                held = self._read_lock()
+                if held is not None and held.get("run") == self.run_id:
+                    self.store.write(self._lock_text(), LOCK_FILE)
+
+        self._beat = threading.Thread(target=beat, name="cdcflow-lock", daemon=True)
+        self._beat.start()
+
+    # ------------------------------------------------------------------ sources
+
+    def sources(self) -> list[tuple[SourceConfig, SourceRecord]]:
+        """Every configured source with its record (created, renamed or migrated as needed)."""
+        self._migrate_single_query()
+        known = self._records()
+        out: list[tuple[SourceConfig, SourceRecord]] = []
+        fresh = not known
+        for src in self.cfg.sources:
+            record = known.get(src.name)
+            if record is None and src.renamed_from and src.renamed_from in known:
+                old = known.pop(src.renamed_from)
+                record = SourceRecord(old.id, src.name, src.path, src.dialect, old.replica_name)
+                self.store.write(record.to_json(), "sources", record.id, SOURCE_FILE)
+            if record is None:
+                if src.name in {r.id for r in known.values()}:
+                    raise ConfigError(
+                        f"source {src.name!r}: a source renamed away from this name still "
+                        "owns its checkpoint folder; pick another name",
+                    )
+                template = src.replica_name or (
+                    "{table}" if fresh and len(self.cfg.sources) == 1 else "{source}__{table}"
+                )
+                record = SourceRecord(
+                    src.name,
+                    src.name,
+                    src.path,
+                    src.dialect,
+                    template.replace("{source}", src.name),
+                )
+                self.store.write(record.to_json(), "sources", record.id, SOURCE_FILE)
+            else:
+                self._check(src, record)
+            out.append((src, record))
+        return out
+
+    def query_path(self, record: SourceRecord) -> str:
+        """Spark's checkpoint folder of one source's query."""
+        return f"{self.store.root}/sources/{record.id}/query"
+
+    def _records(self) -> dict[str, SourceRecord]:
+        out: dict[str, SourceRecord] = {}
+        for sid in self.store.children("sources"):
+            text = self.store.read("sources", sid, SOURCE_FILE)
+            if not text:
+                continue
+            doc = json.loads(text)
+            record = SourceRecord(**{k: doc[k] for k in SourceRecord.__dataclass_fields__})
+            out[record.name] = record
+        return out
+
+    def _check(self, src: SourceConfig, record: SourceRecord) -> None:
+        wanted = src.replica_name.replace("{source}", record.id) if src.replica_name else None
+        if wanted is not None and wanted != record.replica_name:
+            raise ConfigError(
+                f"source {src.name!r} names its replicas {record.replica_name!r} since its first "
+                f"run; replica_name {src.replica_name!r} would start new replicas holding only "
+                "the changes from now on",
+                hint="to rebuild them under new names from the landing zone, remove the "
+                f"source's checkpoint folder {self.store.root}/sources/{record.id} (see "
+                "docs/operations.md)",
+            )
+        if src.dialect != record.dialect and record.dialect != "auto":
+            # a dialect can be corrected (files already read stay as they were decoded)
+            updated = SourceRecord(record.id, src.name, src.path, src.dialect, record.replica_name)
+            self.store.write(updated.to_json(), "sources", record.id, SOURCE_FILE)
+
+    # ------------------------------------------------------------------ earlier layout
+
+    def _migrate_single_query(self) -> None:
+        """Split a checkpoint of one query over every source (``stream/``) into per-source
+        checkpoints: source ``i`` keeps its offsets (line ``i`` of each offset file), the
+        commits and the file source's log ``sources/i``."""
+        if not self.store.exists("stream") or self.store.children("sources"):
+            return
+        offsets = self.store.children("stream", "offsets")
+        files = [n for n in offsets if n.isdigit()]
+        n_sources = None
+        if files:
+            text = self.store.read("stream", "offsets", files[-1]) or ""
+            n_sources = len(text.split("\n")) - 2
+        if n_sources is not None and n_sources != len(self.cfg.sources):
+            raise ConfigError(
+                f"checkpoint {self.store.root} holds one query over {n_sources} source(s) (an "
+                f"earlier cdcflow); the configuration lists {len(self.cfg.sources)}: it can only "
+                "be split per source when the sources are listed as they were",
+                hint="run once with the sources as they were, then add or remove sources",
+            )
+        for i, src in enumerate(self.cfg.sources):
+            base = ["sources", src.name, "query"]
+            self.store.write(json.dumps({"id": str(uuid.uuid4())}), *base, "metadata")
+            for name in files:
+                lines = (self.store.read("stream", "offsets", name) or "").split("\n")
+                self.store.write("\n".join([*lines[:2], lines[2 + i]]), *base, "offsets", name)
+            for name in self.store.children("stream", "commits"):
+                if name.isdigit():
+                    text = self.store.read("stream", "commits", name) or ""
+                    self.store.write(text, *base, "commits", name)
+            for name in self.store.children("stream", "sources", str(i)):
+                text = self.store.read("stream", "sources", str(i), name) or ""
+                self.store.write(text, *base, "sources", "0", name)
+            record = SourceRecord(src.name, src.name, src.path, src.dialect, "{table}")
+            self.store.write(record.to_json(), "sources", src.name, SOURCE_FILE)
+        self.store.rename(["stream"], ["stream.before-per-source"])
