@@ -417,7 +417,7 @@ class _Follow:
         raise RuntimeError("no progress for the batch")
 
     def stop(self) -> None:
-        self._query().stop()
+        self.pipeline.stop()
         self.thread.join(timeout=120)
 
 
@@ -453,7 +453,7 @@ def bench_shape(
         follow.stop()
     shutil.copy(batches[2], landing / batches[2].name)
     t = time.perf_counter()
-    new_reports = Pipeline(cfg, spark).run()
+    new_reports = Pipeline(cfg, spark).run().reports
     new_run_s = time.perf_counter() - t
 
     hand_ns = f"bench_{label}_hand"

@@ -79,7 +79,7 @@ def config(root: Path, name: str, **overrides: Any) -> PipelineConfig:
 
 def run(spark: Any, cfg: PipelineConfig) -> list[Any]:
     """Run the pipeline until the landing zone is drained."""
-    return Pipeline(cfg, spark).run()
+    return Pipeline(cfg, spark).run().reports
 
 
 def rows(

@@ -786,7 +786,7 @@ def test_spec_and_rendered_events_through_the_pipeline(spark: Any, tmp_path: Pat
     (landing / "spec.json").write_bytes(orjson.dumps(spec_example()))
     cfg = demo_config(tmp_path, "datastream", res.options)
     cfg = cfg.model_copy(update={"namespace": "ds_spec", "pipeline": "ds_spec"})
-    reports = Pipeline(cfg, spark).run()
+    reports = Pipeline(cfg, spark).run().reports
     assert sum(r.dead_lettered for r in reports) == 1  # the spec's row: no key (KEY_UNKNOWN)
     expected = oracle.apply(w)
     for name, table in w.tables.items():

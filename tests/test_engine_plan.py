@@ -136,6 +136,9 @@ def test_positional_key_names_only_when_unambiguous(
     assert unambiguous(found) == names
 
 
-def test_target_names_are_identifiers() -> None:
+def test_replica_names_from_templates() -> None:
     assert target_name("Shop.Users") == "shop_users"
-    assert target_name("") == "_"
+    assert target_name("users", "{source}__{table}", "crdb") == "crdb__users"
+    assert target_name("users", "{database}_{table}", "s", database="Shop-1") == "shop_1_users"
+    assert target_name("users", "{database}_{table}", "s") == "_users"
+    assert target_name("") == ""  # markers have no table

@@ -109,7 +109,7 @@ def test_posted_bodies_become_exact_replicas(
             ],
         }
     )
-    reports = Pipeline(cfg, spark).run()
+    reports = Pipeline(cfg, spark).run().reports
     assert sum(r.dead_lettered for r in reports) == 0
 
     def rows(table: str) -> list[dict[str, Any]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import click
@@ -14,8 +16,12 @@ from cdcflow.cli.main import echo_err
 @click.option("--follow", is_flag=True, help="Keep following the landing zones.")
 def run_cmd(config: str, follow: bool) -> None:
     """Run the pipeline described by CONFIG (YAML): decode the landing zones and apply the
-    events to Iceberg tables. Stops when everything present is processed, unless --follow."""
+    events to Iceberg tables. Stops when everything present is processed, unless --follow;
+    Ctrl-C or SIGTERM then stops after the batch in progress.
+
+    Exit status: 0 everything applied, 3 some messages were dead-lettered, 1 the run failed."""
     from cdcflow.config import load_config_file
+    from cdcflow.errors import CdcflowError
     from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.report import format_report
 
@@ -25,10 +31,51 @@ def run_cmd(config: str, follow: bool) -> None:
         f"pipeline {cfg.pipeline}: {len(cfg.sources)} source(s) → "
         f"{cfg.catalog.name}.{cfg.namespace}" + (" (following)" if follow else "")
     )
-    reports = pipeline.run(follow=follow, on_report=lambda r: click.echo(format_report(r)))
-    total = sum(r.events for r in reports)
-    dead = sum(r.dead_lettered for r in reports)
-    click.echo(f"done: {len(reports)} batch(es), {total:,} events, {dead:,} dead-lettered")
+    with StopSignals() as signals:
+        result = pipeline.run(
+            follow=follow,
+            on_report=lambda r: click.echo(format_report(r)),
+            should_stop=signals.received,
+            raise_on_failure=False,
+        )
+    click.echo(result.summary())
+    if result.failure is not None:
+        failure = result.failure
+        if isinstance(failure, CdcflowError) and failure.hint:
+            echo_err(f"{failure}\nhint: {failure.hint}")
+        else:
+            echo_err(str(failure))
+    if result.exit_status:
+        raise click.exceptions.Exit(result.exit_status)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask the run to stop after the batch in progress (no traceback); a
+    second one ends the process at once (the interrupted batch is read again next time)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._previous: dict[int, object] = {}
+
+    def received(self) -> bool:
+        """Whether a stop was asked for."""
+        return self._count > 0
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self._count += 1
+        if self._count == 1:
+            echo_err("stopping after the batch in progress (again to stop at once)")
+        else:
+            os._exit(130)
+
+    def __enter__(self) -> StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 @click.command("demo")

@@ -1,6 +1,6 @@
 """Dead-letter rows: every message that could not be decoded or applied.
 
-Columns (:data:`cdcflow.iceberg.layouts.DEAD_LETTER_COLUMNS`): pipeline, batch, first-seen
+Columns (:data:`cdcflow.iceberg.layouts.DEAD_LETTER_FIELDS`): pipeline, batch, first-seen
 time, origin (file, byte offset, line, item in message), dialect, table (when known), error code
 and message, and ``raw``: the message's own bytes for decode failures; for events rejected after
 decoding (e.g. a column type conflict), the decoded canonical event as JSON, with the origin
@@ -25,6 +25,8 @@ EVENT_JSON = (
 
 
 def _head(pipeline: str, batch_id: int) -> list[str]:
+    """Columns before the error (``_source``: the configured source, a working column of the
+    batch)."""
     return [
         f"{lit(pipeline)} AS pipeline",
         f"CAST({int(batch_id)} AS bigint) AS batch_id",
@@ -40,7 +42,9 @@ def _head(pipeline: str, batch_id: int) -> list[str]:
 
 def rejected_rows(df: DataFrame, pipeline: str, batch_id: int) -> DataFrame:
     """Dead-letter rows of decode rejections (rows of the decoded frame with ``error_code``)."""
-    return df.selectExpr(*_head(pipeline, batch_id), "error_code", "error_message", "raw")
+    return df.selectExpr(
+        *_head(pipeline, batch_id), "error_code", "error_message", "raw", *_tail("message")
+    )
 
 
 def event_rows(
@@ -53,7 +57,17 @@ def event_rows(
         f"{code_sql} AS error_code",
         f"{message_sql} AS error_message",
         f"{EVENT_JSON} AS raw",
+        *_tail("event"),
     )
+
+
+def _tail(kind: str) -> list[str]:
+    return [
+        "_source AS source",
+        f"{lit(kind)} AS kind",
+        "CAST(NULL AS timestamp) AS replayed_at",
+        "CAST(NULL AS bigint) AS replay_batch",
+    ]
 
 
 def coded_rows(

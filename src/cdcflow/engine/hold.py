@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdcflow.iceberg.catalog import Catalog
-from cdcflow.iceberg.layouts import HELD, WATERMARKS, held_columns
+from cdcflow.iceberg.layouts import HELD, WATERMARKS, held_event_columns
 from cdcflow.iceberg.write import Statement
-from cdcflow.spark.sql import view_name
+from cdcflow.spark.sql import lit, view_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,8 +56,11 @@ class HoldResult:
 class HoldStage:
     """The held-events table of a pipeline and the per-batch hold/release step."""
 
-    def __init__(self, catalog: Catalog, namespace: str, pipeline: str, mode: str) -> None:
+    def __init__(
+        self, catalog: Catalog, namespace: str, pipeline: str, mode: str, source: str = ""
+    ) -> None:
         self.catalog = catalog
+        self.source = source
         self.namespace = namespace
         self.ident = catalog.ident(namespace, HELD)
         self.watermarks = catalog.ident(namespace, WATERMARKS)
@@ -68,7 +71,9 @@ class HoldStage:
         """Split ``events`` (this batch's decoded events, with ``_fp``/``_target``) and those
         held earlier into released and still-held (the held table must exist)."""
         b = int(batch_id)
-        cols = [c.split(" ")[0].strip("`") for c in held_columns().split(", ")][:-2]
+        cols = held_event_columns()
+        # rows of tables from before sources had their own queries have no _source
+        mine = f"(_source IS NULL OR _source = {lit(self.source)})"
         sel = ", ".join(f"`{c}`" for c in cols)
         new_view = view_name("hold_new")
         events.select(*cols).createOrReplaceTempView(new_view)
@@ -76,7 +81,7 @@ class HoldStage:
         spark.sql(
             f"""
             SELECT {sel}, batch_id FROM {self.ident}
-            WHERE batch_id < {b} AND (released_batch IS NULL OR released_batch >= {b})
+            WHERE {mine} AND batch_id < {b} AND (released_batch IS NULL OR released_batch >= {b})
             UNION ALL
             SELECT {sel}, CAST({b} AS bigint) AS batch_id FROM {new_view}
             WHERE operation NOT IN {_MARKERS} OR operation = 'COMMIT'
@@ -149,6 +154,7 @@ class HoldStage:
                 SELECT DISTINCT transaction_id FROM (
                   SELECT transaction_id FROM {self.ident}
                   WHERE operation = 'COMMIT' AND batch_id < {b}
+                    AND (_source IS NULL OR _source = {lit(self.source)})
                   UNION ALL
                   SELECT transaction_id FROM {new_view} WHERE operation = 'COMMIT')
                 WHERE transaction_id IS NOT NULL
@@ -164,7 +170,7 @@ class HoldStage:
         marks = view_name("hold_marks")
         spark.sql(
             f"SELECT dialect, scope, min(sequence) AS sequence FROM {self.watermarks} "
-            "GROUP BY dialect, scope"
+            f"WHERE src IS NULL OR src = {lit(self.source)} GROUP BY dialect, scope"
         ).createOrReplaceTempView(marks)
         return (
             f"LEFT JOIN {marks} wt ON wt.dialect = coalesce(a.dialect, '') "

@@ -10,6 +10,7 @@ batch's SQL.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -59,6 +60,22 @@ class TablePlan:
     properties: Mapping[str, str] = field(default_factory=dict)
     #: why row events cannot be applied (no keys known), else ``None``
     key_problem: str | None = None
+    #: the source table the replica holds, and other tables whose events would land in it
+    identity: SourceIdentity | None = None
+    foreign: frozenset[SourceIdentity] = frozenset()
+
+    @property
+    def foreign_problem(self) -> str | None:
+        """Why events of :attr:`foreign` tables are refused."""
+        if not self.foreign or self.identity is None:
+            return None
+        others = ", ".join(sorted(describe(i) for i in self.foreign))
+        return (
+            f"events of {others} would land in replica {self.name!r}, which holds "
+            f"{describe(self.identity)}: two tables never share a replica; keep them apart "
+            "with the source's replica_name (e.g. '{source}__{table}' or "
+            "'{database}_{table}') or tables.<name>.name, then replay the dead letters"
+        )
 
     @property
     def writes_rows(self) -> bool:
@@ -184,6 +201,26 @@ def resolve_keys(
     return None, None
 
 
+def recorded_identity(properties: Mapping[str, str]) -> SourceIdentity | None:
+    """The identity a replica recorded, ``None`` when it has none (or it is unreadable)."""
+    text = properties.get(IDENTITY_PROPERTY)
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+        return (str(doc["source"]), doc.get("database"), doc.get("schema"), doc.get("table"))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def identity_json(ident: SourceIdentity) -> str:
+    """The table property form of an identity."""
+    return json.dumps(
+        {"source": ident[0], "database": ident[1], "schema": ident[2], "table": ident[3]},
+        sort_keys=True,
+    )
+
+
 def decide(
     target: str,
     name: str,
@@ -191,16 +228,28 @@ def decide(
     meta: TableMeta,
     state: TableState | None,
     *,
+    source: str | None = None,
     configured_keys: Sequence[str] | None = None,
     source_keys: Sequence[str] | None = None,
     matched_keys: Sequence[str] | None = None,
     soft_deletes: bool = False,
 ) -> TablePlan:
-    """The plan of one target table for a batch."""
+    """The plan of one target table for a batch (``source``: the configured source whose
+    events these are; the replica's identity is checked when given)."""
     props = dict(state.properties) if state is not None else {}
+    new_props: dict[str, str] = {}
+    identity: SourceIdentity | None = None
+    foreign: frozenset[SourceIdentity] = frozenset()
+    if source is not None and meta.identities:
+        seen = {(source, *ident): sub.events for ident, sub in meta.identities.items()}
+        recorded = recorded_identity(props)
+        identity, foreign = decide_identity(recorded, seen)
+        if identity is not None and identity != recorded:
+            new_props[IDENTITY_PROPERTY] = identity_json(identity)
+        if foreign:
+            meta = meta.merged({i[1:] for i in seen if i not in foreign})  # type: ignore[misc]
     bad, shape = decide_shape(props.get(SHAPE_PROPERTY), meta.shapes)
     schema = plan_schema(existing_columns(state, mode), meta.seen)
-    new_props: dict[str, str] = {}
     if shape is not None:
         new_props[SHAPE_PROPERTY] = shape
     common = {
@@ -211,6 +260,8 @@ def decide(
         "schema": schema,
         "bad_shapes": bad,
         "shape": shape,
+        "identity": identity,
+        "foreign": foreign,
     }
     if mode == "append":
         return TablePlan(mode="append", properties=new_props, **common)  # type: ignore[arg-type]

@@ -82,8 +82,10 @@ class SegmentStage:
         pipeline: str,
         wait_seconds: float,
         options: Mapping[str, DialectOptions],
+        source: str = "",
     ) -> None:
         self.catalog = catalog
+        self.source = source
         self.namespace = namespace
         self.ident = catalog.ident(namespace, SEGMENTS)
         self.pipeline = pipeline
@@ -97,7 +99,8 @@ class SegmentStage:
         if self.pending is None:
             self.pending = self.catalog.exists(spark, self.namespace, SEGMENTS) and bool(
                 spark.sql(
-                    f"SELECT 1 FROM {self.ident} WHERE resolved_batch IS NULL LIMIT 1"
+                    f"SELECT 1 FROM {self.ident} WHERE resolved_batch IS NULL "
+                    f"AND src = {lit(self.source)} LIMIT 1"
                 ).collect()
             )
         return self.pending
@@ -138,13 +141,13 @@ class SegmentStage:
         ).createOrReplaceTempView(new_view)
         pending_view = view_name("seg_pending")
         spark.sql(
-            f"SELECT {_COLS} FROM {self.ident} WHERE batch_id < {b} "
-            f"AND (resolved_batch IS NULL OR resolved_batch >= {b})"
+            f"SELECT {_COLS} FROM {self.ident} WHERE src = {lit(self.source)} "
+            f"AND batch_id < {b} AND (resolved_batch IS NULL OR resolved_batch >= {b})"
         ).createOrReplaceTempView(pending_view)
         closed_view = view_name("seg_closed")
         spark.sql(
             f"SELECT src, dialect, grp, max(outcome) AS outcome FROM {self.ident} "
-            f"WHERE resolved_batch < {b} GROUP BY src, dialect, grp"
+            f"WHERE src = {lit(self.source)} AND resolved_batch < {b} GROUP BY src, dialect, grp"
         ).createOrReplaceTempView(closed_view)
         # first delivery of each (group, index) in this batch, minus groups closed earlier and
         # segments already pending
@@ -242,14 +245,15 @@ class SegmentStage:
             f"""
             SELECT {pipeline} AS pipeline, {bl} AS batch_id, current_timestamp() AS first_seen,
                    origin, offset, line, item, dialect, CAST(NULL AS string) AS `table`,
-                   error_code, error_message, raw
+                   error_code, error_message, raw, src AS source, 'message' AS kind,
+                   CAST(NULL AS timestamp) AS replayed_at, CAST(NULL AS bigint) AS replay_batch
             FROM ({closing}) WHERE outcome IN ('invalid', 'expired')
             UNION ALL
             SELECT {pipeline}, {bl}, current_timestamp(), n.origin, n.offset, n.line, n.item,
                    n.dialect, CAST(NULL AS string), 'SEGMENT_LATE',
                    concat('segment ', n.idx, ' of split message ', n.grp,
                           ' arrived after the message was dead-lettered as ', c.outcome),
-                   n.raw
+                   n.raw, n.src, 'message', CAST(NULL AS timestamp), CAST(NULL AS bigint)
             FROM {new_view} n JOIN {closed_view} c
               ON c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp
             WHERE c.outcome <> 'complete'

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from cdcflow.engine.deadletters import event_rows
 from cdcflow.engine.meta import KEY_VALUES, ROW_OPERATIONS, SHAPE_KEY
 from cdcflow.engine.plan import TablePlan
-from cdcflow.spark.sql import lit, q, string_array, string_map, view
+from cdcflow.spark.sql import lit, lit_or_null, q, string_array, string_map, view
 from cdcflow.types import spark_from_wire, spark_type
 
 if TYPE_CHECKING:
@@ -183,6 +183,20 @@ class BatchStage:
                 + " END"
             )
             rules.append((cond, "SEQUENCE_SHAPE_MISMATCH", msg))
+        crossed = [p for p in self.plans.values() if p.foreign]
+        if crossed:
+            parts, msgs = [], []
+            for p in crossed:
+                same = " OR ".join(
+                    f"(database <=> {lit_or_null(i[1])} AND schema <=> {lit_or_null(i[2])} "
+                    f"AND `table` <=> {lit_or_null(i[3])})"
+                    for i in sorted(p.foreign, key=lambda i: tuple(x or "" for x in i))
+                )
+                parts.append(f"(_target = {lit(p.target)} AND ({same}))")
+                msgs.append(f"WHEN {lit(p.target)} THEN {lit(p.foreign_problem or '')}")
+            rules.append(
+                (" OR ".join(parts), "REPLICA_NAME_CONFLICT", f"CASE _target {' '.join(msgs)} END")
+            )
         conflicted = [p for p in self.plans.values() if p.schema.conflicts]
         if conflicted:
             parts = []
@@ -404,7 +418,7 @@ class BatchStage:
             )
         merged = {p.target for p in self.merge}
         others = [p for t, p in self.plans.items() if t not in merged]
-        if any(p.bad_shapes or p.schema.conflicts for p in others):
+        if any(p.bad_shapes or p.schema.conflicts or p.foreign for p in others):
             parts.append(
                 f"SELECT _target, _reject, count(*), 0L, 0L, 0L, 0L, 0L, 0L FROM {self.validated} "
                 f"WHERE _reject IS NOT NULL AND NOT array_contains("

@@ -2,9 +2,10 @@
 
 ``RESOLVED`` events (a CockroachDB resolved timestamp, cdcflow's own unified stream) promise
 that every change of their scope at or below their ``sequence`` has been emitted. Each batch
-keeps the highest one per (dialect, scope, partition) in ``<namespace>__cdcflow.watermarks``;
-``cdcflow watermarks`` reports them with their lag. The scope is the event's table, else its
-``metadata.topic``, else ``*`` (the whole feed); the partition is ``metadata.partition``.
+keeps the highest one per (source, dialect, scope, partition) in
+``<namespace>__cdcflow.watermarks``; ``cdcflow watermarks`` reports them with their lag. The
+scope is the event's table, else its ``metadata.topic``, else ``*`` (the whole feed); the
+partition is ``metadata.partition``.
 
 The update only ever raises a watermark, so a replayed batch changes nothing.
 """
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cdcflow.spark.sql import view
+from cdcflow.spark.sql import lit, view
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def watermarks_sql(spark: SparkSession, ident: str, events: DataFrame, batch_id: int) -> str:
+def watermarks_sql(
+    spark: SparkSession, ident: str, events: DataFrame, batch_id: int, source: str = ""
+) -> str:
     """The ``MERGE`` raising the watermarks of the scopes of the batch's ``RESOLVED`` events."""
     top = view(
         spark.sql(
@@ -38,11 +41,12 @@ def watermarks_sql(spark: SparkSession, ident: str, events: DataFrame, batch_id:
     return f"""
         MERGE INTO {ident} t USING {top} s
         ON t.dialect = s.dialect AND t.scope = s.scope AND t.part = s.part
+           AND (t.src IS NULL OR t.src = {lit(source)})
         WHEN MATCHED AND s.sequence > t.sequence THEN UPDATE SET
           t.sequence = s.sequence, t.resolved_at = s.resolved_at, t.batch_id = {b},
-          t.updated_at = current_timestamp()
+          t.updated_at = current_timestamp(), t.src = {lit(source)}
         WHEN NOT MATCHED THEN INSERT (dialect, scope, part, sequence, resolved_at, batch_id,
-          updated_at)
+          updated_at, src)
         VALUES (s.dialect, s.scope, s.part, s.sequence, s.resolved_at, {b},
-          current_timestamp())
+          current_timestamp(), {lit(source)})
     """

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -220,15 +220,23 @@ class Catalog:
         spark: SparkSession,
         namespace: str,
         name: str,
-        columns_sql: str,
+        fields: Sequence[tuple[str, str]],
         properties: Mapping[str, str] | None = None,
-        partitioned_by: str | None = None,
     ) -> TableInfo:
-        """The table, created first if missing."""
+        """An internal table: created when missing, given the columns it lacks (a table of an
+        earlier version) when not."""
         info = self.info(spark, namespace, name)
-        if info is not None:
-            return info
-        return self.create_table(spark, namespace, name, columns_sql, properties, partitioned_by)
+        if info is None:
+            columns = ", ".join(f"{q(n)} {t}" for n, t in fields)
+            return self.create_table(spark, namespace, name, columns, properties)
+        missing = [(n, t) for n, t in fields if n not in info.columns]
+        if missing:
+            cols = ", ".join(f"{q(n)} {t}" for n, t in missing)
+            spark.sql(f"ALTER TABLE {self.ident(namespace, name)} ADD COLUMNS ({cols})")
+            refreshed = self.refresh(spark, namespace, name)
+            assert refreshed is not None
+            return refreshed
+        return info
 
     def alter(
         self,

@@ -37,44 +37,115 @@ TRUNCATE_PROPERTY = "cdcflow.truncated-before"
 #: Table property: the shape of the sort fields a table's sequences come from.
 SHAPE_PROPERTY = "cdcflow.sequence-shape"
 
+Fields = tuple[tuple[str, str], ...]
+
 DEAD_LETTERS = "dead_letters"
-DEAD_LETTER_COLUMNS = (
-    "pipeline string, batch_id bigint, first_seen timestamp, origin string, offset bigint, "
-    "line bigint, item int, dialect string, `table` string, error_code string, "
-    "error_message string, raw binary"
+#: ``kind``: ``message`` (``raw`` holds the message's bytes) or ``event`` (the decoded event as
+#: JSON); ``replayed_at``/``replay_batch``: set once a replay took the row up.
+DEAD_LETTER_FIELDS: Fields = (
+    ("pipeline", "string"),
+    ("batch_id", "bigint"),
+    ("first_seen", "timestamp"),
+    ("origin", "string"),
+    ("offset", "bigint"),
+    ("line", "bigint"),
+    ("item", "int"),
+    ("dialect", "string"),
+    ("table", "string"),
+    ("error_code", "string"),
+    ("error_message", "string"),
+    ("raw", "binary"),
+    ("source", "string"),
+    ("kind", "string"),
+    ("replayed_at", "timestamp"),
+    ("replay_batch", "bigint"),
 )
 
 BATCHES = "batches"
-HISTORY_COLUMNS = (
-    "pipeline string, batch_id bigint, started_at timestamp, finished_at timestamp, "
-    "events bigint, operations map<string,bigint>, duplicates bigint, conflicts bigint, "
-    "stale bigint, dead_lettered bigint, tables map<string,bigint>, seconds double, "
-    "stages map<string,double>"
+HISTORY_FIELDS: Fields = (
+    ("pipeline", "string"),
+    ("batch_id", "bigint"),
+    ("started_at", "timestamp"),
+    ("finished_at", "timestamp"),
+    ("events", "bigint"),
+    ("operations", "map<string,bigint>"),
+    ("duplicates", "bigint"),
+    ("conflicts", "bigint"),
+    ("stale", "bigint"),
+    ("dead_lettered", "bigint"),
+    ("tables", "map<string,bigint>"),
+    ("seconds", "double"),
+    ("stages", "map<string,double>"),
+    ("source", "string"),
 )
 
 TOMBSTONES = "tombstones"
-TOMBSTONE_COLUMNS = "target string, key string, seq string, deleted_at timestamp"
+TOMBSTONE_FIELDS: Fields = (
+    ("target", "string"),
+    ("key", "string"),
+    ("seq", "string"),
+    ("deleted_at", "timestamp"),
+)
 
 WATERMARKS = "watermarks"
-WATERMARK_COLUMNS = (
-    "dialect string, scope string, part string, sequence string, resolved_at timestamp, "
-    "batch_id bigint, updated_at timestamp"
+WATERMARK_FIELDS: Fields = (
+    ("dialect", "string"),
+    ("scope", "string"),
+    ("part", "string"),
+    ("sequence", "string"),
+    ("resolved_at", "timestamp"),
+    ("batch_id", "bigint"),
+    ("updated_at", "timestamp"),
+    ("src", "string"),
 )
 
 SEGMENTS = "segments"
-SEGMENT_COLUMNS = (
-    "src string, dialect string, grp string, idx int, final boolean, total int, raw binary, "
-    "origin string, offset bigint, line bigint, item int, batch_id bigint, "
-    "first_seen timestamp, resolved_batch bigint, outcome string"
+SEGMENT_FIELDS: Fields = (
+    ("src", "string"),
+    ("dialect", "string"),
+    ("grp", "string"),
+    ("idx", "int"),
+    ("final", "boolean"),
+    ("total", "int"),
+    ("raw", "binary"),
+    ("origin", "string"),
+    ("offset", "bigint"),
+    ("line", "bigint"),
+    ("item", "int"),
+    ("batch_id", "bigint"),
+    ("first_seen", "timestamp"),
+    ("resolved_batch", "bigint"),
+    ("outcome", "string"),
 )
 
 HELD = "held"
-HELD_EXTRA = "_fp bigint, _target string, batch_id bigint, released_batch bigint"
+#: The held-events table: decoded-event columns plus bookkeeping (``_source`` last: tables of
+#: earlier versions gain it at the end).
+HELD_BOOKKEEPING: Fields = (
+    ("_fp", "bigint"),
+    ("_target", "string"),
+    ("batch_id", "bigint"),
+    ("released_batch", "bigint"),
+    ("_source", "string"),
+)
 
 
-def held_columns() -> str:
-    """Columns of the held-events table: the decoded-event columns plus bookkeeping."""
-    return f"{spark_schema_ddl()}, {HELD_EXTRA}"
+def held_fields() -> Fields:
+    """Columns of the held-events table."""
+    events = tuple(
+        (c.split(" ", 1)[0].strip("`"), c.split(" ", 1)[1]) for c in spark_schema_ddl().split(", ")
+    )
+    return events + HELD_BOOKKEEPING
+
+
+def held_event_columns() -> list[str]:
+    """Columns of a held event (what is released), in table order."""
+    return [n for n, _ in held_fields() if n not in ("batch_id", "released_batch")]
+
+
+def ddl(fields: Fields) -> str:
+    """A column list for ``CREATE TABLE``."""
+    return ", ".join(f"`{n}` {t}" for n, t in fields)
 
 
 def canonical_from_spark(simple: str) -> str:

@@ -49,7 +49,9 @@ OUTPUT_OPERATIONS: tuple[str, ...] = (
     "DDL",
 )
 #: Columns of the failure rows: the batch's event columns plus the delivery outcome.
-FAILURE_DDL = spark_schema_ddl() + ", _fp bigint, _target string, _status int, _reason string"
+FAILURE_DDL = (
+    spark_schema_ddl() + ", _fp bigint, _target string, _source string, _status int, _reason string"
+)
 #: Longest wait honoured from a ``Retry-After`` header, seconds.
 MAX_RETRY_AFTER = 60.0
 #: Longest computed backoff, seconds.

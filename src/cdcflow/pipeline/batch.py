@@ -12,12 +12,14 @@ merges, tombstones that only rise) or looked up in its own table (dead letters).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cdcflow.config import PipelineConfig, parse_duration
+from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
 from cdcflow.engine.hold import HoldResult, HoldStage
@@ -38,24 +40,25 @@ from cdcflow.engine.stage import (
     typed_text,
 )
 from cdcflow.engine.watermarks import watermarks_sql
+from cdcflow.errors import CdcflowError
 from cdcflow.iceberg.catalog import Catalog, TableInfo
 from cdcflow.iceberg.layouts import (
     BATCHES,
     CDC_STRUCT,
     CHANGELOG_STRUCT,
-    DEAD_LETTER_COLUMNS,
+    DEAD_LETTER_FIELDS,
     DEAD_LETTERS,
     HELD,
-    HISTORY_COLUMNS,
+    HISTORY_FIELDS,
     KEY_PROPERTY,
-    SEGMENT_COLUMNS,
+    SEGMENT_FIELDS,
     SEGMENTS,
-    TOMBSTONE_COLUMNS,
+    TOMBSTONE_FIELDS,
     TOMBSTONES,
     TRUNCATE_PROPERTY,
-    WATERMARK_COLUMNS,
+    WATERMARK_FIELDS,
     WATERMARKS,
-    held_columns,
+    held_fields,
 )
 from cdcflow.iceberg.write import Statement, Writer, Written
 from cdcflow.pipeline.report import BatchReport, StageClock, TableOutcome
@@ -63,6 +66,8 @@ from cdcflow.spark.sql import lit, q, view
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from cdcflow.pipeline.checkpoint import SourceRecord
 
 #: How often tombstones and closed segment groups past their retention are dropped.
 EXPIRY_INTERVAL = 3600.0
@@ -77,37 +82,65 @@ def source_options(src: object) -> DialectOptions:
     )
 
 
+class StopRequested(CdcflowError):
+    """The pipeline is stopping: a batch that has not started yet is left for the next run."""
+
+    code = "STOP_REQUESTED"
+
+
+@dataclass
+class Shared:
+    """What the queries of one pipeline share: the catalog's cached metadata, the lock that
+    keeps their batches from running at the same time (they write the same internal tables),
+    the stop flag, and the reports in the order batches finished."""
+
+    catalog: Catalog
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    reports: list[BatchReport] = field(default_factory=list)
+
+
 class BatchRunner:
-    """The ``foreachBatch`` function of a pipeline."""
+    """The ``foreachBatch`` function of one source's query."""
 
     def __init__(
         self,
         cfg: PipelineConfig,
-        pipeline_id: str,
+        record: SourceRecord,
+        src: SourceConfig,
+        shared: Shared,
         on_report: Callable[[BatchReport], None] | None = None,
         adaptive: bool = True,
     ) -> None:
         self.cfg = cfg
         self.adaptive = adaptive
-        self.pipeline_id = pipeline_id
+        self.record = record
+        self.src = src
+        self.source = record.id
+        self.pipeline_id = record.ledger
         self.on_report = on_report
-        self.catalog = Catalog(cfg.catalog.name)
+        self.shared = shared
+        self.catalog = shared.catalog
         self.namespace = cfg.namespace
         self.internal = cfg.namespace + "__cdcflow"
-        self.writer = Writer(self.catalog, pipeline_id)
+        self.writer = Writer(self.catalog, self.pipeline_id)
         self.first_batch = True
         self.reports: list[BatchReport] = []
+        self.failure: BaseException | None = None
         # in a run that keeps following, expiry runs hourly; a run that drains ends with it
         self.last_expiry = time.time()
         self.segment_stage = SegmentStage(
             self.catalog,
             self.internal,
-            pipeline_id,
+            self.pipeline_id,
             parse_duration(cfg.segment_wait),
-            {src.name: source_options(src) for src in cfg.sources},
+            {record.id: source_options(src)},
+            source=record.id,
         )
         self.hold_stage = (
-            HoldStage(self.catalog, self.internal, pipeline_id, cfg.consistency)
+            HoldStage(
+                self.catalog, self.internal, self.pipeline_id, cfg.consistency, source=record.id
+            )
             if cfg.consistency != "none"
             else None
         )
@@ -115,6 +148,22 @@ class BatchRunner:
     # ------------------------------------------------------------------ entry
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        while not self.shared.lock.acquire(timeout=0.2):
+            if self.shared.stopping.is_set():
+                raise StopRequested(f"batch {batch_id} of source {self.source} left for later")
+        try:
+            if self.shared.stopping.is_set():
+                raise StopRequested(f"batch {batch_id} of source {self.source} left for later")
+            self._batch(df, batch_id)
+        except StopRequested:
+            raise
+        except BaseException as e:
+            self.failure = e
+            raise
+        finally:
+            self.shared.lock.release()
+
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
         started = time.time()
         # the batch frame belongs to the query's own session: temp views must live there
         spark = df.sparkSession
@@ -131,17 +180,21 @@ class BatchRunner:
             ):
                 self.first_batch = False
                 return
-        decoded = with_batch_columns(df).persist()
+        decoded = self._columns(df).persist()
         try:
             report = self._process(spark, decoded, batch_id, check, started)
         finally:
             decoded.unpersist()
         self.first_batch = False
         self.reports.append(report)
+        self.shared.reports.append(report)
         if time.time() - self.last_expiry > min(EXPIRY_INTERVAL, self.cfg.retention_seconds):
             self.expire(spark)
         if self.on_report:
             self.on_report(report)
+
+    def _columns(self, df: DataFrame) -> DataFrame:
+        return with_batch_columns(df, self.source, self.record.replica_name)
 
     def _migrate_tombstones(self, spark: SparkSession) -> None:
         """Tombstones kept one table per replica (``tombstones__<table>``, typed key columns)
@@ -154,7 +207,7 @@ class BatchRunner:
         )
         if not old:
             return
-        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_COLUMNS)
+        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_FIELDS)
         target = self.catalog.ident(self.internal, TOMBSTONES)
         for name in old:
             info = self.catalog.info(spark, self.internal, name)
@@ -225,13 +278,13 @@ class BatchRunner:
         batch_id: int,
         check: bool,
     ) -> tuple[SegmentResult, DataFrame]:
-        self.catalog.ensure_table(spark, self.internal, SEGMENTS, SEGMENT_COLUMNS)
+        self.catalog.ensure_table(spark, self.internal, SEGMENTS, SEGMENT_FIELDS)
         seg = self.segment_stage.run(
             spark, valid.where(f"operation = '{SEGMENT}'"), batch_id, check
         )
         for st in seg.statements:
             self.writer.run(spark, st, batch_id)
-        assembled = with_batch_columns(seg.assembled)
+        assembled = self._columns(seg.assembled)
         whole = assembled.where("error_code IS NULL")
         if seg.complete:
             meta.add(aggregate(spark, whole))
@@ -248,7 +301,7 @@ class BatchRunner:
         assert self.hold_stage is not None
         if meta.ops.get("RESOLVED"):
             self._watermarks(spark, events, batch_id)
-        self.catalog.ensure_table(spark, self.internal, HELD, held_columns())
+        self.catalog.ensure_table(spark, self.internal, HELD, held_fields())
         hold = self.hold_stage.run(spark, events, batch_id)
         try:
             for st in hold.statements:
@@ -260,9 +313,9 @@ class BatchRunner:
         return hold, hold.events, released
 
     def _watermarks(self, spark: SparkSession, events: DataFrame, batch_id: int) -> Written:
-        self.catalog.ensure_table(spark, self.internal, WATERMARKS, WATERMARK_COLUMNS)
+        self.catalog.ensure_table(spark, self.internal, WATERMARKS, WATERMARK_FIELDS)
         ident = self.catalog.ident(self.internal, WATERMARKS)
-        sql = watermarks_sql(spark, ident, events, batch_id)
+        sql = watermarks_sql(spark, ident, events, batch_id, self.source)
         return self.writer.run(
             spark, Statement(self.internal, WATERMARKS, "watermarks", sql), batch_id
         )
@@ -304,6 +357,7 @@ class BatchRunner:
                     mode,
                     meta.tables[target],
                     states[target],
+                    source=self.source,
                     configured_keys=tcfg.keys,
                     source_keys=self._source_keys(name),
                     matched_keys=matched.get(target),
@@ -313,10 +367,8 @@ class BatchRunner:
         return plans
 
     def _source_keys(self, name: str) -> list[str] | None:
-        for src in self.cfg.sources:
-            if name in src.keys:
-                return list(src.keys[name])
-        return None
+        found = self.src.keys.get(name)
+        return list(found) if found else None
 
     def _ddl(self, spark: SparkSession, plan: TablePlan) -> None:
         """Create or evolve one table as its plan says (the truncate watermark is set after
@@ -522,7 +574,7 @@ class BatchRunner:
     def _tombstones(
         self, spark: SparkSession, stage: BatchStage, batch_id: int, check: bool
     ) -> Written:
-        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_COLUMNS)
+        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_FIELDS)
         ident = self.catalog.ident(self.internal, TOMBSTONES)
         sql = tombstones_sql(ident, stage.deletes_source())
         st = Statement(self.internal, TOMBSTONES, "tombstones", sql, once=True)
@@ -539,13 +591,14 @@ class BatchRunner:
         rows = dead[0]
         for d in dead[1:]:
             rows = rows.unionByName(d)
-        self.catalog.ensure_table(spark, self.internal, DEAD_LETTERS, DEAD_LETTER_COLUMNS)
+        self.catalog.ensure_table(spark, self.internal, DEAD_LETTERS, DEAD_LETTER_FIELDS)
         ident = self.catalog.ident(self.internal, DEAD_LETTERS)
         st = Statement(
             self.internal,
             DEAD_LETTERS,
             "dead_letters",
-            f"INSERT INTO {ident} SELECT * FROM {view(rows, 'dlq')}",
+            f"INSERT INTO {ident} ({', '.join(q(n) for n, _ in DEAD_LETTER_FIELDS)}) "
+            f"SELECT * FROM {view(rows, 'dlq')}",
             once=True,
             report=True,
         )
@@ -555,9 +608,7 @@ class BatchRunner:
     def _history(
         self, spark: SparkSession, report: BatchReport, started: float, clock: StageClock
     ) -> None:
-        info = self.catalog.ensure_table(spark, self.internal, BATCHES, HISTORY_COLUMNS)
-        if "stages" not in info.columns:
-            self.catalog.alter(spark, self.internal, BATCHES, add={"stages": "map<string,double>"})
+        self.catalog.ensure_table(spark, self.internal, BATCHES, HISTORY_FIELDS)
         ident = self.catalog.ident(self.internal, BATCHES)
         ops = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.operations.items())
         tables = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.tables.items())
@@ -565,14 +616,15 @@ class BatchRunner:
         sql = f"""
             INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
                                  duplicates, conflicts, stale, dead_lettered, tables, seconds,
-                                 stages)
+                                 stages, source)
             SELECT {lit(self.pipeline_id)}, {report.batch_id},
               timestamp_millis({int(started * 1000)}), current_timestamp(), {report.events},
               {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
               {report.duplicates}, {report.conflicts}, {report.stale}, {report.dead_lettered},
               {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
               {report.seconds:.3f}D,
-              {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"}
+              {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"},
+              {lit(self.source)}
         """
         self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)
 

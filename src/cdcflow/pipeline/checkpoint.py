@@ -127,6 +127,8 @@ class SourceRecord:
     path: str
     dialect: str
     replica_name: str
+    #: the ``cdcflow.pipeline`` value of its commits (the commit ledger)
+    ledger: str
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=2)
@@ -251,9 +253,9 @@ class Checkpoint:
 
     # ------------------------------------------------------------------ sources
 
-    def sources(self) -> list[tuple[SourceConfig, SourceRecord]]:
+    def sources(self, pipeline_id: str) -> list[tuple[SourceConfig, SourceRecord]]:
         """Every configured source with its record (created, renamed or migrated as needed)."""
-        self._migrate_single_query()
+        self._migrate_single_query(pipeline_id)
         known = self._records()
         out: list[tuple[SourceConfig, SourceRecord]] = []
         fresh = not known
@@ -261,7 +263,9 @@ class Checkpoint:
             record = known.get(src.name)
             if record is None and src.renamed_from and src.renamed_from in known:
                 old = known.pop(src.renamed_from)
-                record = SourceRecord(old.id, src.name, src.path, src.dialect, old.replica_name)
+                record = SourceRecord(
+                    old.id, src.name, src.path, src.dialect, old.replica_name, old.ledger
+                )
                 self.store.write(record.to_json(), "sources", record.id, SOURCE_FILE)
             if record is None:
                 if src.name in {r.id for r in known.values()}:
@@ -272,13 +276,9 @@ class Checkpoint:
                 template = src.replica_name or (
                     "{table}" if fresh and len(self.cfg.sources) == 1 else "{source}__{table}"
                 )
-                record = SourceRecord(
-                    src.name,
-                    src.name,
-                    src.path,
-                    src.dialect,
-                    template.replace("{source}", src.name),
-                )
+                names = template.replace("{source}", src.name)
+                ledger = f"{pipeline_id}/{src.name}"
+                record = SourceRecord(src.name, src.name, src.path, src.dialect, names, ledger)
                 self.store.write(record.to_json(), "sources", record.id, SOURCE_FILE)
             else:
                 self._check(src, record)
@@ -313,12 +313,14 @@ class Checkpoint:
             )
         if src.dialect != record.dialect and record.dialect != "auto":
             # a dialect can be corrected (files already read stay as they were decoded)
-            updated = SourceRecord(record.id, src.name, src.path, src.dialect, record.replica_name)
+            updated = SourceRecord(
+                record.id, src.name, src.path, src.dialect, record.replica_name, record.ledger
+            )
             self.store.write(updated.to_json(), "sources", record.id, SOURCE_FILE)
 
     # ------------------------------------------------------------------ earlier layout
 
-    def _migrate_single_query(self) -> None:
+    def _migrate_single_query(self, pipeline_id: str) -> None:
         """Split a checkpoint of one query over every source (``stream/``) into per-source
         checkpoints: source ``i`` keeps its offsets (line ``i`` of each offset file), the
         commits and the file source's log ``sources/i``."""
@@ -350,6 +352,9 @@ class Checkpoint:
             for name in self.store.children("stream", "sources", str(i)):
                 text = self.store.read("stream", "sources", str(i), name) or ""
                 self.store.write(text, *base, "sources", "0", name)
-            record = SourceRecord(src.name, src.name, src.path, src.dialect, "{table}")
+            # a sole source keeps the ledger it had, so a batch replayed after the upgrade is
+            # still recognised
+            ledger = pipeline_id if len(self.cfg.sources) == 1 else f"{pipeline_id}/{src.name}"
+            record = SourceRecord(src.name, src.name, src.path, src.dialect, "{table}", ledger)
             self.store.write(record.to_json(), "sources", src.name, SOURCE_FILE)
         self.store.rename(["stream"], ["stream.before-per-source"])

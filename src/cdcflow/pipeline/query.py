@@ -1,21 +1,27 @@
-"""The pipeline: a Structured Streaming query from landing zones to Iceberg tables.
+"""The pipeline: one Structured Streaming query per source, from landing zones to Iceberg tables.
 
-Each source is a ``binaryFile`` stream over a landing directory (local path or any Hadoop
-filesystem URI); files are decoded by the registered dialects inside Spark (``mapInArrow``) and
-each micro-batch goes through :class:`~cdcflow.pipeline.batch.BatchRunner`. ``availableNow``
-processes what is there and stops; ``follow`` keeps going with a processing-time trigger.
+Each source is a ``binaryFile`` stream over its landing directory (local path or any Hadoop
+filesystem URI) with a checkpoint of its own (:mod:`cdcflow.pipeline.checkpoint`), so sources
+can be added, removed and renamed without touching the others' progress. Files are decoded by
+the registered dialects inside Spark (``mapInArrow``); each micro-batch goes through a
+:class:`~cdcflow.pipeline.batch.BatchRunner`. Batches of different sources never run at the
+same time (they share the pipeline's internal tables). ``availableNow`` processes what is there
+and stops; ``follow`` keeps going with a processing-time trigger until :meth:`Pipeline.stop`.
 """
 
 from __future__ import annotations
 
-import uuid
+import time
 from collections.abc import Callable
-from functools import reduce
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdcflow.config import PipelineConfig, parse_duration
-from cdcflow.pipeline.batch import BatchRunner, source_options
+from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
+from cdcflow.errors import CdcflowError, ConfigError
+from cdcflow.iceberg.catalog import Catalog
+from cdcflow.pipeline.batch import BatchRunner, Shared, source_options
+from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
 from cdcflow.pipeline.report import BatchReport
 
 if TYPE_CHECKING:
@@ -24,8 +30,11 @@ if TYPE_CHECKING:
 
     from cdcflow.spark.session import SparkSettings
 
-_ID_FILE = "cdcflow-pipeline-id"
 ADAPTIVE = "spark.sql.adaptive.enabled"
+#: Exit statuses of a run, for schedulers.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_DEAD_LETTERS = 3
 
 
 def spark_settings(cfg: PipelineConfig) -> SparkSettings:
@@ -50,30 +59,47 @@ def spark_settings(cfg: PipelineConfig) -> SparkSettings:
     )
 
 
-def pipeline_identity(spark: SparkSession, checkpoint: str, name: str) -> str:
-    """A stable id for (pipeline, checkpoint): written next to the checkpoint on first run, so a
-    new checkpoint never mistakes old commits for its own batches."""
-    jvm = spark._jvm
-    assert jvm is not None
-    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-    path = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/" + _ID_FILE)
-    fs = path.getFileSystem(conf)
-    if fs.exists(path):
-        stream = fs.open(path)
-        try:
-            reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
-            value = reader.readLine()
-        finally:
-            stream.close()
-        if value:
-            return str(value).strip()
-    value = f"{name}-{uuid.uuid4().hex[:12]}"
-    out = fs.create(path, True)
-    try:
-        out.write(bytearray(value.encode()))
-    finally:
-        out.close()
-    return value
+class SourceMissing(ConfigError):
+    """A source's landing zone does not exist."""
+
+    code = "SOURCE_PATH_MISSING"
+
+
+@dataclass
+class RunResult:
+    """What a run did: the batch reports of every source, and whether it ended on a
+    failure (the exception) or was stopped."""
+
+    reports: list[BatchReport] = field(default_factory=list)
+    failure: BaseException | None = None
+    stopped: bool = False
+
+    @property
+    def events(self) -> int:
+        return sum(r.events for r in self.reports)
+
+    @property
+    def dead_lettered(self) -> int:
+        return sum(r.dead_lettered for r in self.reports)
+
+    @property
+    def exit_status(self) -> int:
+        """0 every message applied; 3 some were dead-lettered; 1 the run failed."""
+        if self.failure is not None:
+            return EXIT_FAILED
+        return EXIT_DEAD_LETTERS if self.dead_lettered else EXIT_OK
+
+    def summary(self) -> str:
+        """The final line of a run."""
+        head = (
+            f"done: {len(self.reports)} batch(es), {self.events:,} events, "
+            f"{self.dead_lettered:,} dead-lettered"
+        )
+        if self.failure is not None:
+            return f"failed: {head.removeprefix('done: ')}; {self.failure}"
+        if self.dead_lettered:
+            head += " (exit status 3: see cdcflow dead-letters)"
+        return head + (" · stopped" if self.stopped else "")
 
 
 class Pipeline:
@@ -86,10 +112,15 @@ class Pipeline:
 
             spark = build_session(spark_settings(cfg))
         self.spark = spark
-        self.runner: BatchRunner | None = None
+        self.runners: list[BatchRunner] = []
+        self.queries: list[StreamingQuery] = []
+        self.checkpoint: Checkpoint | None = None
+        self.shared: Shared | None = None
+
+    # ------------------------------------------------------------------ queries
 
     def _stream_session(self) -> SparkSession:
-        """A session for the streaming query: the pipeline session's settings with adaptive
+        """A session for the streaming queries: the pipeline session's settings with adaptive
         execution off, which streaming does not support (Spark would turn it off itself and
         warn). Each batch turns it back on for the batch's own queries."""
         session = self.spark.newSession()
@@ -103,58 +134,142 @@ class Pipeline:
         session.conf.set(ADAPTIVE, "false")
         return session
 
-    def events(self, session: SparkSession | None = None) -> DataFrame:
-        """The decoded-events stream of every source (one DataFrame)."""
+    def _check_path(self, src: SourceConfig) -> None:
+        if "://" in src.path:
+            return
+        path = Path(src.path)
+        if path.is_dir():
+            return
+        if src.create_path and not path.exists():
+            path.mkdir(parents=True, exist_ok=True)
+            return
+        raise SourceMissing(
+            f"source {src.name!r}: landing zone {src.path} "
+            + ("is not a folder" if path.exists() else "does not exist"),
+            hint="check the path, or set create_path: true on the source to create it",
+        )
+
+    def events(self, src: SourceConfig, record: SourceRecord, session: SparkSession) -> DataFrame:
+        """The decoded-events stream of one source."""
         from cdcflow.spark.arrow import decode_dataframe, read_raw
 
-        frames = []
-        for src in self.cfg.sources:
-            if "://" not in src.path:
-                Path(src.path).mkdir(parents=True, exist_ok=True)
-            raw = read_raw(
-                session or self.spark,
-                src.path,
-                streaming=True,
-                max_files_per_trigger=src.max_files_per_batch,
-            )
-            frames.append(decode_dataframe(raw, src.dialect, source_options(src), src.name))
-        return reduce(lambda a, b: a.unionByName(b), frames)
+        raw = read_raw(
+            session, src.path, streaming=True, max_files_per_trigger=src.max_files_per_batch
+        )
+        return decode_dataframe(raw, src.dialect, source_options(src), record.id)
 
     def start(
         self, follow: bool = False, on_report: Callable[[BatchReport], None] | None = None
-    ) -> StreamingQuery:
-        """Start the streaming query (drains the landing zones, or keeps following)."""
-        pid = pipeline_identity(self.spark, self.cfg.checkpoint, self.cfg.pipeline)
-        adaptive = self.spark.conf.get(ADAPTIVE, "true") or "true"
-        self.runner = BatchRunner(self.cfg, pid, on_report, adaptive=adaptive.lower() == "true")
-        writer = (
-            self.events(self._stream_session())
-            .writeStream.foreachBatch(self.runner)
-            .option("checkpointLocation", self.cfg.checkpoint.rstrip("/") + "/stream")
-            .queryName(f"cdcflow_{self.cfg.pipeline}")
-        )
-        if follow:
-            seconds = parse_duration(self.cfg.follow_interval)
-            writer = writer.trigger(processingTime=f"{seconds} seconds")
-        else:
-            writer = writer.trigger(availableNow=True)
-        return writer.start()
+    ) -> list[StreamingQuery]:
+        """Take the pipeline's run lock and start one query per source."""
+        self.runners, self.queries = [], []
+        for src in self.cfg.sources:
+            self._check_path(src)
+        checkpoint = Checkpoint(self.spark, self.cfg)
+        pid = checkpoint.pipeline_id()
+        checkpoint.acquire()
+        self.checkpoint = checkpoint
+        try:
+            adaptive = (self.spark.conf.get(ADAPTIVE, "true") or "true").lower() == "true"
+            self.shared = Shared(Catalog(self.cfg.catalog.name))
+            session = self._stream_session()
+            for src, record in checkpoint.sources(pid):
+                runner = BatchRunner(
+                    self.cfg, record, src, self.shared, on_report=on_report, adaptive=adaptive
+                )
+                writer = (
+                    self.events(src, record, session)
+                    .writeStream.foreachBatch(runner)
+                    .option("checkpointLocation", checkpoint.query_path(record))
+                    .queryName(f"cdcflow_{self.cfg.pipeline}_{record.id}")
+                )
+                if follow:
+                    seconds = parse_duration(self.cfg.follow_interval)
+                    writer = writer.trigger(processingTime=f"{seconds} seconds")
+                else:
+                    writer = writer.trigger(availableNow=True)
+                self.runners.append(runner)
+                self.queries.append(writer.start())
+        except BaseException:
+            self._stop_queries()
+            checkpoint.release()
+            raise
+        return self.queries
+
+    def stop(self) -> None:
+        """Stop after the batch in progress (none is left half-done: a batch that had not
+        started is read again by the next run)."""
+        if self.shared is None:
+            return
+        self.shared.stopping.set()
+        with self.shared.lock:
+            self._stop_queries()
+
+    def _stop_queries(self) -> None:
+        for q in self.queries:
+            if q.isActive:
+                q.stop()
+
+    # ------------------------------------------------------------------ a run
 
     def run(
         self,
         follow: bool = False,
         on_report: Callable[[BatchReport], None] | None = None,
         timeout: float | None = None,
-    ) -> list[BatchReport]:
-        """Run the pipeline: until the landing zones are drained (default) or forever
-        (``follow``). Returns the batch reports of this run."""
-        query = self.start(follow, on_report)
+        should_stop: Callable[[], bool] | None = None,
+        raise_on_failure: bool = True,
+    ) -> RunResult:
+        """Run until the landing zones are drained (default) or, with ``follow``, until
+        ``should_stop()`` says so or ``timeout`` seconds pass. A failure ends the run: it is
+        raised, or with ``raise_on_failure=False`` reported in the result."""
+        result = RunResult()
+        self.start(follow, on_report)
+        started = time.monotonic()
         try:
-            query.awaitTermination(int(timeout)) if timeout else query.awaitTermination()
+            while any(q.isActive for q in self.queries):
+                if should_stop is not None and should_stop():
+                    result.stopped = True
+                    self.stop()
+                    break
+                if timeout is not None and time.monotonic() - started > timeout:
+                    result.stopped = True
+                    self.stop()
+                    break
+                if any(q.exception() is not None for q in self.queries):
+                    break
+                time.sleep(0.2)
+            for q in self.queries:
+                q.awaitTermination()
+            stopping = self.shared is not None and self.shared.stopping.is_set()
+            if not stopping:
+                failures = [r.failure for r in self.runners if r.failure is not None]
+                if failures:
+                    result.failure = failures[0]
+                else:
+                    for q in self.queries:
+                        exc = q.exception()
+                        if exc is not None:
+                            result.failure = CdcflowError(
+                                _first_line(exc), code="PIPELINE_FAILED", hint=_DEBUG_HINT
+                            )
+                            break
         finally:
-            if query.isActive:
-                query.stop()
-        assert self.runner is not None
-        if query.exception() is None and self.runner.reports:
-            self.runner.expire(self.spark)
-        return self.runner.reports
+            self._stop_queries()
+            if self.shared is not None:
+                result.reports.extend(self.shared.reports)
+            if result.failure is None and result.reports and self.runners:
+                self.runners[0].expire(self.spark)
+            if self.checkpoint is not None:
+                self.checkpoint.release()
+        if raise_on_failure and result.failure is not None:
+            raise result.failure
+        return result
+
+
+_DEBUG_HINT = "run with --debug for the whole trace"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)[:500]

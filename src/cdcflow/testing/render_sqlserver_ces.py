@@ -107,9 +107,9 @@ def avro_record(e: dict[str, Any], *, binary_data: bool = False) -> dict[str, An
     """A CES CloudEvent as the spec's Avro record; ``binary_data`` writes ``data`` as Avro
     binary of the Data record (whole events only), else as JSON bytes."""
     data = e["data"]
-    body = avro_data(data) if binary_data and "segmentindex" in e else None
-    if e.get("finalsegment") is False or e.get("segmentindex") not in (0, None):
-        body = None  # a segment carries a piece of text
+    # a segment of a split event carries a piece of the text: only whole events are re-encoded
+    piece = e.get("finalsegment") is False or e.get("segmentindex") not in (0, None)
+    body = avro_data(data) if binary_data and "segmentindex" in e and not piece else None
     return {
         **{f["name"]: str(e.get(f["name"], "")) for f in CLOUDEVENT_AVRO_SCHEMA["fields"]},
         "datacontenttype": e.get("datacontenttype", "application/json"),
