@@ -9,7 +9,15 @@ import pytest
 
 from cdcflow.engine.keys import unambiguous
 from cdcflow.engine.meta import TableMeta, target_name
-from cdcflow.engine.plan import TableState, decide, decide_shape, resolve_keys
+from cdcflow.engine.plan import (
+    IDENTITY_PROPERTY,
+    TableState,
+    decide,
+    decide_identity,
+    decide_shape,
+    identity_json,
+    resolve_keys,
+)
 from cdcflow.iceberg.layouts import KEY_PROPERTY, SHAPE_PROPERTY, TRUNCATE_PROPERTY
 
 
@@ -97,8 +105,8 @@ def test_changelog_plans_work_on_the_after_image_fields() -> None:
         (None, {}, set(), None),
         (None, {"n,n": 3, "n,s": 1}, {"n,s"}, "n,n"),  # the most common one is recorded
         (None, {"n,*": 2, "n,n": 1}, set(), "n,n"),  # unknowns filled from fitting shapes
-        ("n,n", {"n,n": 2}, set(), None),  # nothing changes
-        ("n,n", {"s": 1}, {"s"}, None),
+        ("n,n", {"n,n": 2}, set(), "n,n"),  # nothing changes
+        ("n,n", {"s": 1}, {"s"}, "n,n"),
     ],
 )
 def test_sequence_shapes(
@@ -142,3 +150,59 @@ def test_replica_names_from_templates() -> None:
     assert target_name("users", "{database}_{table}", "s", database="Shop-1") == "shop_1_users"
     assert target_name("users", "{database}_{table}", "s") == "_users"
     assert target_name("") == ""  # markers have no table
+
+
+S = "src"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "seen", "identity", "foreign"),
+    [
+        # first sight: the most frequent table of the batch is recorded
+        (None, {(S, "db1", None, "users"): 5}, (S, "db1", None, "users"), set()),
+        # two databases under one name: the other is foreign, never merged
+        (
+            None,
+            {(S, "db1", None, "users"): 5, (S, "db2", None, "users"): 2},
+            (S, "db1", None, "users"),
+            {(S, "db2", None, "users")},
+        ),
+        # a field the producer leaves out fits, and is filled in when another event gives it
+        (
+            (S, None, None, "users"),
+            {(S, "db1", None, "users"): 1},
+            (S, "db1", None, "users"),
+            set(),
+        ),
+        # another source under the same name is another table
+        (
+            ("crdb", None, None, "users"),
+            {(S, None, None, "users"): 3},
+            ("crdb", None, None, "users"),
+            {(S, None, None, "users")},
+        ),
+        ((S, "db1", None, "users"), {}, (S, "db1", None, "users"), set()),
+    ],
+)
+def test_a_replica_holds_one_source_table(
+    recorded: tuple | None, seen: dict, identity: tuple, foreign: set
+) -> None:
+    assert decide_identity(recorded, seen) == (identity, frozenset(foreign))
+
+
+def test_foreign_tables_are_left_out_of_the_plan_and_named_in_the_refusal() -> None:
+    m = TableMeta()
+    for db, cols in (
+        ("db1", {"id": "bigint", "a": "string"}),
+        ("db2", {"id": "bigint", "b": "int"}),
+    ):
+        sub = meta({"INSERT": 3 if db == "db1" else 1}, {c: {t} for c, t in cols.items()})
+        m.identities[(db, None, "users")] = sub
+        m.ops["INSERT"] = m.ops.get("INSERT", 0) + sub.events
+    plan = decide("users", "users", "merge", m, None, source="crdb", configured_keys=["id"])
+    assert plan.identity == ("crdb", "db1", None, "users")
+    assert plan.foreign == frozenset({("crdb", "db2", None, "users")})
+    assert "b" not in plan.schema.types and plan.meta.events == 3
+    assert plan.properties[IDENTITY_PROPERTY] == identity_json(plan.identity)
+    assert plan.foreign_problem is not None
+    assert "crdb:db2.users" in plan.foreign_problem and "crdb:db1.users" in plan.foreign_problem

@@ -116,5 +116,6 @@ def test_posted_bodies_become_exact_replicas(
         got = spark.sql(f"SELECT * FROM cdc.served.{table}").drop("_cdc").collect()
         return sorted((r.asDict() for r in got), key=repr)
 
-    assert rows("dogs") == [{"id": 1, "v": "a2"}]
-    assert rows("users") == [{"id": 1, "name": "anna"}]
+    # two sources: each names its replicas after itself
+    assert rows("crdb__dogs") == [{"id": 1, "v": "a2"}]
+    assert rows("sg__users") == [{"id": 1, "name": "anna"}]

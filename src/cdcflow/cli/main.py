@@ -24,7 +24,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("cdcflow.cli.results", "tables_cmd"),
     ("cdcflow.cli.results", "show_cmd"),
     ("cdcflow.cli.results", "sql_cmd"),
-    ("cdcflow.cli.results", "dead_letters_cmd"),
+    ("cdcflow.cli.deadletters", "dead_letters_cmd"),
     ("cdcflow.cli.results", "history_cmd"),
     ("cdcflow.cli.results", "watermarks_cmd"),
     ("cdcflow.cli.serve", "serve_cmd"),

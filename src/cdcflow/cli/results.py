@@ -1,13 +1,28 @@
-"""Commands to look at results without writing Spark code."""
+"""Commands to look at results without writing Spark code.
+
+Every command prints a table (numbers with thousands separators, long values cut unless
+``--full``) or, with ``--output json``, one JSON object per line.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+import json
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 import click
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
-def _session(config: str) -> tuple[Any, Any]:
+    from cdcflow.config import PipelineConfig
+
+_CUT = 60
+
+
+def _session(config: str) -> tuple[PipelineConfig, SparkSession]:
     from cdcflow.config import load_config_file
     from cdcflow.pipeline.query import spark_settings
     from cdcflow.spark.session import build_session
@@ -16,118 +31,236 @@ def _session(config: str) -> tuple[Any, Any]:
     return cfg, build_session(spark_settings(cfg))
 
 
-def _print(df: Any, limit: int, as_json: bool) -> None:
-    if as_json:
-        for row in df.limit(limit).toJSON().collect():
-            click.echo(row)
+def duration(seconds: float | None) -> str:
+    """``2d 03:04:05``, ``04:05``... for a number of seconds."""
+    if seconds is None:
+        return ""
+    sign = "-" if seconds < 0 else ""
+    total = round(abs(seconds))
+    days, rest = divmod(total, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{sign}{days}d {clock}" if days else f"{sign}{clock}"
+
+
+def _cell(value: Any, full: bool) -> str:
+    if value is None:
+        text = ""
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int):
+        text = f"{value:,}"
+    elif isinstance(value, float):
+        text = f"{value:,.3f}".rstrip("0").rstrip(".")
+    elif isinstance(value, dt.datetime):
+        text = value.isoformat(sep=" ", timespec="seconds")
+    elif isinstance(value, (bytes, bytearray)):
+        text = bytes(value).decode("utf-8", "replace")
+    elif isinstance(value, dict):
+        text = ", ".join(f"{k}={_cell(v, True)}" for k, v in value.items())
     else:
-        click.echo(df._jdf.showString(limit, 60, False))
+        text = str(value)
+    text = text.replace("\n", "\\n")
+    if not full and len(text) > _CUT:
+        text = text[: _CUT - 1] + "…"
+    return text
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def emit(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], output: str, full: bool = False
+) -> None:
+    """Print rows as an aligned table or as JSON lines."""
+    if output == "json":
+        for row in rows:
+            doc = {c: _json_value(v) for c, v in zip(columns, row, strict=True)}
+            click.echo(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+        return
+    cells = [[_cell(v, full) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    numeric = [
+        all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) and bool(rows)
+        for i in range(len(columns))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        out = []
+        for i, v in enumerate(values):
+            out.append(v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i]))
+        return "  ".join(out).rstrip()
+
+    click.echo(line(columns))
+    for r in cells:
+        click.echo(line(r))
+
+
+def _frame(df: DataFrame, limit: int, output: str, full: bool) -> None:
+    rows = [tuple(r) for r in df.limit(limit).collect()]
+    emit(df.columns, rows, output, full)
 
 
 _config_arg = click.argument("config", type=click.Path(dir_okay=False))
-_json_opt = click.option(
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Table text or JSON lines.",
-)
+
+
+def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="An aligned table, or one JSON object per line.",
+    )(fn)
+    return click.option("--full", is_flag=True, help="Do not cut long values.")(fn)
+
+
+def _internal(cfg: PipelineConfig, spark: SparkSession, name: str) -> str | None:
+    from cdcflow.iceberg.catalog import Catalog
+
+    catalog = Catalog(cfg.catalog.name)
+    internal = f"{cfg.namespace}__cdcflow"
+    if not catalog.exists(spark, internal, name):
+        return None
+    return catalog.ident(internal, name)
 
 
 @click.command("tables")
 @_config_arg
-def tables_cmd(config: str) -> None:
+@_common
+def tables_cmd(config: str, output: str, full: bool) -> None:
     """List the replica tables of a pipeline with their row counts."""
+    from cdcflow.iceberg.catalog import Catalog
+
     cfg, spark = _session(config)
-    ns = f"{cfg.catalog.name}.{cfg.namespace}"
-    try:
-        names = [r["tableName"] for r in spark.sql(f"SHOW TABLES IN {ns}").collect()]
-    except Exception:
-        names = []
-    for name in sorted(names):
-        n = spark.sql(f"SELECT count(*) AS n FROM {ns}.`{name}`").collect()[0]["n"]
-        click.echo(f"{ns}.{name}\t{n}")
+    catalog = Catalog(cfg.catalog.name)
+    rows = []
+    for name in sorted(catalog.table_names(spark, cfg.namespace)):
+        ident = catalog.ident(cfg.namespace, name)
+        n = spark.sql(f"SELECT count(*) AS n FROM {ident}").collect()[0]["n"]
+        rows.append((f"{cfg.catalog.name}.{cfg.namespace}.{name}", int(n)))
+    emit(["table", "rows"], rows, output, full)
 
 
 @click.command("show")
 @_config_arg
 @click.argument("table")
 @click.option("--limit", default=20, show_default=True)
-@_json_opt
-def show_cmd(config: str, table: str, limit: int, output: str) -> None:
+@_common
+def show_cmd(config: str, table: str, limit: int, output: str, full: bool) -> None:
     """Show rows of a replica table."""
+    from cdcflow.spark.sql import q
+
     cfg, spark = _session(config)
-    _print(spark.table(f"{cfg.catalog.name}.{cfg.namespace}.`{table}`"), limit, output == "json")
+    ident = f"{q(cfg.catalog.name)}.{q(cfg.namespace)}.{q(table)}"
+    _frame(spark.table(ident), limit, output, full)
 
 
 @click.command("sql")
 @_config_arg
 @click.argument("query")
 @click.option("--limit", default=100, show_default=True)
-@_json_opt
-def sql_cmd(config: str, query: str, limit: int, output: str) -> None:
+@_common
+def sql_cmd(config: str, query: str, limit: int, output: str, full: bool) -> None:
     """Run a SQL query (tables are catalog.namespace.table)."""
     _, spark = _session(config)
-    _print(spark.sql(query), limit, output == "json")
-
-
-@click.command("dead-letters")
-@_config_arg
-@click.option("--limit", default=50, show_default=True)
-@_json_opt
-def dead_letters_cmd(config: str, limit: int, output: str) -> None:
-    """List dead-lettered messages: origin, error code and message."""
-    cfg, spark = _session(config)
-    ident = f"{cfg.catalog.name}.{cfg.namespace}__cdcflow.dead_letters"
-    from cdcflow.iceberg.catalog import Catalog
-
-    if not Catalog(cfg.catalog.name).exists(spark, f"{cfg.namespace}__cdcflow", "dead_letters"):
-        click.echo("no dead letters")
-        return
-    df = spark.sql(
-        f"SELECT batch_id, origin, line, offset, item, dialect, error_code, error_message, "
-        f"substring(CAST(raw AS string), 1, 80) AS raw FROM {ident} ORDER BY batch_id, origin, "
-        "offset, item"
-    )
-    _print(df, limit, output == "json")
+    _frame(spark.sql(query), limit, output, full)
 
 
 @click.command("history")
 @_config_arg
 @click.option("--limit", default=50, show_default=True)
-@_json_opt
-def history_cmd(config: str, limit: int, output: str) -> None:
-    """Show the batch history of a pipeline."""
+@_common
+def history_cmd(config: str, limit: int, output: str, full: bool) -> None:
+    """Show the batch history of a pipeline: counts, and the seconds each stage took."""
     cfg, spark = _session(config)
-    ident = f"{cfg.catalog.name}.{cfg.namespace}__cdcflow.batches"
-    from cdcflow.iceberg.catalog import Catalog
-
-    if not Catalog(cfg.catalog.name).exists(spark, f"{cfg.namespace}__cdcflow", "batches"):
-        click.echo("no batches yet")
+    ident = _internal(cfg, spark, "batches")
+    if ident is None:
+        click.echo("no batches yet", err=output == "json")
         return
-    _print(spark.sql(f"SELECT * FROM {ident} ORDER BY started_at DESC"), limit, output == "json")
+    df = spark.sql(f"SELECT * FROM {ident} ORDER BY started_at DESC, batch_id DESC")
+    if output == "json":
+        _frame(df, limit, output, full)
+        return
+    columns = [
+        "source",
+        "batch",
+        "started",
+        "events",
+        "duplicates",
+        "stale",
+        "conflicts",
+        "dead-lettered",
+        "seconds",
+        "slowest stage",
+    ]
+    rows = []
+    for r in df.limit(limit).collect():
+        d = r.asDict()
+        stages = d.get("stages") or {}
+        slowest = max(stages.items(), key=lambda kv: kv[1]) if stages else None
+        rows.append(
+            (
+                d.get("source") or d["pipeline"],
+                d["batch_id"],
+                d["started_at"],
+                d["events"],
+                d["duplicates"],
+                d["stale"],
+                d["conflicts"],
+                d["dead_lettered"],
+                round(d["seconds"], 1),
+                f"{slowest[0]} {slowest[1]:.1f}s" if slowest else "",
+            )
+        )
+    emit(columns, rows, output, full)
 
 
 @click.command("watermarks")
 @_config_arg
 @click.option("--limit", default=100, show_default=True)
-@_json_opt
-def watermarks_cmd(config: str, limit: int, output: str) -> None:
+@_common
+def watermarks_cmd(config: str, limit: int, output: str, full: bool) -> None:
     """Show how far each scope (table or topic) is resolved — complete up to a point of the
     source's time — and how far that lags behind now."""
     cfg, spark = _session(config)
-    ident = f"{cfg.catalog.name}.{cfg.namespace}__cdcflow.watermarks"
-    from cdcflow.iceberg.catalog import Catalog
-
-    if not Catalog(cfg.catalog.name).exists(spark, f"{cfg.namespace}__cdcflow", "watermarks"):
+    ident = _internal(cfg, spark, "watermarks")
+    if ident is None:
         click.echo("no resolved watermarks yet (the producers sent no RESOLVED events)")
         return
     df = spark.sql(
         f"""
-        SELECT dialect, scope, count(*) AS partitions, min(resolved_at) AS resolved_to,
-               round(unix_micros(current_timestamp()) / 1e6
-                     - unix_micros(min(resolved_at)) / 1e6, 1) AS lag_seconds
-        FROM {ident} GROUP BY dialect, scope ORDER BY dialect, scope
+        SELECT coalesce(src, '') AS source, dialect, scope, count(*) AS partitions,
+               min(resolved_at) AS resolved_to,
+               unix_micros(current_timestamp()) / 1e6 - unix_micros(min(resolved_at)) / 1e6
+                 AS lag_seconds
+        FROM {ident} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
         """
     )
-    _print(df, limit, output == "json")
+    rows = []
+    for r in df.limit(limit).collect():
+        lag = r["lag_seconds"]
+        rows.append(
+            (
+                r["source"],
+                r["dialect"],
+                r["scope"],
+                r["partitions"],
+                r["resolved_to"],
+                round(lag, 3) if output == "json" else duration(lag),
+            )
+        )
+    columns = ["source", "dialect", "scope", "partitions", "resolved_to"]
+    emit([*columns, "lag_seconds" if output == "json" else "lag"], rows, output, full)

@@ -112,11 +112,11 @@ def merge_shapes(a: str, b: str) -> str:
 def decide_shape(
     recorded: str | None, shapes: Mapping[str, int]
 ) -> tuple[frozenset[str], str | None]:
-    """(shapes to reject, the table's shape after the batch when it changes). The table's
-    shape is recorded on first sight (the most common one of that batch) and refined where it
-    had unknown kinds; events whose sort fields do not fit it cannot be ordered with the rest."""
+    """(shapes to reject, the table's shape after the batch). The table's shape is recorded on
+    first sight (the most common one of that batch) and refined where it had unknown kinds;
+    events whose sort fields do not fit it cannot be ordered with the rest."""
     if not shapes:
-        return frozenset(), None
+        return frozenset(), recorded
     reference = recorded
     if reference is None:
         reference = max(shapes.items(), key=lambda kv: (kv[1], kv[0]))[0]
@@ -125,7 +125,7 @@ def decide_shape(
     for s in sorted(shapes):
         if s not in bad:
             merged = merge_shapes(merged, s)
-    return bad, (merged if merged != recorded else None)
+    return bad, merged
 
 
 #: Table property: the identity of a replica's source table (JSON: source, database, schema,
@@ -250,7 +250,7 @@ def decide(
             meta = meta.merged({i[1:] for i in seen if i not in foreign})  # type: ignore[misc]
     bad, shape = decide_shape(props.get(SHAPE_PROPERTY), meta.shapes)
     schema = plan_schema(existing_columns(state, mode), meta.seen)
-    if shape is not None:
+    if shape is not None and shape != props.get(SHAPE_PROPERTY):
         new_props[SHAPE_PROPERTY] = shape
     common = {
         "target": target,

@@ -1,0 +1,169 @@
+"""Operating a pipeline over time: replica identity, sources added and renamed, checkpoints
+and landing zones that are not what the configuration says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow.config import PipelineConfig, load_config
+from cdcflow.errors import ConfigError
+from cdcflow.pipeline.query import Pipeline, SourceMissing
+from cdcflow.testing import oracle
+from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.renderers import renderer, renderer_features
+from cdcflow.testing.workload import Workload, generate
+from tests.scenario import ev, land
+
+pytestmark = pytest.mark.spark
+
+
+def _source(name: str, path: Path, dialect: str, options: Any = None, **extra: Any) -> dict:
+    doc: dict[str, Any] = {"name": name, "path": str(path), "dialect": dialect, **extra}
+    if options is not None:
+        doc["keys"] = {t: list(k) for t, k in options.table_keys.items()}
+        doc["types"] = {t: dict(c) for t, c in options.column_types.items()}
+        doc["options"] = dict(options.extra)
+    return doc
+
+
+def _config(root: Path, name: str, sources: list[dict], **extra: Any) -> PipelineConfig:
+    return load_config(
+        {
+            "pipeline": name,
+            "checkpoint": str(root / "checkpoint"),
+            "namespace": name,
+            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
+            "sources": sources,
+            **extra,
+        }
+    )
+
+
+def _assert_replicas(spark: Any, w: Workload, namespace: str, prefix: str = "") -> None:
+    expected = oracle.apply(w)
+    for name, table in w.tables.items():
+        cols = list(table.columns)
+        actual = read_replica(spark, f"cdc.{namespace}.{prefix}{name}", cols)
+        d = diff_table(name, list(expected[name].values()), actual, cols)
+        assert d.equal, f"{prefix}{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+
+
+def _render(dialect: str, root: Path, seed: int) -> tuple[Workload, Any]:
+    w = generate(seed, tables=2, transactions=25, features=renderer_features(dialect))
+    res = renderer(dialect)(w, root / dialect, seed=seed, faults=False)
+    return w, res.options
+
+
+def test_two_sources_with_the_same_table_names_write_two_exact_replicas(
+    spark: Any, tmp_path: Path
+) -> None:
+    w_crdb, o_crdb = _render("cockroachdb", tmp_path, 3)
+    w_ds, o_ds = _render("datastream", tmp_path, 4)
+    assert set(w_crdb.tables) == set(w_ds.tables)  # the same names: accounts, events...
+    cfg = _config(
+        tmp_path,
+        "two_src",
+        [
+            _source("crdb", tmp_path / "cockroachdb", "cockroachdb", o_crdb),
+            _source("mysql", tmp_path / "datastream", "datastream", o_ds),
+        ],
+    )
+    result = Pipeline(cfg, spark).run()
+    assert result.dead_lettered == 0
+    _assert_replicas(spark, w_crdb, "two_src", "crdb__")
+    _assert_replicas(spark, w_ds, "two_src", "mysql__")
+    names = {r["tableName"] for r in spark.sql("SHOW TABLES IN cdc.two_src").collect()}
+    assert not names & set(w_crdb.tables)  # no replica under a bare, shared name
+
+
+def test_two_databases_under_one_replica_name_are_refused_naming_both(
+    spark: Any, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    land(
+        landing,
+        [
+            ev("INSERT", "users", 10, after={"id": 1, "v": "shop"}, metadata={"database": "shop"}),
+            ev("INSERT", "users", 11, after={"id": 2, "v": "shop"}, metadata={"database": "shop"}),
+            ev("INSERT", "users", 12, after={"id": 1, "v": "crm"}, metadata={"database": "crm"}),
+        ],
+    )
+    cfg = _config(
+        tmp_path,
+        "ident",
+        [_source("pg", landing, "savegress", keys={"users": ["id"]})],
+    )
+    result = Pipeline(cfg, spark).run()
+    assert result.dead_lettered == 1 and result.exit_status == 3
+    rows = spark.sql("SELECT id, v FROM cdc.ident.users ORDER BY id").collect()
+    assert [(r["id"], r["v"]) for r in rows] == [(1, "shop"), (2, "shop")]
+    dead = spark.sql("SELECT error_code, error_message FROM cdc.ident__cdcflow.dead_letters")
+    (letter,) = dead.collect()
+    assert letter["error_code"] == "REPLICA_NAME_CONFLICT"
+    assert "pg:crm.users" in letter["error_message"]
+    assert "pg:shop.users" in letter["error_message"]
+
+
+def test_a_source_added_later_is_read_from_its_start_and_the_others_are_not_reread(
+    spark: Any, tmp_path: Path
+) -> None:
+    w_a, o_a = _render("savegress", tmp_path / "a", 5)
+    w_b, o_b = _render("savegress", tmp_path / "b", 6)
+    w_c, o_c = _render("savegress", tmp_path / "c", 7)
+    srcs = [
+        _source("a", tmp_path / "a" / "savegress", "savegress", o_a),
+        _source("b", tmp_path / "b" / "savegress", "savegress", o_b),
+    ]
+    first = Pipeline(_config(tmp_path, "grow", srcs), spark).run()
+    assert first.events > 0
+    srcs.append(_source("c", tmp_path / "c" / "savegress", "savegress", o_c))
+    second = Pipeline(_config(tmp_path, "grow", srcs), spark).run()
+    # only c's events were read: a and b went on where they were
+    c_events = Pipeline(_config(tmp_path / "alone", "alone", [srcs[2]]), spark).run().events
+    assert second.events == c_events
+    for prefix, w in (("a__", w_a), ("b__", w_b), ("c__", w_c)):
+        _assert_replicas(spark, w, "grow", prefix)
+    # renamed, a source keeps its progress and its replica names
+    srcs[2] = {**srcs[2], "name": "c2", "renamed_from": "c"}
+    third = Pipeline(_config(tmp_path, "grow", srcs), spark).run()
+    assert third.events == 0
+    _assert_replicas(spark, w_c, "grow", "c__")
+
+
+def test_a_missing_landing_zone_is_an_error_unless_it_may_be_created(
+    spark: Any, tmp_path: Path
+) -> None:
+    typo = tmp_path / "landnig"
+    cfg = _config(tmp_path, "typo", [_source("s", typo, "savegress")])
+    with pytest.raises(SourceMissing) as e:
+        Pipeline(cfg, spark).run()
+    assert e.value.code == "SOURCE_PATH_MISSING" and str(typo) in e.value.message
+    assert not typo.exists()
+    made = _config(tmp_path, "typo", [_source("s", typo, "savegress", create_path=True)])
+    assert Pipeline(made, spark).run().events == 0 and typo.is_dir()
+
+
+def test_a_checkpoint_of_another_pipeline_is_refused_naming_both(
+    spark: Any, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    land(landing, [ev("INSERT", "t", 1, after={"id": 1})])
+    src = [_source("s", landing, "savegress", keys={"t": ["id"]})]
+    Pipeline(_config(tmp_path, "first", src), spark).run()
+    with pytest.raises(ConfigError) as e:
+        Pipeline(_config(tmp_path, "second", src), spark).run()
+    assert "'first'" in e.value.message and "'second'" in e.value.message
+
+
+def test_replica_names_cannot_change_under_a_running_source(spark: Any, tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    land(landing, [ev("INSERT", "t", 1, after={"id": 1})])
+    src = _source("s", landing, "savegress", keys={"t": ["id"]})
+    Pipeline(_config(tmp_path, "names", [src]), spark).run()
+    renamed = {**src, "replica_name": "{source}_{table}"}
+    with pytest.raises(ConfigError) as e:
+        Pipeline(_config(tmp_path, "names", [renamed]), spark).run()
+    assert "'{table}'" in e.value.message and e.value.hint and "sources/s" in e.value.hint
