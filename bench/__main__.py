@@ -111,8 +111,8 @@ TYPES = {"items": {"price": "numeric(10,2)", "updated_at": "timestamptz"}}
 
 
 def bench_decode(spark: Any, root: Path, n: int) -> dict[str, float]:
+    from cdcflow.decode.spark import decode_dataframe, read_raw
     from cdcflow.dialects.base import DialectOptions
-    from cdcflow.spark.arrow import decode_dataframe, read_raw
 
     folder = root / "decode"
     write_events(folder, n, keys=n // 4, files=8)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import dialect_class, dialect_names
-from cdcflow.dialects.base import Dialect, RawMessage
-from cdcflow.framing import Decoder
+from cdcflow.dialects.base import Dialect
 from cdcflow.testing.renderers import (
     renderer,
     renderer_event_operations,
@@ -17,6 +17,7 @@ from cdcflow.testing.renderers import (
     renderer_names,
 )
 from cdcflow.testing.workload import generate
+from cdcflow.transports.message import RawMessage
 from tests.golden import GOLDEN_DIR
 
 DIALECTS = dialect_names()

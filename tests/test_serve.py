@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 import pytest
 
+from cdcflow.decode.decoder import Decoder
 from cdcflow.errors import ConfigError
 from cdcflow.event import dumps
-from cdcflow.framing import Decoder
 from cdcflow.serve import landing as landing_mod
 from cdcflow.serve import signing
 from cdcflow.serve.config import load_serve_config

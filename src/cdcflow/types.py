@@ -506,6 +506,67 @@ def to_wire(value: Any) -> str | None:
     return str(value)
 
 
+_PLAIN_DECIMAL = re.compile(r"^(-?)(\d+)(?:\.(\d+))?$")
+
+
+def wire_value(value: Any, t: str) -> str | None:
+    """``to_wire(convert(value, t))`` — the wire string of a value read as type ``t`` — read
+    off the value directly where its text already is the wire form (the common cases of
+    decoding: text, integers, plain decimals and UTC timestamps), else through :func:`convert`.
+
+    Raises :class:`ValueTypeError` exactly when :func:`convert` does.
+    """
+    if value is None:
+        return None
+    kind = type(value)
+    if t == "string" or t == "json":
+        if kind is str:
+            return value
+    elif t == "bigint" or t == "int":
+        if kind is int:
+            limit = _INT_LIMITS[t]
+            if -limit <= value < limit:
+                return str(value)
+    elif t == "timestamp":
+        if kind is str and len(value) == 27 and _is_plain_utc(value):
+            try:
+                dt.datetime.fromisoformat(value)
+            except ValueError:
+                pass
+            else:
+                return value
+    elif t == "boolean":
+        if kind is bool:
+            return "true" if value else "false"
+    elif t == "double":
+        if kind is float:
+            return to_wire(value)
+    elif t.startswith("decimal") and (kind is str or kind is int):
+        found = _plain_decimal_wire(str(value), t)
+        if found is not None:
+            return found
+    return to_wire(convert(value, t))
+
+
+_INT_LIMITS = {"int": 1 << 31, "bigint": 1 << 63}
+
+
+def _plain_decimal_wire(text: str, t: str) -> str | None:
+    """The wire form of a plain decimal literal (``-12.5``) for ``decimal(p,s)``, or ``None``
+    when it needs the full conversion (other forms, too many digits)."""
+    m = _PLAIN_DECIMAL.match(text)
+    ps = parse_decimal_type(t)
+    if m is None or ps is None:
+        return None
+    p, s = ps
+    sign, whole, frac = m.group(1), m.group(2).lstrip("0"), m.group(3) or ""
+    if len(frac) > s or len(whole) > p - s:
+        return None
+    if s == 0:
+        return sign + (whole or "0")
+    return f"{sign}{whole or '0'}.{frac}{'0' * (s - len(frac))}"
+
+
 def from_wire(text: str | None, t: str) -> Any:
     """Invert :func:`to_wire` for canonical type ``t``."""
     if text is None:

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from cdcflow.config import PipelineConfig
+from cdcflow.decode.columns import SEGMENT
 from cdcflow.engine.commit import commit_properties, committed_steps, ledger_props
 from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.segments import SegmentResult, SegmentStage
@@ -36,7 +37,6 @@ from cdcflow.sinks.merge import (
     ensure_merge_table,
     key_columns_from_table,
 )
-from cdcflow.spark.arrow import SEGMENT
 
 HISTORY_COLUMNS = (
     "pipeline string, batch_id bigint, started_at timestamp, finished_at timestamp, "

@@ -90,7 +90,7 @@ class Pipeline:
 
     def events(self) -> Any:
         """The decoded-events stream of every source (one DataFrame)."""
-        from cdcflow.spark.arrow import decode_dataframe, read_raw
+        from cdcflow.decode.spark import decode_dataframe, read_raw
 
         frames = []
         for src in self.cfg.sources:

@@ -1,0 +1,269 @@
+"""JSON transport: documents, lines, arrays and concatenated documents; exact numbers.
+
+A file is one JSON document (pretty-printed or not), a top-level array of messages, JSON lines,
+or documents written one after another (console consumers print them so). Parse errors get a
+stable code decided from the data and the error position, never from the error's text.
+"""
+
+from __future__ import annotations
+
+import json as pyjson
+import re
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from cdcflow.errors import DecodeError
+from cdcflow.transports.message import RawMessage
+from cdcflow.types import json_default
+
+_WS = b" \t\r\n"
+#: Numbers orjson cannot keep exactly: a fraction or exponent, or 20+ digits.
+_RISKY_NUMBER = re.compile(rb"[:\[,]\s*-?(?:\d+[.eE]|\d{20})")
+_MISSING = object()
+
+
+def json_error(data: bytes, exc: pyjson.JSONDecodeError | ValueError) -> DecodeError:
+    """A stable code for why ``data`` is not a JSON document: ``NOT_JSON`` (empty or not
+    JSON), ``BAD_UTF8`` or ``TRUNCATED_JSON`` (it stops inside a value)."""
+    if not data.strip(_WS):
+        return DecodeError("empty message", code="NOT_JSON")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as u:
+        return DecodeError(
+            f"message is not valid UTF-8 (byte 0x{data[u.start]:02x} at offset {u.start})",
+            code="BAD_UTF8",
+        )
+    pos = getattr(exc, "pos", None)
+    stripped = data.rstrip(_WS)
+    if (
+        isinstance(pos, int)
+        and pos >= len(stripped)
+        and stripped.lstrip(_WS)[:1] in (b"{", b"[", b'"')
+    ):
+        return DecodeError(
+            f"truncated JSON: the message ends at byte {len(stripped)} inside a value",
+            code="TRUNCATED_JSON",
+        )
+    where = f" at byte {pos}" if isinstance(pos, int) else ""
+    return DecodeError(f"message is not JSON{where}: {_snippet(data)}", code="NOT_JSON")
+
+
+def _snippet(data: bytes) -> str:
+    text = data[:60].decode("utf-8", "replace")
+    return repr(text) + ("..." if len(data) > 60 else "")
+
+
+def parse(data: bytes | str) -> Any:
+    """The JSON value of ``data`` or a coded :class:`DecodeError` (numbers as orjson reads
+    them: fractions are floats)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raw = data.encode() if isinstance(data, str) else data
+        raise json_error(raw, e) from None
+
+
+def has_inexact_numbers(data: bytes) -> bool:
+    """Whether ``data`` may hold numbers a float cannot carry (fractions, exponents, 20+
+    digits)."""
+    return _RISKY_NUMBER.search(data) is not None
+
+
+def loads_exact(data: bytes | str) -> Any:
+    """JSON with exact numbers: numbers with a fraction become ``Decimal`` and integers of any
+    size stay integers (orjson turns both into floats). Raises ``orjson.JSONDecodeError``."""
+    raw = data.encode() if isinstance(data, str) else data
+    doc = orjson.loads(raw)
+    if _RISKY_NUMBER.search(raw):
+        try:
+            doc = pyjson.loads(raw.decode("utf-8"), parse_float=Decimal)
+        except RecursionError:
+            raise orjson.JSONDecodeError(
+                "nested too deeply", raw.decode("utf-8", "replace"), 0
+            ) from None
+    return doc
+
+
+def parse_exact(data: bytes | str) -> Any:
+    """:func:`loads_exact` with a coded :class:`DecodeError`."""
+    try:
+        return loads_exact(data)
+    except (orjson.JSONDecodeError, ValueError) as e:
+        raw = data.encode() if isinstance(data, str) else data
+        raise json_error(raw, e) from None
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON of a decoded value: exact decimals, ISO timestamps, base64 bytes, integers
+    of any size, non-text keys as text."""
+    try:
+        return orjson.dumps(value, default=json_default, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return orjson.dumps(_big_ints(value), default=json_default, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _big_ints(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return orjson.Fragment(str(value))
+    if isinstance(value, dict):
+        return {k: _big_ints(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_big_ints(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return json_default(value)
+    return value
+
+
+def kind(value: Any) -> str:
+    """How a JSON value is described in error messages: ``an object``, ``a number``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float | Decimal):
+        return "a number"
+    return type(value).__name__
+
+
+def header_map(headers: Any) -> dict[str, str]:
+    """Transport headers as lower-case names → text, from a mapping or a list of
+    ``{"key", "value"}`` records (values as text or bytes)."""
+    out: dict[str, str] = {}
+    if not headers:
+        return out
+    items: list[tuple[Any, Any]]
+    if isinstance(headers, Mapping):
+        items = list(headers.items())
+    elif isinstance(headers, list):
+        items = [(h.get("key"), h.get("value")) for h in headers if isinstance(h, dict)]
+    else:
+        return out
+    for k, v in items:
+        if k is None:
+            continue
+        if isinstance(v, bytes | bytearray):
+            v = bytes(v).decode("utf-8", "replace")
+        out[str(k).lower()] = "" if v is None else str(v)
+    return out
+
+
+def header_bytes(headers: Any) -> dict[str, bytes]:
+    """Transport headers (mapping or list of ``{"key", "value"}``) as names → bytes, names kept
+    as written."""
+    out: dict[str, bytes] = {}
+    if isinstance(headers, Mapping):
+        items: list[tuple[Any, Any]] = list(headers.items())
+    elif isinstance(headers, list):
+        items = [(h.get("key"), h.get("value")) for h in headers if isinstance(h, dict)]
+    else:
+        return out
+    for k, v in items:
+        if k is None:
+            continue
+        if isinstance(v, bytes | bytearray):
+            out[str(k)] = bytes(v)
+        elif v is None:
+            out[str(k)] = b""
+        else:
+            out[str(k)] = str(v).encode("utf-8")
+    return out
+
+
+def _looks_like_lines(data: bytes) -> bool:
+    """JSON-lines files start with a line that is a whole document (or meant to be one)."""
+    end = data.find(b"\n")
+    first = (data if end < 0 else data[:end]).strip(_WS)
+    if not first:
+        return False
+    if first[:1] in (b"{", b"[") and first[-1:] in (b"}", b"]"):
+        return True
+    try:
+        orjson.loads(first)
+        return True
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _concatenated(data: bytes) -> list[tuple[int, int]] | None:
+    """Byte ranges of JSON documents written one after another (more than one, nothing else),
+    else ``None``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    decoder = pyjson.JSONDecoder()
+    spans: list[tuple[int, int]] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        try:
+            _, end = decoder.raw_decode(text, i)
+        except (pyjson.JSONDecodeError, RecursionError):
+            return None
+        spans.append((i, end))
+        i = end
+    if len(spans) < 2:
+        return None
+    if text.isascii():
+        return spans
+    # character positions → byte positions
+    return [(len(text[:a].encode()), len(text[:b].encode())) for a, b in spans]
+
+
+def split(data: bytes, origin: str | None) -> Iterator[RawMessage]:
+    """Messages of a JSON file: a whole document, the elements of a top-level array, JSON lines,
+    or concatenated documents. What is none of these is one message (its dialect or the JSON
+    parser says why it is unreadable)."""
+    stripped = data.strip(_WS)
+    if not stripped:
+        return
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        doc = _MISSING
+    if doc is not _MISSING:
+        if isinstance(doc, list):
+            for i, element in enumerate(doc):
+                yield RawMessage(
+                    data=orjson.dumps(element), origin=origin, index=i, doc=element, parsed=True
+                )
+        else:
+            yield RawMessage(data=data, origin=origin, offset=0, line=1, doc=doc, parsed=True)
+        return
+    if _looks_like_lines(data):
+        yield from _lines(data, origin)
+        return
+    spans = _concatenated(data)
+    if spans is None:
+        yield RawMessage(data=data, origin=origin, offset=0, line=1)
+        return
+    line, seen = 1, 0
+    for start, end in spans:
+        line += data.count(b"\n", seen, start)
+        seen = start
+        yield RawMessage(data=data[start:end], origin=origin, offset=start, line=line)
+
+
+def _lines(data: bytes, origin: str | None) -> Iterator[RawMessage]:
+    offset = 0
+    line_no = 0
+    for raw_line in data.split(b"\n"):
+        line_no += 1
+        start = offset
+        offset += len(raw_line) + 1
+        line = raw_line.strip(_WS)
+        if line:
+            yield RawMessage(data=line, origin=origin, offset=start, line=line_no)
