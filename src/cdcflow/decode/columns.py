@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from cdcflow.dialects.base import Segment
+from cdcflow.event import FIELDS, SPARK_COLUMNS
 from cdcflow.types import json_default, to_wire
 
 if TYPE_CHECKING:
@@ -25,57 +26,26 @@ if TYPE_CHECKING:
 #: ``operation`` of rows that are segments of a split message, not events.
 SEGMENT = "SEGMENT"
 
-_SCALARS = (
-    "id",
-    "dialect",
-    "source",
-    "database",
-    "schema",
-    "table",
-    "operation",
-    "transaction_id",
-    "sequence",
-    "ddl_type",
-    "ddl_command",
-)
+#: Text columns of an event (``position`` is text too, but built from JSON).
+_SCALARS = tuple(f for f, t in SPARK_COLUMNS[: len(FIELDS)] if t == "string" and f != "position")
 _MAPS = ("key", "before", "after", "metadata", "types")
 
 
 def arrow_schema() -> pa.Schema:
-    """The decoded-events schema as a ``pyarrow.Schema``."""
+    """The decoded-events schema (:data:`cdcflow.event.SPARK_COLUMNS`) as a
+    ``pyarrow.Schema``."""
     import pyarrow as pa
 
-    m = pa.map_(pa.string(), pa.string())
-    return pa.schema(
-        [
-            ("id", pa.string()),
-            ("dialect", pa.string()),
-            ("source", pa.string()),
-            ("database", pa.string()),
-            ("schema", pa.string()),
-            ("table", pa.string()),
-            ("operation", pa.string()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-            ("transaction_id", pa.string()),
-            ("sequence", pa.string()),
-            ("position", pa.string()),
-            ("key", m),
-            ("before", m),
-            ("after", m),
-            ("partial", pa.bool_()),
-            ("metadata", m),
-            ("ddl_type", pa.string()),
-            ("ddl_command", pa.string()),
-            ("types", m),
-            ("origin", pa.string()),
-            ("offset", pa.int64()),
-            ("line", pa.int64()),
-            ("item", pa.int32()),
-            ("error_code", pa.string()),
-            ("error_message", pa.string()),
-            ("raw", pa.binary()),
-        ]
-    )
+    types = {
+        "string": pa.string(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "map<string,string>": pa.map_(pa.string(), pa.string()),
+        "boolean": pa.bool_(),
+        "bigint": pa.int64(),
+        "int": pa.int32(),
+        "binary": pa.binary(),
+    }
+    return pa.schema([(name, types[t]) for name, t in SPARK_COLUMNS])
 
 
 class _MapColumn:

@@ -52,7 +52,7 @@ class Decoder:
         else:
             self.fixed = get_dialect(dialect, options, wire=wire)
             self.dialects = [self.fixed]
-        self._kafka = any(KAFKA in d.transports for d in self.dialects)
+        self._kafka = any(KAFKA in d.capabilities.transports for d in self.dialects)
 
     # ------------------------------------------------------------------ files
 

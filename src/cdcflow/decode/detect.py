@@ -31,7 +31,7 @@ class AutoDetector:
         best: Dialect | None = None
         best_score = 0.0
         for d in self.dialects:
-            score = d.recognise(msg, doc)
+            score = d.score(msg, doc)
             if score > best_score:
                 best, best_score = d, score
         if best is None:

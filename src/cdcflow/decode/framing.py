@@ -37,7 +37,7 @@ def frame_file(data: bytes, origin: str | None, dialects: Iterable[Dialect]) -> 
             return
     carried: set[str] = set()
     for d in dialects:
-        carried |= d.transports
+        carried |= d.capabilities.transports
     transport = transport_of_file(origin)
     if transport not in carried:
         yield from json.split(data, origin)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from cdcflow import sequence
 from cdcflow.errors import DecodeError
@@ -36,14 +36,18 @@ from cdcflow.transports.message import AvroValue, RawMessage
 from cdcflow.types import ValueTypeError, convert, parse_timestamp, to_wire, wire_value
 
 __all__ = [
+    "BASE_TRANSPORTS",
     "Batch",
+    "Capabilities",
     "Decoded",
     "Dialect",
     "DialectOptions",
     "Item",
+    "Order",
     "RawMessage",
     "Rejection",
     "Segment",
+    "Where",
     "kind",
 ]
 
@@ -119,6 +123,52 @@ class DialectOptions:
 
 Decoded = dict[str, Any] | Rejection | Segment
 
+#: Transports every dialect gets from the base.
+BASE_TRANSPORTS: frozenset[str] = frozenset({JSON, KAFKA, AVRO, EVENTHUBS})
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a dialect's producer can express. Every dialect declares its own (what it does
+    not claim is false); the contract suite checks each claim against the dialect's rendered
+    messages."""
+
+    orders_events: bool = False
+    """The producer gives a commit order: row events get a ``sequence`` from a native
+    position, never from delivery order, when the producer is set up as the dialect's docs
+    say."""
+    before_images: bool = False
+    """UPDATE events can carry the row's previous image (``before``)."""
+    names_keys: bool = False
+    """Messages name their key columns; otherwise names come from configuration, and key
+    values without names travel in ``metadata.key_values``."""
+    carries_types: bool = False
+    """Messages carry column types; otherwise types come from declarations or inference."""
+    splits_messages: bool = False
+    """Messages may arrive split into segments (:meth:`Dialect.event` returns a
+    :class:`Segment`, :meth:`Dialect.reassemble` joins them)."""
+    exact_numbers: bool = False
+    """JSON numbers with a fraction or more than 19 digits are read exactly (``Decimal``, big
+    integers): the format's JSON numbers carry exact decimals."""
+    transports: frozenset[str] = BASE_TRANSPORTS
+    """Transports that carry the messages (:mod:`cdcflow.transports`): JSON, Kafka records,
+    Avro and Event Hubs Capture come with the base; a dialect adds its own formats (protobuf,
+    CSV)."""
+
+
+#: Where a change happened: (database, schema, table).
+Where = tuple[str | None, str | None, str | None]
+
+
+class Order(NamedTuple):
+    """Where an event stands in its source: the comparable ``sequence``, the producer's native
+    ``position``, the commit ``timestamp`` and ``transaction_id`` when known."""
+
+    sequence: str
+    position: dict[str, Any] | None = None
+    timestamp: dt.datetime | None = None
+    transaction_id: str | None = None
+
 
 @dataclass(slots=True)
 class Batch:
@@ -142,33 +192,20 @@ class Item:
 class Dialect:
     """Base class of dialects: runs the decoding skeleton over vendor hooks.
 
-    Subclasses set :attr:`name` and every capability flag, and implement :meth:`recognise` and
+    Subclasses set :attr:`name` and :attr:`capabilities`, and implement :meth:`recognise` and
     :meth:`event`; they override :meth:`document`, :meth:`batch`, :meth:`frame_file`,
     :meth:`schemaless_schema` and :meth:`reassemble` where their format needs it.
     """
 
     #: Registry name, also the canonical events' ``dialect``.
     name: ClassVar[str] = ""
-    #: Transports that carry this dialect's messages (:mod:`cdcflow.transports`). JSON, Kafka
-    #: records, Avro and Event Hubs Capture come with the base; a format of its own (protobuf,
-    #: CSV) is declared by the dialect that reads it.
-    transports: ClassVar[frozenset[str]] = frozenset({JSON, KAFKA, AVRO, EVENTHUBS})
-    #: The producer gives a commit order: row events get a ``sequence`` from a native position,
-    #: never from delivery order, when the producer is configured as the dialect's docs say.
-    orders_events: ClassVar[bool]
-    #: UPDATE events can carry the row's previous image (``before``).
-    has_before_images: ClassVar[bool]
-    #: Messages name their key columns; otherwise key names come from configuration (and key
-    #: values without names travel in ``metadata.key_values``).
-    names_keys: ClassVar[bool]
-    #: Messages carry column types; otherwise types come from declarations or inference.
-    carries_types: ClassVar[bool]
-    #: Messages may arrive split into segments (:meth:`event` returns :class:`Segment`;
-    #: :meth:`reassemble` joins them).
-    splits_messages: ClassVar[bool] = False
-    #: JSON numbers with a fraction or more than 19 digits are read exactly (``Decimal``, big
-    #: integers), for formats whose JSON numbers carry exact decimals.
-    exact_numbers: ClassVar[bool] = False
+    #: What the producer can express (declared by every dialect).
+    capabilities: ClassVar[Capabilities]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "capabilities" not in cls.__dict__:
+            raise TypeError(f"dialect {cls.__name__} must declare its capabilities")
 
     def __init__(self, options: DialectOptions | None = None, *, wire: bool = False) -> None:
         self.options = options or DialectOptions()
@@ -183,6 +220,15 @@ class Dialect:
         """How sure (0..1) this dialect is that ``msg`` is one of its messages. ``doc`` is the
         parsed JSON value or Avro record, ``None`` when the message is neither."""
         raise NotImplementedError
+
+    def score(self, msg: RawMessage, doc: Any) -> float:
+        """:meth:`recognise`, and for a message that is a JSON array its first element's score
+        (a little less sure) when the dialect reads arrays as batches."""
+        if not isinstance(doc, list):
+            return self.recognise(msg, doc)
+        if not doc or not isinstance(doc[0], dict) or self.batch(doc, msg) is None:
+            return 0.0
+        return 0.9 * self.recognise(msg, doc[0])
 
     def event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
         """The canonical event(s) of one item (or a :class:`Segment` of a split message).
@@ -244,8 +290,8 @@ class Dialect:
     # ------------------------------------------------------------------ shared helpers
 
     def parse(self, msg: RawMessage) -> Any:
-        """The message's JSON value (exact numbers for :attr:`exact_numbers` dialects)."""
-        if self.exact_numbers:
+        """The message's JSON value (exact numbers when the dialect's capabilities say so)."""
+        if self.capabilities.exact_numbers:
             if msg.parsed and not has_inexact_numbers(msg.data):
                 return msg.doc
             return parse_exact(msg.data)
@@ -295,9 +341,25 @@ class Dialect:
             meta["segments"] = msg.segments
         return meta
 
-    def make_event(self, **fields: Any) -> dict[str, Any]:
-        """A canonical event of this dialect (see :func:`cdcflow.event.new_event`)."""
-        return new_event(dialect=self.name, **fields)
+    def make_event(
+        self, operation: str, where: Where, order: Order, item: Item, **fields: Any
+    ) -> dict[str, Any]:
+        """A canonical event of this dialect (see :func:`cdcflow.event.new_event`); its
+        ``metadata`` is the item's unless given."""
+        database, schema, table = where
+        return new_event(
+            dialect=self.name,
+            operation=operation,
+            database=database,
+            schema=schema,
+            table=table,
+            sequence=order.sequence,
+            position=order.position,
+            timestamp=order.timestamp,
+            transaction_id=order.transaction_id,
+            metadata=fields.pop("metadata", item.meta),
+            **fields,
+        )
 
     def value(self, col: str, value: Any, t: str) -> Any:
         """``value`` read as canonical type ``t`` — typed, or as its wire string in
@@ -374,17 +436,17 @@ class Dialect:
         return {n: image[n] for n in names}
 
     @staticmethod
-    def unnamed_key(values: Sequence[Any], metadata: dict[str, Any]) -> None:
+    def unnamed_key(values: Sequence[Any], item: Item) -> None:
         """Key values whose column names the message does not give: kept, in primary-key
-        order, as wire strings in ``metadata.key_values`` (the event's ``key`` stays null;
-        names come from configuration or the replica)."""
-        metadata["key_values"] = [to_wire(v) for v in values]
+        order, as wire strings in the item's ``metadata.key_values`` (the event's ``key``
+        stays null; names come from configuration or the replica)."""
+        item.meta["key_values"] = [to_wire(v) for v in values]
 
     @staticmethod
-    def delivery_order(item: Item, metadata: dict[str, Any], why: str = "delivery") -> str:
+    def delivery_order(item: Item, why: str = "delivery") -> str:
         """The delivery-order ``sequence`` (file, offset, item) for a message without a native
-        position, noted as ``metadata.sequence_source``."""
-        metadata["sequence_source"] = why
+        position, noted in the item's metadata as ``sequence_source``."""
+        item.meta["sequence_source"] = why
         msg = item.msg
         return sequence.delivery_sequence(msg.origin or "", msg.position, item.number)
 

@@ -18,13 +18,21 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Batch, Decoded, Dialect, Item, RawMessage, kind
+from cdcflow.dialects.base import (
+    BASE_TRANSPORTS,
+    Batch,
+    Capabilities,
+    Decoded,
+    Dialect,
+    Item,
+    Order,
+)
 from cdcflow.errors import DecodeError
 from cdcflow.transports import CSV
 from cdcflow.transports.avro import canonical_type, record_fields
-from cdcflow.transports.json import dumps, loads_exact
-from cdcflow.transports.message import CsvRow
-from cdcflow.types import cockroachdb_type, decimal_type, json_default
+from cdcflow.transports.json import dumps, kind, loads_exact
+from cdcflow.transports.message import CsvRow, RawMessage
+from cdcflow.types import cockroachdb_type, decimal_type, infer_type, json_default
 
 #: Source option values of ``envelope``.
 ENVELOPES: tuple[str, ...] = ("auto", "wrapped", "bare", "row", "key_only", "enriched")
@@ -219,16 +227,20 @@ class _Ctx:
         return self.item.msg
 
 
+#: What changefeed messages can express.
+CAPABILITIES = Capabilities(
+    orders_events=True,
+    before_images=True,
+    exact_numbers=True,
+    transports=BASE_TRANSPORTS | {CSV},
+)
+
+
 class CockroachDbDialect(Dialect):
     """Decoder for CockroachDB changefeed messages."""
 
     name: ClassVar[str] = "cockroachdb"
-    transports: ClassVar[frozenset[str]] = Dialect.transports | {CSV}
-    orders_events: ClassVar[bool] = True
-    has_before_images: ClassVar[bool] = True
-    names_keys: ClassVar[bool] = False
-    carries_types: ClassVar[bool] = False
-    exact_numbers: ClassVar[bool] = True
+    capabilities = CAPABILITIES
 
     # ------------------------------------------------------------------ files
 
@@ -597,7 +609,8 @@ class CockroachDbDialect(Dialect):
         except ValueError as e:
             raise self.fail("BAD_HLC", f"resolved timestamp: {e}") from None
         hlc = f"{wall}.{logical:010d}"
-        meta: dict[str, Any] = {"resolved_form": form, **ctx.meta}
+        meta = ctx.meta
+        meta["resolved_form"] = form
         topic = ctx.topic
         origin = ctx.msg.origin
         if origin:
@@ -611,14 +624,14 @@ class CockroachDbDialect(Dialect):
         ident = (
             f"crdb-resolved:{topic or ''}:{'' if ctx.partition is None else ctx.partition}:{hlc}"
         )
+        order = Order(sequence.encode((wall, logical)), {"hlc": hlc, "resolved": hlc})
         return self.make_event(
+            "RESOLVED",
+            (None, None, None),
+            order._replace(timestamp=_wall_time(wall)),
+            ctx.item,
             id=ident,
             source="cockroachdb",
-            operation="RESOLVED",
-            timestamp=_wall_time(wall),
-            sequence=sequence.encode((wall, logical)),
-            position={"hlc": hlc, "resolved": hlc},
-            metadata=meta,
         )
 
     def _csv_row(self, row: CsvRow, ctx: _Ctx) -> Decoded | list[Decoded]:
@@ -748,7 +761,9 @@ class CockroachDbDialect(Dialect):
         text_values: bool = False,
     ) -> Decoded:
         database, schema, table, family, topic = where
-        metadata: dict[str, Any] = {"topic": topic, **ctx.meta, **(extra or {})}
+        metadata = ctx.meta
+        metadata["topic"] = topic
+        metadata.update(extra or {})
         if family:
             metadata["column_family"] = family
         if ctx.partition is not None:
@@ -789,7 +804,7 @@ class CockroachDbDialect(Dialect):
                 for n, v in zip(names, values, strict=True)
             }
         elif values is not None:
-            self.unnamed_key(values, metadata)
+            self.unnamed_key(values, ctx.item)
         elif names:
             image = typed_after if typed_after is not None else typed_before
             if image is not None and all(n in image for n in names):
@@ -805,21 +820,16 @@ class CockroachDbDialect(Dialect):
             # a column family carries only its columns: the key columns are added
             typed_after = {**key, **typed_after}
 
-        seq, position, timestamp = self._order(hlc, hlc_source, ctx, metadata, commit_ns, mvcc)
         return self.make_event(
+            op,
+            (database, schema, table),
+            self._order(hlc, hlc_source, ctx, commit_ns, mvcc),
+            ctx.item,
             source="cockroachdb",
-            database=database,
-            schema=schema,
-            table=table,
-            operation=op,
-            timestamp=timestamp,
-            sequence=seq,
-            position=position,
             key=key,
             before=typed_before,
             after=typed_after,
             partial=partial,
-            metadata=metadata,
             types=row_types,
         )
 
@@ -828,10 +838,9 @@ class CockroachDbDialect(Dialect):
         hlc: Any,
         hlc_source: str | None,
         ctx: _Ctx,
-        metadata: dict[str, Any],
         commit_ns: int | None,
         mvcc: Any,
-    ) -> tuple[str, dict[str, Any], dt.datetime | None]:
+    ) -> Order:
         """HLC ``(wall, logical)`` as numbers, else delivery order."""
         position: dict[str, Any] = {}
         for k in ("kafka_topic", "kafka_partition", "kafka_offset"):
@@ -845,11 +854,11 @@ class CockroachDbDialect(Dialect):
             except ValueError as e:
                 raise self.fail("BAD_HLC", f"{hlc_source or 'updated'}: {e}") from None
             position["hlc"] = f"{wall}.{logical:010d}"
-            metadata["sequence_source"] = hlc_source or "updated"
+            ctx.meta["sequence_source"] = hlc_source or "updated"
             instant = _wall_time(commit_ns if commit_ns is not None else wall)
-            return sequence.encode((wall, logical)), position, instant
+            return Order(sequence.encode((wall, logical)), position, instant)
         ts = _wall_time(commit_ns) if commit_ns is not None else None
-        return self.delivery_order(ctx.item, metadata), position, ts
+        return Order(self.delivery_order(ctx.item), position, ts)
 
     def _image(
         self,
@@ -1071,22 +1080,13 @@ def _connect_type(col: Mapping[str, Any]) -> str:
 
 
 def _infer(value: Any) -> str | None:
-    """A JSON value's canonical type: fractions are decimals sized from the literal."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "bigint" if -(1 << 63) <= value < (1 << 63) else "decimal(38,0)"
+    """A JSON value's canonical type: fractions are decimals sized from the literal, integers
+    beyond 64 bits decimals."""
     if isinstance(value, Decimal):
         return decimal_literal_type(value)
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bytes):
-        return "binary"
-    return "json"
+    if type(value) is int and not -(1 << 63) <= value < (1 << 63):
+        return "decimal(38,0)"
+    return infer_type(value) or "json"
 
 
 def decimal_literal_type(value: Decimal) -> str:

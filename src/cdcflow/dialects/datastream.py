@@ -16,8 +16,10 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Dialect, Item, RawMessage, kind, present_types
+from cdcflow.dialects.base import Capabilities, Dialect, Item, Order, present_types
 from cdcflow.transports.avro import canonical_type, record_fields
+from cdcflow.transports.json import kind
+from cdcflow.transports.message import RawMessage
 from cdcflow.types import (
     DEFAULT_DECIMAL,
     ValueTypeError,
@@ -88,22 +90,20 @@ _PARTIAL_CAPTURE = frozenset({"NEW_VALUES", "OLD_AND_NEW_VALUES"})
 _DIGITS = re.compile(r"^\s*\d+\s*$")
 
 
+#: What Datastream events can express.
+CAPABILITIES = Capabilities(orders_events=True, names_keys=True)
+
+
 class DatastreamDialect(Dialect):
     """Decoder for Google Cloud Datastream events (JSON, Avro object-container files, and
     BigQuery rows)."""
 
     name: ClassVar[str] = "datastream"
-    orders_events: ClassVar[bool] = True
-    has_before_images: ClassVar[bool] = False
-    names_keys: ClassVar[bool] = True
-    carries_types: ClassVar[bool] = False
+    capabilities = CAPABILITIES
 
     # ------------------------------------------------------------------ recognition
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
-        if isinstance(doc, list):
-            first = doc[0] if doc else None
-            return 0.9 * self.recognise(RawMessage(b""), first) if isinstance(first, dict) else 0.0
         if not isinstance(doc, dict):
             return 0.0
         meta = doc.get("source_metadata")
@@ -170,7 +170,7 @@ class DatastreamDialect(Dialect):
 
         metadata: dict[str, Any] = {k: doc[k] for k in _ENVELOPE_METADATA if doc.get(k) is not None}
         metadata.update({k: meta[k] for k in METADATA_FIELDS if meta.get(k) is not None})
-        metadata.update(item.meta)
+        item.meta = metadata = {**metadata, **item.meta}
         if isinstance(metadata.get("read_timestamp"), dt.datetime):
             metadata["read_timestamp"] = _iso(metadata["read_timestamp"])
         _folder_check(item.msg.origin, doc.get("object"), database, schema, table, metadata)
@@ -204,24 +204,21 @@ class DatastreamDialect(Dialect):
             and str(meta.get("value_capture_type", "")).upper() in _PARTIAL_CAPTURE
             and half == 1
         )
-        seq, position = self._order(doc, meta, source, backfill, half, item, metadata)
         tx = meta.get("tx_id", meta.get("server_transaction_id"))
         return self.make_event(
+            op,
+            (database, schema, table),
+            self._order(doc, meta, source, backfill, half, item)._replace(
+                timestamp=self._timestamp(doc, meta),
+                transaction_id=str(tx) if tx not in (None, "") else None,
+            ),
+            item,
             id=str(doc["uuid"]) if doc.get("uuid") else None,
             source=source,
-            database=database,
-            schema=schema,
-            table=table,
-            operation=op,
-            timestamp=self._timestamp(doc, meta),
-            transaction_id=str(tx) if tx not in (None, "") else None,
-            sequence=seq,
-            position=position,
             key=key,
             before=row if op == "DELETE" else None,
             after=None if op == "DELETE" else row,
             partial=partial,
-            metadata=metadata,
             types=present_types(types, row),
         )
 
@@ -313,10 +310,10 @@ class DatastreamDialect(Dialect):
         backfill: bool,
         half: int,
         item: Item,
-        metadata: dict[str, Any],
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> Order:
         """``(phase, *position, half)``: the native position, else ``sort_keys``, else the
         source timestamp, else delivery order (see the docs' Ordering)."""
+        metadata = item.meta
         position: dict[str, Any] = {k: meta[k] for k in POSITION_FIELDS if meta.get(k) is not None}
         sort_keys = doc.get("sort_keys")
         if sort_keys is not None:
@@ -325,12 +322,12 @@ class DatastreamDialect(Dialect):
         try:
             native = None if backfill else _native_position(source, meta)
             if native is not None:
-                return sequence.encode((phase, *native, half)), position
+                return Order(sequence.encode((phase, *native, half)), position)
             if isinstance(sort_keys, list) and sort_keys:
                 elements = [_sort_element(k) for k in sort_keys]
                 metadata["sequence_source"] = "sort_keys"
                 metadata["sequence_shape"] = _shape(elements)
-                return sequence.encode((phase, *elements, half)), position
+                return Order(sequence.encode((phase, *elements, half)), position)
         except ValueError as e:
             raise self.fail("BAD_POSITION", str(e)) from None
         ts = doc.get("source_timestamp")
@@ -340,8 +337,8 @@ class DatastreamDialect(Dialect):
             except (ValueTypeError, ValueError, OverflowError) as e:
                 raise self.fail("BAD_TIMESTAMP", f"source_timestamp: {e}") from None
             metadata["sequence_source"] = "source_timestamp"
-            return sequence.encode((phase, micros, half)), position
-        return self.delivery_order(item, metadata), position
+            return Order(sequence.encode((phase, micros, half)), position)
+        return Order(self.delivery_order(item), position)
 
     # ------------------------------------------------------------------ BigQuery rows
 
@@ -384,7 +381,7 @@ class DatastreamDialect(Dialect):
         )
         metadata: dict[str, Any] = {"bigquery": "append-only" if change is not None else "merge"}
         metadata.update({k.lower(): v for k, v in meta.items() if v is not None})
-        metadata.update(item.meta)
+        item.meta = metadata = {**metadata, **item.meta}
         ts: dt.datetime | None = None
         micros: int | None = None
         src_ts = meta.get("SOURCE_TIMESTAMP")
@@ -413,20 +410,18 @@ class DatastreamDialect(Dialect):
             seq = sequence.encode((1, micros, half))
             metadata["sequence_source"] = "source_timestamp"
         else:
-            seq = self.delivery_order(item, metadata)
+            seq = self.delivery_order(item)
         uuid = meta.get("UUID")
         return self.make_event(
+            op,
+            (None, None, str(table)),
+            Order(seq, {"sort_keys": sort_keys, "change_sequence_number": csn}, ts),
+            item,
             id=str(uuid) if uuid else None,
             source=source,
-            table=str(table),
-            operation=op,
-            timestamp=ts,
-            sequence=seq,
-            position={"sort_keys": sort_keys, "change_sequence_number": csn},
             key=key,
             before=values if op == "DELETE" else None,
             after=None if op == "DELETE" else values,
-            metadata=metadata,
             types=present_types(types, values),
         )
 

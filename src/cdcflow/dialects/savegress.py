@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Batch, Dialect, Item, RawMessage, kind
+from cdcflow.dialects.base import BASE_TRANSPORTS, Batch, Capabilities, Dialect, Item, Order
 from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS
 from cdcflow.transports import PROTOBUF
-from cdcflow.transports.json import header_map
+from cdcflow.transports.json import header_map, kind
+from cdcflow.transports.message import RawMessage
 from cdcflow.types import ValueTypeError, convert, infer_type, source_type, wire_value
 
 _HEADER_PREFIX = "savegress-"
@@ -38,15 +39,17 @@ _COLUMN_CONSTRAINTS = re.compile(
 _NOT_COLUMNS = frozenset({"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "INDEX", "KEY", "CHECK"})
 
 
+#: What the unified format can express.
+CAPABILITIES = Capabilities(
+    orders_events=True, before_images=True, transports=BASE_TRANSPORTS | {PROTOBUF}
+)
+
+
 class SavegressDialect(Dialect):
     """Decoder for the unified CDC event format (``savegress``)."""
 
     name: ClassVar[str] = "savegress"
-    transports: ClassVar[frozenset[str]] = Dialect.transports | {PROTOBUF}
-    orders_events: ClassVar[bool] = True
-    has_before_images: ClassVar[bool] = True
-    names_keys: ClassVar[bool] = False
-    carries_types: ClassVar[bool] = False
+    capabilities = CAPABILITIES
 
     # ------------------------------------------------------------------ recognition
 
@@ -55,9 +58,6 @@ class SavegressDialect(Dialect):
             return 1.0
         if msg.form == "protobuf":
             return 0.6
-        if isinstance(doc, list):
-            first = doc[0] if doc else None
-            return 0.8 * _score(first) if isinstance(first, dict) else 0.0
         return _score(doc) if isinstance(doc, dict) else 0.0
 
     # ------------------------------------------------------------------ shapes
@@ -112,13 +112,13 @@ class SavegressDialect(Dialect):
             raise self.fail("NOT_AN_EVENT", f"expected a JSON object, got {kind(doc)}")
         msg = item.msg
         headers = header_map(msg.headers) if msg.headers else {}
-        metadata: dict[str, Any] = {}
+        metadata = item.meta
         raw_meta = doc.get("metadata")
         if raw_meta is not None:
             if not isinstance(raw_meta, dict):
                 raise self.fail("BAD_FIELD", f"'metadata' must be an object, got {kind(raw_meta)}")
-            metadata.update(raw_meta)
-        metadata.update(item.meta)
+            # the transport's and batch's metadata win over the event's own
+            item.meta = metadata = {**raw_meta, **metadata}
 
         op = self._operation(doc, headers, metadata)
         kafka_key = msg.key.decode("utf-8", "replace") if msg.key is not None else None
@@ -139,7 +139,7 @@ class SavegressDialect(Dialect):
         position = doc.get("position")
         if position is not None and not isinstance(position, dict):
             raise self.fail("BAD_POSITION", f"'position' must be an object, got {kind(position)}")
-        seq, inferred_source = self._sequence(position, item, metadata)
+        seq, inferred_source = self._sequence(position, item)
         source = _text(doc, "source") or inferred_source
 
         declared = self.declared_types(
@@ -151,9 +151,7 @@ class SavegressDialect(Dialect):
         types: dict[str, str] = {}
         typed_after = self._typed(after, declared, types)
         typed_before = self._typed(before, declared, types)
-        key = self._key(
-            doc, op, table, schema, typed_before, typed_after, declared, types, kafka_key, metadata
-        )
+        key = self._key(doc, op, (schema, table), typed_before, typed_after, declared, types, item)
 
         ddl_command = _text(doc, "ddl_command")
         if op == "DDL" and ddl_command:
@@ -163,22 +161,18 @@ class SavegressDialect(Dialect):
                 metadata["ddl_unparsed"] = str(e)
 
         database = metadata.get("database")
+        order = Order(seq, position, self._timestamp(doc, headers), _text(doc, "transaction_id"))
         return self.make_event(
+            op,
+            (database if isinstance(database, str) else None, schema, table),
+            order,
+            item,
             id=_text(doc, "id") or headers.get(_HEADER_PREFIX + "event-id"),
             source=source,
-            database=database if isinstance(database, str) else None,
-            schema=schema,
-            table=table,
-            operation=op,
-            timestamp=self._timestamp(doc, headers),
-            transaction_id=_text(doc, "transaction_id"),
-            sequence=seq,
-            position=position,
             key=key,
             before=typed_before,
             after=typed_after,
             partial=bool(doc.get("partial")) if op in ROW_OPERATIONS else False,
-            metadata=metadata,
             ddl_type=_text(doc, "ddl_type"),
             ddl_command=ddl_command,
             types=types,
@@ -207,9 +201,7 @@ class SavegressDialect(Dialect):
             )
         return op.upper()
 
-    def _sequence(
-        self, position: Mapping[str, Any] | None, item: Item, metadata: dict[str, Any]
-    ) -> tuple[str, str | None]:
+    def _sequence(self, position: Mapping[str, Any] | None, item: Item) -> tuple[str, str | None]:
         """(sequence, source engine the position shows)."""
         try:
             if position:
@@ -229,10 +221,10 @@ class SavegressDialect(Dialect):
                     return sequence.encode(("resume", position["resume_token"])), "mongodb"
                 if "gtid" in position:
                     why = "delivery (gtid has no total order)"
-                    return self.delivery_order(item, metadata, why), "mysql"
+                    return self.delivery_order(item, why), "mysql"
         except ValueError as e:
             raise self.fail("BAD_POSITION", f"'position': {e}") from None
-        return self.delivery_order(item, metadata), None
+        return self.delivery_order(item), None
 
     def _timestamp(self, doc: Mapping[str, Any], headers: Mapping[str, str]) -> dt.datetime | None:
         ts = doc.get("timestamp")
@@ -282,14 +274,12 @@ class SavegressDialect(Dialect):
         self,
         doc: Mapping[str, Any],
         op: str,
-        table: str | None,
-        schema: str | None,
+        where: tuple[str | None, str | None],
         before: dict[str, Any] | None,
         after: dict[str, Any] | None,
         declared: Mapping[str, str],
         types: dict[str, str],
-        kafka_key: str | None,
-        metadata: dict[str, Any],
+        item: Item,
     ) -> dict[str, Any] | None:
         explicit = doc.get("key")
         if explicit is not None:
@@ -301,23 +291,23 @@ class SavegressDialect(Dialect):
             return self._typed(explicit, declared, types)
         if op not in ROW_OPERATIONS:
             return None
+        schema, table = where
         names = self.key_names(table, schema)
         if op == "DELETE" and before is None:
-            if kafka_key and ":" in kafka_key:
-                # the Kafka message form's key is "table:primary_key"
-                raw = kafka_key.split(":", 1)[1]
-                if names and len(names) == 1:
-                    col = names[0]
-                    return {
-                        col: self.value(col, raw, types.get(col) or declared.get(col) or "string")
-                    }
-                self.unnamed_key([raw], metadata)
-                return None
-            raise self.fail(
-                "DELETE_WITHOUT_KEY",
-                "DELETE event has neither a 'key' nor a 'before' image, so the deleted row "
-                "cannot be identified",
-            )
+            kafka_key = item.msg.key.decode("utf-8", "replace") if item.msg.key else ""
+            if ":" not in kafka_key:
+                raise self.fail(
+                    "DELETE_WITHOUT_KEY",
+                    "DELETE event has neither a 'key' nor a 'before' image, so the deleted row "
+                    "cannot be identified",
+                )
+            # the Kafka message form's key is "table:primary_key"
+            raw = kafka_key.split(":", 1)[1]
+            if names and len(names) == 1:
+                col = names[0]
+                return {col: self.value(col, raw, types.get(col) or declared.get(col) or "string")}
+            self.unnamed_key([raw], item)
+            return None
         if not names:
             return None
         return self.key_from_image(names, before if op == "DELETE" else after, op, table)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -17,10 +16,11 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Dialect, Item, RawMessage, Segment, kind, present_types
+from cdcflow.dialects.base import Capabilities, Dialect, Item, Order, Segment, present_types
 from cdcflow.errors import DecodeError
 from cdcflow.transports.avro import read_schemaless
-from cdcflow.transports.json import dumps, header_map
+from cdcflow.transports.json import dumps, header_map, kind
+from cdcflow.transports.message import RawMessage
 from cdcflow.types import ValueTypeError, source_type
 
 #: CES ``operation`` → canonical operation.
@@ -129,15 +129,21 @@ DATA_AVRO_SCHEMA: dict[str, Any] = {
 }
 
 
+#: What change event streaming can express.
+CAPABILITIES = Capabilities(
+    orders_events=True,
+    before_images=True,
+    names_keys=True,
+    carries_types=True,
+    splits_messages=True,
+)
+
+
 class SqlServerCesDialect(Dialect):
     """Decoder for SQL Server 2025 change event streaming CloudEvents."""
 
     name: ClassVar[str] = "sqlserver_ces"
-    orders_events: ClassVar[bool] = True
-    has_before_images: ClassVar[bool] = True
-    names_keys: ClassVar[bool] = True
-    carries_types: ClassVar[bool] = True
-    splits_messages: ClassVar[bool] = True
+    capabilities = CAPABILITIES
 
     # ------------------------------------------------------------------ recognition
 
@@ -151,9 +157,6 @@ class SqlServerCesDialect(Dialect):
             except DecodeError:
                 return 0.0
             return 0.9 if record is not None else 0.0
-        if isinstance(doc, list):
-            first = doc[0] if doc else None
-            return 0.9 * self.recognise(RawMessage(b""), first) if isinstance(first, dict) else 0.0
         if not isinstance(doc, dict):
             return 0.0
         typ = doc.get("type")
@@ -214,8 +217,10 @@ class SqlServerCesDialect(Dialect):
                 "UNSUPPORTED_EVENT_TYPE",
                 f"CloudEvent type {ce_type!r} is not a CES DML event; only DML events carry rows",
             )
-        metadata = {k: doc[k] for k in METADATA_ATTRIBUTES if k in doc}
-        metadata.update(item.meta)
+        item.meta = metadata = {
+            **{k: doc[k] for k in METADATA_ATTRIBUTES if k in doc},
+            **item.meta,
+        }
         segment, data = self._segment(doc, item)
         if segment is not None:
             return segment
@@ -258,23 +263,17 @@ class SqlServerCesDialect(Dialect):
         gaps = bool(indexes) and sorted(indexes) != list(range(len(indexes)))
         partial = op == "UPDATE" and (gaps or bool(self.options.extra.get("partial_updates")))
 
-        seq, position, tx_id, ts = self._order(doc, source, item, metadata)
         return self.make_event(
+            op,
+            (database, schema, table),
+            self._order(doc, source, item),
+            item,
             id=str(doc["id"]),
             source="sqlserver",
-            database=database,
-            schema=schema,
-            table=table,
-            operation=op,
-            timestamp=ts,
-            transaction_id=tx_id,
-            sequence=seq,
-            position=position,
             key=key,
             before=before,
             after=after,
             partial=partial,
-            metadata=metadata,
             types=present_types(types, before, after, key),
         )
 
@@ -436,15 +435,9 @@ class SqlServerCesDialect(Dialect):
             f"{op} event has no 'pkkey' and no configured key found in its row image",
         )
 
-    def _order(
-        self,
-        doc: Mapping[str, Any],
-        source: Mapping[str, Any],
-        item: Item,
-        metadata: dict[str, Any],
-    ) -> tuple[str, dict[str, Any], str | None, dt.datetime | None]:
-        """(sequence, position, transaction id, commit time): ``(commitlsn, sequencenumber)``,
-        else the ``logicalid``'s LSN and sequence, else delivery order."""
+    def _order(self, doc: Mapping[str, Any], source: Mapping[str, Any], item: Item) -> Order:
+        """``(commitlsn, sequencenumber)``, else the ``logicalid``'s LSN and sequence, else
+        delivery order; the commit time, else the event's ``time``."""
         tx = source.get("transaction")
         position: dict[str, Any] = {}
         ts_text: Any = doc.get("time")
@@ -464,7 +457,7 @@ class SqlServerCesDialect(Dialect):
                 logical = doc.get("logicalid")
                 m = _LOGICAL_ID.match(logical) if isinstance(logical, str) else None
                 if m is None:
-                    seq = self.delivery_order(item, metadata)
+                    seq = self.delivery_order(item)
                 else:
                     commit = positions.mssql_lsn(m.group(2))
                     n = int(m.group(3))
@@ -474,7 +467,7 @@ class SqlServerCesDialect(Dialect):
         except ValueError as e:
             raise self.fail("BAD_POSITION", str(e)) from None
         ts = None if ts_text is None else self.instant(ts_text, "commit time")
-        return seq, position, tx_id, ts
+        return Order(seq, position, ts, tx_id)
 
 
 # ---------------------------------------------------------------------- helpers

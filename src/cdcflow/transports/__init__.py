@@ -7,8 +7,7 @@ Capture files; length-delimited protobuf; CSV — and yields typed results: a
 :class:`~cdcflow.transports.message.Unreadable` part of a file with a coded reason. What a
 message *means* is a dialect's business (:mod:`cdcflow.dialects`).
 
-A dialect declares the transports that carry it (:attr:`cdcflow.dialects.base.Dialect.transports`)
-with the names below.
+A dialect declares the transports that carry it, in its capabilities, with the names below.
 """
 
 from __future__ import annotations

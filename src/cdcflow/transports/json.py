@@ -135,25 +135,24 @@ def kind(value: Any) -> str:
     return type(value).__name__
 
 
+def _header_items(headers: Any) -> list[tuple[str, Any]]:
+    if isinstance(headers, Mapping):
+        items: list[tuple[Any, Any]] = list(headers.items())
+    elif isinstance(headers, list):
+        items = [(h.get("key"), h.get("value")) for h in headers if isinstance(h, dict)]
+    else:
+        return []
+    return [(str(k), v) for k, v in items if k is not None]
+
+
 def header_map(headers: Any) -> dict[str, str]:
     """Transport headers as lower-case names → text, from a mapping or a list of
     ``{"key", "value"}`` records (values as text or bytes)."""
     out: dict[str, str] = {}
-    if not headers:
-        return out
-    items: list[tuple[Any, Any]]
-    if isinstance(headers, Mapping):
-        items = list(headers.items())
-    elif isinstance(headers, list):
-        items = [(h.get("key"), h.get("value")) for h in headers if isinstance(h, dict)]
-    else:
-        return out
-    for k, v in items:
-        if k is None:
-            continue
+    for k, v in _header_items(headers):
         if isinstance(v, bytes | bytearray):
             v = bytes(v).decode("utf-8", "replace")
-        out[str(k).lower()] = "" if v is None else str(v)
+        out[k.lower()] = "" if v is None else str(v)
     return out
 
 
@@ -161,21 +160,11 @@ def header_bytes(headers: Any) -> dict[str, bytes]:
     """Transport headers (mapping or list of ``{"key", "value"}``) as names → bytes, names kept
     as written."""
     out: dict[str, bytes] = {}
-    if isinstance(headers, Mapping):
-        items: list[tuple[Any, Any]] = list(headers.items())
-    elif isinstance(headers, list):
-        items = [(h.get("key"), h.get("value")) for h in headers if isinstance(h, dict)]
-    else:
-        return out
-    for k, v in items:
-        if k is None:
-            continue
+    for k, v in _header_items(headers):
         if isinstance(v, bytes | bytearray):
-            out[str(k)] = bytes(v)
-        elif v is None:
-            out[str(k)] = b""
+            out[k] = bytes(v)
         else:
-            out[str(k)] = str(v).encode("utf-8")
+            out[k] = b"" if v is None else str(v).encode("utf-8")
     return out
 
 
