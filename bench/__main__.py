@@ -493,13 +493,44 @@ def receiver_only() -> int:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _decode_line(d: dict[str, Any]) -> str:
+    return (
+        f"(a) decode: cdcflow {d['ours_events_per_s']:,.0f} events/s, "
+        f"from_json {d['baseline_events_per_s']:,.0f} events/s, ratio {d['ratio']:.2f}×"
+    )
+
+
+def decode_only() -> int:
+    """``python -m bench decode``: (a) alone."""
+    from cdcflow.spark.session import SparkSettings, build_session
+
+    root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
+    try:
+        spark = build_session(
+            SparkSettings(warehouse=str(root / "warehouse"), shuffle_partitions=4)
+        )
+        r = bench_decode(spark, root, int(400_000 * SCALE))
+        print(_decode_line(r), flush=True)
+        RESULTS.mkdir(exist_ok=True)
+        doc = {"machine": {"cores": os.cpu_count(), "load": os.getloadavg()}, "scale": SCALE}
+        (RESULTS / "decode.json").write_text(json.dumps({**doc, "decode": r}, indent=2))
+        print(f"results: {RESULTS / 'decode.json'}")
+        spark.stop()
+        return 0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument(
-        "part", nargs="?", choices=("all", "receiver"), default="all", help="what to run"
+        "part", nargs="?", choices=("all", "decode", "receiver"), default="all", help="what to run"
     )
-    if parser.parse_args(argv).part == "receiver":
+    part = parser.parse_args(argv).part
+    if part == "receiver":
         return receiver_only()
+    if part == "decode":
+        return decode_only()
     from cdcflow.spark.session import SparkSettings, build_session
 
     root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
@@ -509,12 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}, "scale": SCALE}
         results["decode"] = bench_decode(spark, root, int(400_000 * SCALE))
-        print(
-            f"(a) decode: cdcflow {results['decode']['ours_events_per_s']:,.0f} events/s, "
-            f"from_json {results['decode']['baseline_events_per_s']:,.0f} events/s, "
-            f"ratio {results['decode']['ratio']:.2f}×",
-            flush=True,
-        )
+        print(_decode_line(results["decode"]), flush=True)
         results["end_to_end"] = bench_end_to_end(spark, root, int(200_000 * SCALE))
         e = results["end_to_end"]
         print(

@@ -140,8 +140,8 @@ class Capabilities:
     before_images: bool = False
     """UPDATE events can carry the row's previous image (``before``)."""
     names_keys: bool = False
-    """Messages name their key columns; otherwise names come from configuration, and key
-    values without names travel in ``metadata.key_values``."""
+    """Every message names its key columns; otherwise some need names from configuration or
+    the engine (key values without names travel in ``metadata.key_values``)."""
     carries_types: bool = False
     """Messages carry column types; otherwise types come from declarations or inference."""
     splits_messages: bool = False

@@ -1,8 +1,8 @@
-"""CockroachDB changefeed messages (Kafka, cloud storage, webhook, sinkless; JSON, Avro, CSV).
+"""The ``cockroachdb`` dialect: CockroachDB changefeed messages (Kafka, cloud storage, webhook,
+sinkless; JSON, Avro, CSV).
 
-Spec: ``specs/cockroachdb-changefeed-messages.txt``; the mapping to canonical fields, what each
-envelope can say, ordering by HLC, keys, types, the file and transport forms and the spec's
-contradictions are in ``docs/dialects/cockroachdb.md``.
+The mapping to canonical fields, what each envelope can say, ordering by HLC, keys, types,
+file and transport forms and the spec's contradictions: ``docs/dialects/cockroachdb.md``.
 """
 
 from __future__ import annotations

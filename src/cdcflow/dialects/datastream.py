@@ -1,8 +1,8 @@
-"""Google Cloud Datastream CDC events (Cloud Storage JSON and Avro files, BigQuery rows).
+"""The ``datastream`` dialect: Google Cloud Datastream events (Cloud Storage JSON and Avro
+files, BigQuery rows).
 
-Spec: ``specs/google-datastream-cdc-events.txt``; the mapping to canonical fields per source,
-the ordering, backfills, update pairs, Avro types and the spec's contradictions are in
-``docs/dialects/datastream.md``.
+The mapping to canonical fields per source, ordering, backfills, update pairs, Avro types and
+the spec's contradictions: ``docs/dialects/datastream.md``.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ _DIGITS = re.compile(r"^\s*\d+\s*$")
 
 
 #: What Datastream events can express.
-CAPABILITIES = Capabilities(orders_events=True, names_keys=True)
+CAPABILITIES = Capabilities(orders_events=True)
 
 
 class DatastreamDialect(Dialect):

@@ -1,7 +1,7 @@
-"""The ``savegress`` dialect: the unified CDC event format.
+"""The ``savegress`` dialect: the unified CDC event format (JSON, Kafka form, protobuf).
 
-Spec: ``specs/unified-cdc-event-format.txt``; the mapping to canonical fields, the shapes read
-and the format's gaps are in ``docs/dialects/savegress.md``.
+The mapping to canonical fields, the shapes read and the format's gaps:
+``docs/dialects/savegress.md``.
 """
 
 from __future__ import annotations

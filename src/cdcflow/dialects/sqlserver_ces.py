@@ -1,8 +1,7 @@
-"""SQL Server 2025 change event streaming (CES): CloudEvents of DML changes.
+"""The ``sqlserver_ces`` dialect: SQL Server 2025 change event streaming CloudEvents.
 
-Spec: ``specs/sqlserver-2025-ces-cloudevents.txt``; the mapping to canonical fields, the
-serializations read, split messages and the spec's contradictions are in
-``docs/dialects/sqlserver_ces.md``.
+The mapping to canonical fields, the serializations read, split messages and the spec's
+contradictions: ``docs/dialects/sqlserver_ces.md``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,27 @@ from cdcflow.transports.message import AvroSchema, CaptureCoordinates, RawMessag
 #: Fields every Capture record has.
 CAPTURE_FIELDS = frozenset({"SequenceNumber", "Offset", "EnqueuedTimeUtc", "Body"})
 
+#: The Avro schema Event Hubs Capture writes its files with.
+CAPTURE_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "EventData",
+    "namespace": "Microsoft.ServiceBus.Messaging",
+    "fields": [
+        {"name": "SequenceNumber", "type": "long"},
+        {"name": "Offset", "type": "string"},
+        {"name": "EnqueuedTimeUtc", "type": "string"},
+        {
+            "name": "SystemProperties",
+            "type": {"type": "map", "values": ["long", "double", "string", "bytes"]},
+        },
+        {
+            "name": "Properties",
+            "type": {"type": "map", "values": ["long", "double", "string", "bytes", "null"]},
+        },
+        {"name": "Body", "type": ["null", "bytes"]},
+    ],
+}
+
 
 def is_capture(schema: AvroSchema) -> bool:
     """Whether an Avro file's writer schema is the Event Hubs Capture record."""

@@ -225,6 +225,11 @@ def split(data: bytes, origin: str | None) -> Iterator[RawMessage]:
         doc = _MISSING
     if doc is not _MISSING:
         if isinstance(doc, list):
+            if has_inexact_numbers(data):
+                # elements keep their numbers as written (orjson read them as floats)
+                for i, element in enumerate(loads_exact(data)):
+                    yield RawMessage(data=dumps(element), origin=origin, index=i)
+                return
             for i, element in enumerate(doc):
                 yield RawMessage(
                     data=orjson.dumps(element), origin=origin, index=i, doc=element, parsed=True
