@@ -44,6 +44,7 @@ from cdcflow.transports.eventhubs import CAPTURE_SCHEMA
 from cdcflow.transports.json import dumps, loads_exact
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import json_default
+from tests.conftest_shared import SHARED
 from tests.golden import GOLDEN_DIR
 
 DIALECTS = dialect_names()
@@ -495,6 +496,32 @@ def test_transports_of_its_own(name: str, transport: str, tmp_path: Path) -> Non
     assert len(events) == res.messages and events
     auto, rejections = _decode(name, res.files, res.options, "auto")
     assert not rejections and [e["id"] for e in auto] == [e["id"] for e in events]
+
+
+def _conformance(name: str) -> list[Path]:
+    folder = SHARED / "conformance" / name
+    return sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+def test_wire_values_match_typed_values(name: str, tmp_path: Path) -> None:
+    """Inside Spark values are read straight to wire strings; the Arrow rows must be exactly
+    those of typed values turned into wire strings — ids included — for every rendering (with
+    delivery faults) and every real sample."""
+    pytest.importorskip("pyarrow")
+    from cdcflow.decode.columns import Columns
+
+    _, res = _render(name, tmp_path, faults=True)
+    cases = [(f, res.options, name) for f in res.files]
+    cases += [(f, DialectOptions(), d) for f in _conformance(name) for d in (name, "auto")]
+    for f, options, dialect in cases:
+        rows = []
+        for wire in (False, True):
+            cols = Columns(wire=wire)
+            for out in Decoder(dialect, options, wire=wire).decode_file(f.read_bytes(), str(f)):
+                cols.add_outcome(out, "src")
+            rows.append(cols.to_batch().to_pylist())
+        assert rows[0] == rows[1], f
 
 
 # ---------------------------------------------------------------- bad input

@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import json
 import math
 import re
 import uuid as uuidlib
@@ -277,7 +278,10 @@ def _to_decimal(value: Any, t: str) -> Decimal:
     exp = d.as_tuple().exponent
     assert isinstance(exp, int)
     # decimal(38, s) needs more than the default context's 28 digits
-    q = d.quantize(_scale_unit(s), context=_WIDE)
+    try:
+        q = d.quantize(_scale_unit(s), context=_WIDE)
+    except InvalidOperation:
+        raise ValueTypeError(f"{value!r} does not fit {t}") from None
     if -exp > s and q != d:
         raise ValueTypeError(f"{value!r} has more than {s} fractional digits for {t}")
     d = q
@@ -364,12 +368,26 @@ def _to_uuid(value: Any) -> str:
     raise ValueTypeError(f"expected a UUID, got {value!r}")
 
 
+def _json_text(value: Any) -> str:
+    """Compact JSON text of a decoded value (integers beyond 64 bits included)."""
+    try:
+        return orjson.dumps(value, default=json_default).decode()
+    except TypeError:
+        # orjson refuses integers beyond 64 bits; the standard library writes them
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_plain_json)
+
+
+def _plain_json(value: Any) -> Any:
+    found = json_default(value)
+    return float(found) if isinstance(found, orjson.Fragment) else found
+
+
 def _to_json(value: Any) -> str:
     # JSON columns arrive as objects/arrays (unified format) or as JSON text (most others);
     # text is kept as given.
     if isinstance(value, str):
         return value
-    return orjson.dumps(value).decode()
+    return _json_text(value)
 
 
 _POINT_TEXT = re.compile(r"^\s*\(\s*([^,]+)\s*,\s*([^)]+)\s*\)\s*$")
@@ -389,7 +407,7 @@ def _to_string(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (bool, dict, list)):
-        return orjson.dumps(value).decode()
+        return _json_text(value)
     if isinstance(value, (int, float, Decimal)):
         return str(value)
     raise ValueTypeError(f"expected text, got {value!r}")
@@ -502,11 +520,11 @@ def to_wire(value: Any) -> str | None:
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(value).decode()
     if isinstance(value, (list, dict)):
-        return orjson.dumps(value, default=json_default).decode()
+        return _json_text(value)
     return str(value)
 
 
-_PLAIN_DECIMAL = re.compile(r"^(-?)(\d+)(?:\.(\d+))?$")
+_PLAIN_DECIMAL = re.compile(r"^(-?)([0-9]+)(?:\.([0-9]+))?$")
 
 
 def wire_value(value: Any, t: str) -> str | None:
@@ -576,6 +594,24 @@ def from_wire(text: str | None, t: str) -> Any:
     if t in ("point",) or t.startswith("array<"):
         return convert(orjson.loads(text), t)
     return convert(text, t)
+
+
+def wire_json(text: str | None, t: str | None) -> Any:
+    """The JSON value the typed value behind wire string ``text`` takes in the JSON form (what
+    :func:`json_default` makes of it): numbers and booleans as JSON numbers and booleans,
+    decimals as exact numbers, structured values as their JSON; everything else is its wire
+    text already."""
+    if text is None or t is None:
+        return text
+    if t in ("bigint", "int"):
+        return int(text)
+    if t in ("double", "float"):
+        return float(text)
+    if t == "boolean":
+        return text == "true"
+    if t.startswith("decimal") or t == "point" or t.startswith("array<"):
+        return orjson.Fragment(text)
+    return text
 
 
 def json_default(value: Any) -> Any:

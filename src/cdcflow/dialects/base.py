@@ -28,12 +28,19 @@ from typing import Any, ClassVar, NamedTuple
 
 from cdcflow import sequence
 from cdcflow.errors import DecodeError
-from cdcflow.event import new_event
+from cdcflow.event import event_id, new_event
 from cdcflow.transports import AVRO, EVENTHUBS, JSON, KAFKA, transport_of_file
 from cdcflow.transports import avro as avro_transport
 from cdcflow.transports.json import dumps, has_inexact_numbers, kind, parse, parse_exact
 from cdcflow.transports.message import AvroValue, RawMessage
-from cdcflow.types import ValueTypeError, convert, parse_timestamp, to_wire, wire_value
+from cdcflow.types import (
+    ValueTypeError,
+    convert,
+    parse_timestamp,
+    to_wire,
+    wire_json,
+    wire_value,
+)
 
 __all__ = [
     "BASE_TRANSPORTS",
@@ -347,6 +354,13 @@ class Dialect:
         """A canonical event of this dialect (see :func:`cdcflow.event.new_event`); its
         ``metadata`` is the item's unless given."""
         database, schema, table = where
+        if self.wire and not fields.get("id"):
+            # the id hashes the key as its JSON form: the same from wire strings as from values
+            key = fields.get("key")
+            if key is not None:
+                types = fields.get("types") or {}
+                key = {c: wire_json(v, types.get(c)) for c, v in key.items()}
+            fields["id"] = event_id(self.name, table, key, order.sequence, operation)
         return new_event(
             dialect=self.name,
             operation=operation,
