@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import json
 import math
 import re
 import uuid as uuidlib
@@ -368,18 +367,27 @@ def _to_uuid(value: Any) -> str:
     raise ValueTypeError(f"expected a UUID, got {value!r}")
 
 
-def _json_text(value: Any) -> str:
-    """Compact JSON text of a decoded value (integers beyond 64 bits included)."""
+def json_bytes(value: Any, option: int = 0) -> bytes:
+    """Compact JSON of a decoded value: exact decimals, ISO timestamps, base64 bytes, and
+    integers of any size (orjson alone refuses those beyond 64 bits)."""
     try:
-        return orjson.dumps(value, default=json_default).decode()
+        return orjson.dumps(value, default=json_default, option=option)
     except TypeError:
-        # orjson refuses integers beyond 64 bits; the standard library writes them
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_plain_json)
+        return orjson.dumps(_big_ints(value), default=json_default, option=option)
 
 
-def _plain_json(value: Any) -> Any:
-    found = json_default(value)
-    return float(found) if isinstance(found, orjson.Fragment) else found
+def _big_ints(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return orjson.Fragment(str(value))
+    if isinstance(value, dict):
+        return {k: _big_ints(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_big_ints(v) for v in value]
+    return value
+
+
+def _json_text(value: Any) -> str:
+    return json_bytes(value).decode()
 
 
 def _to_json(value: Any) -> str:

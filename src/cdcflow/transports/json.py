@@ -17,7 +17,7 @@ import orjson
 
 from cdcflow.errors import DecodeError
 from cdcflow.transports.message import RawMessage
-from cdcflow.types import json_default
+from cdcflow.types import json_bytes
 
 _WS = b" \t\r\n"
 #: Numbers orjson cannot keep exactly: a fraction or exponent, or 20+ digits.
@@ -100,22 +100,7 @@ def parse_exact(data: bytes | str) -> Any:
 def dumps(value: Any) -> bytes:
     """Compact JSON of a decoded value: exact decimals, ISO timestamps, base64 bytes, integers
     of any size, non-text keys as text."""
-    try:
-        return orjson.dumps(value, default=json_default, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:
-        return orjson.dumps(_big_ints(value), default=json_default, option=orjson.OPT_NON_STR_KEYS)
-
-
-def _big_ints(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
-        return orjson.Fragment(str(value))
-    if isinstance(value, dict):
-        return {k: _big_ints(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_big_ints(v) for v in value]
-    if isinstance(value, bytes | bytearray):
-        return json_default(value)
-    return value
+    return json_bytes(value, orjson.OPT_NON_STR_KEYS)
 
 
 def kind(value: Any) -> str:
