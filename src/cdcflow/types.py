@@ -568,7 +568,7 @@ def wire_value(value: Any, t: str) -> str | None:
         if kind is float:
             return to_wire(value)
     elif t.startswith("decimal") and (kind is str or kind is int):
-        found = _plain_decimal_wire(str(value), t)
+        found = plain_decimal_wire(str(value), t)
         if found is not None:
             return found
     return to_wire(convert(value, t))
@@ -577,9 +577,10 @@ def wire_value(value: Any, t: str) -> str | None:
 _INT_LIMITS = {"int": 1 << 31, "bigint": 1 << 63}
 
 
-def _plain_decimal_wire(text: str, t: str) -> str | None:
-    """The wire form of a plain decimal literal (``-12.5``) for ``decimal(p,s)``, or ``None``
-    when it needs the full conversion (other forms, too many digits)."""
+def plain_decimal_wire(text: str, t: str) -> str | None:
+    """The wire form of a plain decimal literal (``-12.5``) for ``decimal(p,s)``: the literal
+    padded to the scale, without leading zeros; ``None`` when it needs the full conversion
+    (other forms, more digits than the type holds)."""
     m = _PLAIN_DECIMAL.match(text)
     ps = parse_decimal_type(t)
     if m is None or ps is None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from cdcflow.dialects.base import Segment
+from cdcflow.dialects.base import Columnar, Segment
 from cdcflow.event import FIELDS, SPARK_COLUMNS
 from cdcflow.types import json_default, to_wire
 
@@ -255,3 +255,32 @@ def _meta_value(v: Any) -> str | None:
     if v is None or isinstance(v, str):
         return v
     return orjson.dumps(v, default=json_default).decode()
+
+
+def columnar_batch(dialect: str, found: Columnar, origin: str | None) -> pa.RecordBatch:
+    """The events a dialect read in bulk as one record batch (their lines' coordinates; item
+    0; the canonical fields the dialect did not give are null, ``metadata`` empty and
+    ``partial`` false, as the row decoder has them for such events)."""
+    import pyarrow as pa
+
+    from cdcflow.wire import constant_map
+
+    schema = arrow_schema()
+    rows = found.rows
+    n = len(rows)
+    given = found.columns
+    lines = found.lines
+    fixed: dict[str, Any] = {
+        "dialect": pa.array([dialect] * n, pa.string()),
+        "metadata": constant_map([], [], n),
+        "partial": pa.array([False] * n, pa.bool_()),
+        "origin": pa.array([origin] * n, pa.string()),
+        "offset": pa.array(lines.offsets[rows], pa.int64()),
+        "line": pa.array(lines.numbers[rows], pa.int64()),
+        "item": pa.array([0] * n, pa.int32()),
+    }
+    arrays = []
+    for field in schema:
+        found_array = given.get(field.name, fixed.get(field.name))
+        arrays.append(pa.nulls(n, field.type) if found_array is None else found_array)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

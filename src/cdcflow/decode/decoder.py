@@ -13,9 +13,9 @@ from typing import Any
 from cdcflow.decode.detect import AutoDetector
 from cdcflow.decode.framing import frame_file
 from cdcflow.dialects import get_dialect
-from cdcflow.dialects.base import Dialect, DialectOptions, Rejection, Segment
+from cdcflow.dialects.base import Columnar, Dialect, DialectOptions, Rejection, Segment
 from cdcflow.errors import DecodeError
-from cdcflow.transports import AVRO, KAFKA, kafka, transport_of_file
+from cdcflow.transports import AVRO, JSON, KAFKA, kafka, transport_of_file
 from cdcflow.transports.json import parse
 from cdcflow.transports.message import Framed, RawMessage, Unreadable
 
@@ -65,6 +65,20 @@ class Decoder:
         for framed in self.frame(data, origin):
             yield self.decode(framed)
 
+    def bulk(self, data: bytes, origin: str | None) -> Columnar | None:
+        """The file's plain events read in bulk by the decoder's dialect (wire strings, for
+        the Spark side), when it has a fixed dialect that reads this file so, else ``None``.
+        The lines not in the result are decoded one by one with :meth:`decode`."""
+        d = self.fixed
+        if d is None or not self.wire or transport_of_file(origin) != JSON:
+            return None
+        try:
+            if d.frame_file(data, origin) is not None:
+                return None
+            return d.columnar(data)
+        except Exception:  # the row decoder reads the file and names any problem
+            return None
+
     # ------------------------------------------------------------------ messages
 
     def decode(self, msg: Framed) -> Outcome:
@@ -83,6 +97,10 @@ class Decoder:
         except DecodeError as e:
             name = dialect.name if dialect is not None else None
             return Outcome(msg, [], [Rejection(e.code, e.message, msg.data, dialect=name)])
+        except Exception as e:  # one poison message must not stop a pipeline
+            name = dialect.name if dialect is not None else None
+            problem = f"the decoder failed on this message ({type(e).__name__}: {e})"
+            return Outcome(msg, [], [Rejection("INTERNAL_ERROR", problem, msg.data, dialect=name)])
         return _outcome(msg, results)
 
     def carried(self, msg: RawMessage) -> RawMessage:

@@ -13,11 +13,12 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
-from cdcflow.decode.columns import Columns, arrow_schema
-from cdcflow.decode.decoder import Decoder
+from cdcflow.decode.columns import Columns, arrow_schema, columnar_batch
+from cdcflow.decode.decoder import Decoder, Outcome
 from cdcflow.decode.segments import Piece, assess
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.base import Columnar, DialectOptions
 from cdcflow.event import spark_schema_ddl
+from cdcflow.transports.message import RawMessage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,21 +36,45 @@ def decode_files(
     options: DialectOptions,
     max_rows: int = 20000,
     source: str = "",
+    bulk: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function over ``binaryFile`` batches (path, content, ...)."""
+    """``mapInArrow`` function over ``binaryFile`` batches (path, content, ...). ``bulk``:
+    plain JSON-lines files are read in bulk where the dialect can (the row decoder reads
+    every other line, and every line when ``bulk`` is false)."""
     decoder = Decoder(dialect, options, wire=True)
     cols = Columns(wire=True)
     for batch in batches:
         paths = batch.column("path").to_pylist()
         contents = batch.column("content").to_pylist()
         for path, content in zip(paths, contents, strict=True):
-            for outcome in decoder.decode_file(content or b"", path):
+            found = decoder.bulk(content or b"", path) if bulk else None
+            if found is not None:
+                yield columnar_batch(decoder.dialect_name, found, path)
+                outcomes = _the_rest(decoder, found, path)
+            else:
+                outcomes = decoder.decode_file(content or b"", path)
+            for outcome in outcomes:
                 cols.add_outcome(outcome, source)
                 if cols.rows >= max_rows:
                     yield cols.to_batch()
                     cols = Columns(wire=True)
     if cols.rows:
         yield cols.to_batch()
+
+
+def _the_rest(decoder: Decoder, found: Columnar, origin: str) -> Iterator[Outcome]:
+    """The lines a dialect did not read in bulk, decoded one by one."""
+    lines = found.lines
+    done = set(found.rows)
+    for i in range(len(lines.offsets)):
+        if i not in done:
+            msg = RawMessage(
+                lines.line(i),
+                origin=origin,
+                offset=int(lines.offsets[i]),
+                line=int(lines.numbers[i]),
+            )
+            yield decoder.decode(msg)
 
 
 def decode_dataframe(

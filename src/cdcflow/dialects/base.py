@@ -31,7 +31,14 @@ from cdcflow.errors import DecodeError
 from cdcflow.event import event_id, new_event
 from cdcflow.transports import AVRO, EVENTHUBS, JSON, KAFKA, transport_of_file
 from cdcflow.transports import avro as avro_transport
-from cdcflow.transports.json import dumps, has_inexact_numbers, kind, parse, parse_exact
+from cdcflow.transports.json import (
+    JsonLines,
+    dumps,
+    has_inexact_numbers,
+    kind,
+    parse,
+    parse_exact,
+)
 from cdcflow.transports.message import AvroValue, RawMessage
 from cdcflow.types import (
     ValueTypeError,
@@ -46,6 +53,7 @@ __all__ = [
     "BASE_TRANSPORTS",
     "Batch",
     "Capabilities",
+    "Columnar",
     "Decoded",
     "Dialect",
     "DialectOptions",
@@ -196,6 +204,17 @@ class Item:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Columnar:
+    """Events of a JSON-lines file read in bulk: of the file's ``lines``, the ``rows``
+    (indexes) decoded here, with ``columns`` their canonical fields (Arrow arrays in ``rows``
+    order, wire strings in the maps); every other line is left to :meth:`Dialect.decode`."""
+
+    lines: JsonLines
+    rows: list[int]
+    columns: dict[str, Any]
+
+
 class Dialect:
     """Base class of dialects: runs the decoding skeleton over vendor hooks.
 
@@ -267,6 +286,12 @@ class Dialect:
 
     def schemaless_schema(self) -> Any:
         """The Avro schema (JSON form) of this dialect's schemaless Avro messages, if any."""
+        return None
+
+    def columnar(self, data: bytes) -> Columnar | None:
+        """Events of a JSON-lines file read in bulk (Arrow columns of wire strings), for the
+        plain shapes of the dialect's messages — the row decoder is the reference: the same
+        lines must give the same events; ``None`` when the dialect reads none in bulk."""
         return None
 
     def reassemble(self, segments: list[bytes], origin: str | None) -> RawMessage:

@@ -9,15 +9,32 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
+from functools import lru_cache, partial
 from typing import Any, ClassVar
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import BASE_TRANSPORTS, Batch, Capabilities, Dialect, Item, Order
-from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS
+from cdcflow.dialects.base import (
+    BASE_TRANSPORTS,
+    Batch,
+    Capabilities,
+    Columnar,
+    Dialect,
+    Item,
+    Order,
+)
+from cdcflow.errors import DecodeError
+from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS, event_id
 from cdcflow.transports import PROTOBUF
-from cdcflow.transports.json import header_map, kind
+from cdcflow.transports.json import header_map, kind, read_lines
 from cdcflow.transports.message import RawMessage
-from cdcflow.types import ValueTypeError, convert, infer_type, source_type, wire_value
+from cdcflow.types import (
+    ValueTypeError,
+    convert,
+    infer_type,
+    source_type,
+    wire_json,
+    wire_value,
+)
 
 _HEADER_PREFIX = "savegress-"
 #: Headers of the Kafka message form, kept in metadata as ``header_<name>``.
@@ -37,6 +54,19 @@ _COLUMN_CONSTRAINTS = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _NOT_COLUMNS = frozenset({"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "INDEX", "KEY", "CHECK"})
+#: Fields of the events :meth:`SavegressDialect.columnar` reads in bulk, and its text fields.
+_BULK_TEXT = ("id", "operation", "table", "schema", "source", "timestamp", "transaction_id")
+_BULK_FIELDS = frozenset({*_BULK_TEXT, "position", "before", "after"})
+_BULK_OPERATIONS = frozenset({"INSERT", "UPDATE", "DELETE", "UPSERT", "SNAPSHOT"})
+_BULK_DAY = (
+    r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])-"
+    r"(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+)
+_BULK_UTC = "^" + _BULK_DAY + r"\.[0-9]{6}Z$"
+_BULK_UTC_SECONDS = "^" + _BULK_DAY + "Z$"
+_BULK_LSN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
+#: An object whose first key is "sequence" (a position written in another key order).
+_SEQUENCE_FIRST = re.compile(rb'\{\s*"sequence"')
 
 
 #: What the unified format can express.
@@ -311,6 +341,209 @@ class SavegressDialect(Dialect):
         if not names:
             return None
         return self.key_from_image(names, before if op == "DELETE" else after, op, table)
+
+    # ------------------------------------------------------------------ bulk
+
+    def columnar(self, data: bytes) -> Columnar | None:
+        """Plain events of a JSON-lines file in bulk: the fields of :data:`_BULK_FIELDS` only,
+        no ``null`` anywhere in the line (so an absent column is absent), an ``operation``
+        of :data:`_BULK_OPERATIONS`, a Postgres position written ``{"lsn", "sequence"}``, a
+        plain UTC ``timestamp`` and values whose wire string is their text. Every other line
+        goes through :meth:`decode`."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from cdcflow.wire import BulkImages
+
+        lines = read_lines(data, ("timestamp",))
+        if lines is None:
+            return None
+        t = lines.table
+        n = t.num_rows
+        names = set(t.column_names)
+        if not names <= _BULK_FIELDS or not {"operation", "table", "position"} <= names:
+            return None
+
+        def column(name: str) -> pa.Array:
+            found = t.column(name).combine_chunks() if name in names else pa.nulls(n)
+            return pa.nulls(n, pa.string()) if pa.types.is_null(found.type) else found
+
+        texts = {f: column(f) for f in _BULK_TEXT}
+        if not all(pa.types.is_string(a.type) for a in texts.values()):
+            return None
+        position = t.column("position").combine_chunks()
+        if not pa.types.is_struct(position.type):
+            return None
+        parts = {position.type.field(i).name: i for i in range(position.type.num_fields)}
+        if "lsn" not in parts or not set(parts) <= {"lsn", "sequence"}:
+            return None
+        lsn = position.field(parts["lsn"])
+        number = position.field(parts["sequence"]) if "sequence" in parts else pa.nulls(n)
+        if not pa.types.is_string(lsn.type) or not (
+            pa.types.is_int64(number.type) or pa.types.is_null(number.type)
+        ):
+            return None
+        images = {i: column(i) for i in ("after", "before")}
+        if not all(pa.types.is_struct(a.type) or pa.types.is_null(a.type) for a in images.values()):
+            return None
+
+        def text(name: str) -> pa.Array:
+            found = texts[name]
+            return pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)
+
+        op, table, schema = texts["operation"], texts["table"], text("schema")
+        timestamp = texts["timestamp"]
+        is_delete = pc.fill_null(pc.equal(op, "DELETE"), False)
+        checks = [
+            pc.is_in(op, pa.array(sorted(_BULK_OPERATIONS))),
+            pc.greater(pc.utf8_length(table), 0),
+            pc.or_(pc.invert(pc.match_substring(table, ".")), pc.is_valid(schema)),
+            pc.if_else(is_delete, pc.is_valid(images["before"]), pc.is_valid(images["after"])),
+            pc.is_valid(position),
+            pc.match_substring_regex(lsn, _BULK_LSN),
+            pc.or_(pc.is_null(number), pc.greater_equal(number, 0)),
+            pc.or_(
+                pc.is_null(timestamp),
+                pc.or_(
+                    pc.match_substring_regex(timestamp, _BULK_UTC),
+                    pc.match_substring_regex(timestamp, _BULK_UTC_SECONDS),
+                ),
+            ),
+        ]
+        if b"null" in data:
+            # a null value or an absent one look alike in Arrow's columns: such lines are read
+            # one by one
+            checks.append(pc.invert(pc.match_substring(lines.texts, "null")))
+        ok = np.ones(n, dtype=bool)
+        for check in checks:
+            ok &= _np(check)
+        # the ordering tuple (LSN as one number, sequence) and the position as written
+        lsn = pc.if_else(pa.array(ok), lsn, "0/0")
+        lsn_digits = pc.cast(_lsn_numbers(lsn), pa.string())
+        number_digits = pc.cast(pc.fill_null(number, 0), pa.string())
+        seq = pc.binary_join_element_wise(
+            "p", _width(lsn_digits), lsn_digits, "!p", _width(number_digits), number_digits, "!", ""
+        )
+        written = pc.if_else(
+            pc.is_null(number),
+            pc.binary_join_element_wise('{"lsn":"', lsn, '"}', ""),
+            pc.binary_join_element_wise('{"lsn":"', lsn, '","sequence":', number_digits, "}", ""),
+        )
+        if _SEQUENCE_FIRST.search(data):
+            # some object starts with "sequence": the position is compared as written
+            found = pc.extract_regex(lines.texts, r'"position":\s*(?P<p>\{[^}]*\})').field("p")
+            ok &= _np(pc.equal(found, written))
+
+        source = pc.fill_null(text("source"), "postgres")
+        columns: dict[str, list[Any]] = {}
+        rows: list[int] = []
+        groups = pa.table({"t": table, "s": schema, "src": source, "i": pa.array(np.arange(n))})
+        groups = groups.filter(pa.array(ok))
+        for group in groups.group_by(["t", "s", "src"]).aggregate([("i", "list")]).to_pylist():
+            index = pa.array(group["i_list"], pa.int64())
+            try:
+                declared = self.declared_types(
+                    group["t"], group["s"], partial(source_type, group["src"]), mapper=group["src"]
+                )
+            except DecodeError:
+                continue
+            bulk = BulkImages(
+                {k: v.take(index) for k, v in images.items()},
+                declared,
+                self.key_names(group["t"], group["s"]),
+                is_delete.take(index),
+            )
+            keep = pa.array(bulk.ok)
+            picked = index.filter(keep)
+            part = {
+                "operation": op,
+                "table": table,
+                "schema": schema,
+                "source": source,
+                "id": text("id"),
+                "transaction_id": text("transaction_id"),
+                "timestamp": timestamp,
+                "sequence": seq,
+                "position": written,
+            }
+            for name, values in part.items():
+                columns.setdefault(name, []).append(values.take(picked))
+            for name, values in (*bulk.maps.items(), ("key", bulk.key), ("types", bulk.types)):
+                columns.setdefault(name, []).append(values.filter(keep))
+            rows.extend(picked.to_pylist())
+        if not rows:
+            return None
+        out = {name: pa.concat_arrays(parts) for name, parts in columns.items()}
+        out["timestamp"] = pc.cast(out["timestamp"], pa.timestamp("us", tz="UTC"))
+        out["id"] = self._bulk_ids(out)
+        return Columnar(lines, rows, out)
+
+    def _bulk_ids(self, columns: dict[str, Any]) -> Any:
+        """Event ids: the message's ``id``, else the hash of the event's identity."""
+        import pyarrow as pa
+
+        if columns["id"].null_count == 0:
+            return columns["id"]
+        ids = columns["id"].to_pylist()
+        key = columns["key"].to_pylist()
+        types = columns["types"].to_pylist()
+        table, seqs, ops = (columns[c].to_pylist() for c in ("table", "sequence", "operation"))
+        for i, found in enumerate(ids):
+            if not found:
+                kinds = dict(types[i] or [])
+                hashed = (
+                    None if key[i] is None else {c: wire_json(v, kinds.get(c)) for c, v in key[i]}
+                )
+                ids[i] = event_id(self.name, table[i], hashed, seqs[i], ops[i])
+        return pa.array(ids, pa.string())
+
+
+def _np(array: Any) -> Any:
+    import numpy as np
+
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _lsn_numbers(lsn: Any) -> Any:
+    """Postgres LSNs ``X/Y`` (validated hex) as one unsigned 64-bit number each, as
+    :func:`cdcflow.positions.pg_lsn` reads them."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    halves = pc.split_pattern(lsn, "/")
+    nibble_of = _hex_table()
+    out = np.zeros(len(lsn), dtype=np.uint64)
+    for k, shift in ((0, 32), (1, 0)):
+        padded = pc.utf8_lpad(pc.list_element(halves, k), 8, "0")
+        first = np.frombuffer(padded.buffers()[1], dtype=np.int32)[padded.offset]
+        digits = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[first : first + 8 * len(lsn)]
+        value = np.zeros(len(lsn), dtype=np.uint64)
+        for nibble in nibble_of[digits].reshape(-1, 8).T.astype(np.uint64):
+            value = (value << np.uint64(4)) | nibble
+        out |= value << np.uint64(shift)
+    return pa.array(out, pa.uint64())
+
+
+def _width(digits: Any) -> Any:
+    """The two-digit length that :func:`cdcflow.sequence.encode` writes before a number."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.utf8_lpad(pc.cast(pc.utf8_length(digits), pa.string()), 2, "0")
+
+
+@lru_cache(maxsize=1)
+def _hex_table() -> Any:
+    import numpy as np
+
+    table = np.zeros(256, dtype=np.uint8)
+    for i, c in enumerate(b"0123456789abcdef"):
+        table[c] = i
+    for i, c in enumerate(b"ABCDEF"):
+        table[c] = 10 + i
+    return table
 
 
 def _score(doc: Mapping[str, Any]) -> float:

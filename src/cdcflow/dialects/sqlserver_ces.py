@@ -161,7 +161,9 @@ class SqlServerCesDialect(Dialect):
         typ = doc.get("type")
         if "specversion" in doc and isinstance(typ, str) and ".SQL.CES." in typ.upper():
             return 1.0
-        if "specversion" in doc and doc.get("operation") in OPERATIONS and "data" in doc:
+        operation = doc.get("operation")
+        if "specversion" in doc and isinstance(operation, str) and operation in OPERATIONS:
+            return 0.9 if "data" in doc else 0.0
             return 0.9
         return 0.0
 

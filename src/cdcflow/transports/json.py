@@ -7,17 +7,22 @@ stable code decided from the data and the error position, never from the error's
 
 from __future__ import annotations
 
+import io
 import json as pyjson
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from cdcflow.errors import DecodeError
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import json_bytes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _WS = b" \t\r\n"
 #: Numbers orjson cannot keep exactly: a fraction or exponent, or 20+ digits.
@@ -246,3 +251,112 @@ def _lines(data: bytes, origin: str | None) -> Iterator[RawMessage]:
         line = raw_line.strip(_WS)
         if line:
             yield RawMessage(data=line, origin=origin, offset=start, line=line_no)
+
+
+@dataclass(frozen=True)
+class JsonLines:
+    """A JSON-lines file read in bulk: one Arrow row per non-blank line, with each line's byte
+    ``offsets`` and line ``numbers`` (the coordinates :func:`split` gives the same lines) and
+    the lines' ``texts`` (an Arrow string array)."""
+
+    data: bytes
+    table: pa.Table
+    texts: pa.Array
+    offsets: Any  # numpy int64 array
+    numbers: Any  # numpy int64 array
+    ends: Any  # numpy int64 array
+
+    def line(self, i: int) -> bytes:
+        """Row ``i``'s line as :func:`split` gives it (surrounding whitespace removed)."""
+        return self.data[self.offsets[i] : self.ends[i]].strip(_WS)
+
+
+def read_lines(data: bytes, text_fields: Sequence[str] = ()) -> JsonLines | None:
+    """The file read by Arrow's JSON reader when :func:`split` would frame it as JSON lines and
+    the reader takes every line (valid UTF-8, one object per line, no key twice), else
+    ``None``. Top-level ``text_fields``, and any field the reader would read as a date or
+    time, stay text."""
+    if not data.strip(_WS):
+        return None
+    try:
+        orjson.loads(data)
+        return None  # one document, not lines
+    except orjson.JSONDecodeError:
+        pass
+    if not _looks_like_lines(data):
+        return None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    raw = np.frombuffer(data, dtype=np.uint8)
+    breaks = np.flatnonzero(raw == 10)
+    starts = np.concatenate(([0], breaks + 1))
+    ends = np.concatenate((breaks, [len(data)]))
+    offsets = pa.array(np.concatenate((starts, [ends[-1]])).astype(np.int64))
+    all_lines = pa.LargeStringArray.from_buffers(
+        len(starts), offsets.buffers()[1], pa.py_buffer(data)
+    )
+    blank = pc.equal(pc.binary_length(pc.utf8_trim(all_lines, " \t\r")), 0)
+    keep = np.flatnonzero(~np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool))
+    table = _arrow_lines(data, pa.schema([(f, pa.string()) for f in text_fields]))
+    if table is not None and _has_temporal(table.schema):
+        table = _arrow_lines(data, _as_text(table.schema))
+    if table is None or table.num_rows != len(keep):
+        return None
+    return JsonLines(
+        data,
+        table,
+        all_lines.take(pa.array(keep)),
+        starts[keep],
+        keep + 1,
+        ends[keep],
+    )
+
+
+def _arrow_lines(data: bytes, schema: pa.Schema) -> pa.Table | None:
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    try:
+        return pj.read_json(
+            io.BytesIO(data),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            parse_options=pj.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="infer"
+            ),
+        )
+    except pa.ArrowInvalid:
+        return None
+
+
+def _temporal(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_temporal(t) or (
+        pa.types.is_struct(t) and any(_temporal(t.field(i).type) for i in range(t.num_fields))
+    )
+
+
+def _has_temporal(schema: pa.Schema) -> bool:
+    return any(_temporal(f.type) for f in schema)
+
+
+def _as_text(schema: pa.Schema) -> pa.Schema:
+    """The schema with every date/time type (also inside structs) read as text."""
+    import pyarrow as pa
+
+    def text(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_temporal(t):
+            return pa.string()
+        if pa.types.is_struct(t):
+            return pa.struct(
+                [pa.field(t.field(i).name, text(t.field(i).type)) for i in range(t.num_fields)]
+            )
+        return t
+
+    return pa.schema([pa.field(f.name, text(f.type)) for f in schema])
