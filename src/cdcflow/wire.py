@@ -62,7 +62,8 @@ def wire_array(values: pa.Array, t: str) -> tuple[pa.Array, pa.Array]:
         if t == "timestamp":
             return values, _or_null(_plain_utc(values), nulls)
         if t == "date":
-            ok = pc.and_(pc.match_substring_regex(values, "^" + _DATE + "$"), _real_day(values))
+            shaped = pc.fill_null(pc.match_substring_regex(values, "^" + _DATE + "$"), False)
+            ok = pc.and_(shaped, _real_day(values, shaped))
             return values, _or_null(ok, nulls)
         if t.startswith("decimal"):
             return _decimal_text(values, t, nulls)
@@ -94,17 +95,27 @@ def _plain_utc(values: pa.Array) -> pa.Array:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` naming a real instant: its own wire string."""
     import pyarrow.compute as pc
 
-    return pc.and_(pc.match_substring_regex(values, _PLAIN_UTC), _real_day(values))
+    shaped = pc.fill_null(pc.match_substring_regex(values, _PLAIN_UTC), False)
+    return pc.and_(shaped, _real_day(values, shaped))
 
 
-def _real_day(values: pa.Array) -> pa.Array:
-    """Whether the text starts with a day the calendar has (no 30 February)."""
+def _real_day(values: pa.Array, shaped: pa.Array) -> pa.Array:
+    """Whether the texts that are ``shaped`` (start with ``YYYY-MM-DD`` in digits) name a day
+    the calendar has (no 30 February)."""
+    import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    day = pc.utf8_slice_codeunits(values, 0, 10)
-    parsed = pc.strptime(day, "%Y-%m-%d", "s", error_is_null=True)
-    # strptime rolls 30 February over into March: a real day prints back as itself
-    return pc.fill_null(pc.equal(pc.strftime(parsed, "%Y-%m-%d"), day), False)
+    day_text = pc.if_else(shaped, pc.utf8_slice_codeunits(values, 0, 10), "0000-00-00")
+    parts = [
+        pc.cast(pc.utf8_slice_codeunits(day_text, a, b), pa.int32()).to_numpy()
+        for a, b in ((0, 4), (5, 7), (8, 10))
+    ]
+    year, month, day = parts
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    lengths = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31, 0], dtype=np.int32)
+    longest = lengths[np.clip(month, 0, 13)] + ((month == 2) & leap)
+    return pa.array((year >= 1) & (day >= 1) & (day <= longest))
 
 
 def _decimal_text(values: pa.Array, t: str, nulls: pa.Array) -> tuple[pa.Array, pa.Array]:
@@ -117,6 +128,17 @@ def _decimal_text(values: pa.Array, t: str, nulls: pa.Array) -> tuple[pa.Array, 
     if ps is None:
         return pa.nulls(len(values), pa.string()), _or_null(pa.array([False] * len(values)), nulls)
     p, s = ps
+    if s <= 6 and p - s > 0:
+        # Arrow writes decimals of at most 6 fractional digits plainly, as Python's "f"
+        fits = rf"^-?0*[0-9]{{0,{p - s}}}" + (rf"(\.[0-9]{{1,{s}}})?$" if s else "$")
+        ok = pc.and_(
+            pc.match_substring_regex(values, fits),
+            pc.invert(pc.match_substring_regex(values, r"^(-0*(\.0*)?|-?\.?)$")),
+        )
+        ok = pc.fill_null(ok, False)
+        cleaned = pc.if_else(ok, values, "0")
+        text = pc.cast(pc.cast(cleaned, pa.decimal128(p, s)), pa.string())
+        return pc.if_else(ok, text, pa.scalar(None, pa.string())), _or_null(ok, nulls)
     plain = pc.match_substring_regex(values, r"^-?[0-9]+(\.[0-9]+)?$")
     parts = pc.extract_regex(
         pc.if_else(plain, values, "0"), r"^(?P<sign>-?)0*(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]+))?$"

@@ -3,9 +3,10 @@ the schema of :func:`cdcflow.event.spark_schema_ddl` (pyarrow is imported when a
 built).
 
 Row images are ``map<string,string>`` of wire strings (:func:`cdcflow.types.to_wire`);
-``position`` is JSON text; a rejection row has ``error_code``/``error_message``/``raw`` set; a
-segment row has ``operation`` :data:`SEGMENT`, ``id`` = its group, and its numbering in
-``metadata`` (``segment.index``, ``segment.final``, ``segment.total``, ``cdcflow.source``).
+``position`` is JSON text (keys sorted); a rejection row has ``error_code``,
+``error_message`` and ``raw`` set; a segment row has ``operation`` :data:`SEGMENT`, ``id`` =
+its group, and its numbering in ``metadata`` (``segment.index``, ``segment.final``,
+``segment.total``, ``cdcflow.source``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import orjson
 
 from cdcflow.dialects.base import Columnar, Segment
 from cdcflow.event import FIELDS, SPARK_COLUMNS
-from cdcflow.types import json_default, to_wire
+from cdcflow.types import json_bytes, json_default, to_wire
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -132,9 +133,7 @@ class Columns:
             scalars[f].append(ev.get(f))
         self.timestamp.append(ev.get("timestamp"))
         pos = ev.get("position")
-        self.position.append(
-            None if pos is None else orjson.dumps(pos, default=json_default).decode()
-        )
+        self.position.append(None if pos is None else _position_text(pos))
         self.partial.append(bool(ev.get("partial")))
         maps, wire = self.maps, self.wire
         maps["key"].add(ev.get("key"), wire)
@@ -249,6 +248,12 @@ class Columns:
         arrays["error_message"] = pa.array(self.error_message, pa.string())
         arrays["raw"] = pa.array(self.raw, pa.binary())
         return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def _position_text(position: Any) -> str:
+    """``position`` as JSON text with its keys sorted: the same text however the producer
+    ordered them."""
+    return json_bytes(position, orjson.OPT_SORT_KEYS).decode()
 
 
 def _meta_value(v: Any) -> str | None:

@@ -62,11 +62,8 @@ _BULK_DAY = (
     r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])-"
     r"(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
 )
-_BULK_UTC = "^" + _BULK_DAY + r"\.[0-9]{6}Z$"
-_BULK_UTC_SECONDS = "^" + _BULK_DAY + "Z$"
+_BULK_UTC = "^" + _BULK_DAY + r"(\.[0-9]{6})?Z$"
 _BULK_LSN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
-#: An object whose first key is "sequence" (a position written in another key order).
-_SEQUENCE_FIRST = re.compile(rb'\{\s*"sequence"')
 
 
 #: What the unified format can express.
@@ -347,7 +344,7 @@ class SavegressDialect(Dialect):
     def columnar(self, data: bytes) -> Columnar | None:
         """Plain events of a JSON-lines file in bulk: the fields of :data:`_BULK_FIELDS` only,
         no ``null`` anywhere in the line (so an absent column is absent), an ``operation``
-        of :data:`_BULK_OPERATIONS`, a Postgres position written ``{"lsn", "sequence"}``, a
+        of :data:`_BULK_OPERATIONS`, a Postgres position (``lsn``, ``sequence``), a
         plain UTC ``timestamp`` and values whose wire string is their text. Every other line
         goes through :meth:`decode`."""
         import numpy as np
@@ -403,13 +400,7 @@ class SavegressDialect(Dialect):
             pc.is_valid(position),
             pc.match_substring_regex(lsn, _BULK_LSN),
             pc.or_(pc.is_null(number), pc.greater_equal(number, 0)),
-            pc.or_(
-                pc.is_null(timestamp),
-                pc.or_(
-                    pc.match_substring_regex(timestamp, _BULK_UTC),
-                    pc.match_substring_regex(timestamp, _BULK_UTC_SECONDS),
-                ),
-            ),
+            pc.or_(pc.is_null(timestamp), pc.match_substring_regex(timestamp, _BULK_UTC)),
         ]
         if b"null" in data:
             # a null value or an absent one look alike in Arrow's columns: such lines are read
@@ -418,7 +409,7 @@ class SavegressDialect(Dialect):
         ok = np.ones(n, dtype=bool)
         for check in checks:
             ok &= _np(check)
-        # the ordering tuple (LSN as one number, sequence) and the position as written
+        # the ordering tuple (LSN as one number, sequence) and the position's JSON text
         lsn = pc.if_else(pa.array(ok), lsn, "0/0")
         lsn_digits = pc.cast(_lsn_numbers(lsn), pa.string())
         number_digits = pc.cast(pc.fill_null(number, 0), pa.string())
@@ -430,18 +421,15 @@ class SavegressDialect(Dialect):
             pc.binary_join_element_wise('{"lsn":"', lsn, '"}', ""),
             pc.binary_join_element_wise('{"lsn":"', lsn, '","sequence":', number_digits, "}", ""),
         )
-        if _SEQUENCE_FIRST.search(data):
-            # some object starts with "sequence": the position is compared as written
-            found = pc.extract_regex(lines.texts, r'"position":\s*(?P<p>\{[^}]*\})').field("p")
-            ok &= _np(pc.equal(found, written))
-
         source = pc.fill_null(text("source"), "postgres")
         columns: dict[str, list[Any]] = {}
         rows: list[int] = []
         groups = pa.table({"t": table, "s": schema, "src": source, "i": pa.array(np.arange(n))})
         groups = groups.filter(pa.array(ok))
-        for group in groups.group_by(["t", "s", "src"]).aggregate([("i", "list")]).to_pylist():
-            index = pa.array(group["i_list"], pa.int64())
+        grouped = groups.group_by(["t", "s", "src"]).aggregate([("i", "list")]).to_pylist()
+        for group in grouped:
+            # one table (the usual file) is read on the whole arrays, several one by one
+            index = None if len(grouped) == 1 else pa.array(group["i_list"], pa.int64())
             try:
                 declared = self.declared_types(
                     group["t"], group["s"], partial(source_type, group["src"]), mapper=group["src"]
@@ -449,13 +437,17 @@ class SavegressDialect(Dialect):
             except DecodeError:
                 continue
             bulk = BulkImages(
-                {k: v.take(index) for k, v in images.items()},
+                {k: v if index is None else v.take(index) for k, v in images.items()},
                 declared,
                 self.key_names(group["t"], group["s"]),
-                is_delete.take(index),
+                is_delete if index is None else is_delete.take(index),
             )
-            keep = pa.array(bulk.ok)
-            picked = index.filter(keep)
+            if index is None:
+                keep = pa.array(ok & bulk.ok)
+                picked = pa.array(np.flatnonzero(ok & bulk.ok))
+            else:
+                keep = pa.array(bulk.ok)
+                picked = index.filter(keep)
             part = {
                 "operation": op,
                 "table": table,
@@ -467,10 +459,15 @@ class SavegressDialect(Dialect):
                 "sequence": seq,
                 "position": written,
             }
+            every = bool(np.all(bulk.ok)) and (index is not None or bool(np.all(ok)))
             for name, values in part.items():
-                columns.setdefault(name, []).append(values.take(picked))
+                if index is None:
+                    values = values if every else values.filter(keep)
+                else:
+                    values = values.take(picked)
+                columns.setdefault(name, []).append(values)
             for name, values in (*bulk.maps.items(), ("key", bulk.key), ("types", bulk.types)):
-                columns.setdefault(name, []).append(values.filter(keep))
+                columns.setdefault(name, []).append(values if every else values.filter(keep))
             rows.extend(picked.to_pylist())
         if not rows:
             return None

@@ -28,6 +28,9 @@ _WS = b" \t\r\n"
 #: Numbers orjson cannot keep exactly: a fraction or exponent, or 20+ digits.
 _RISKY_NUMBER = re.compile(rb"[:\[,]\s*-?(?:\d+[.eE]|\d{20})")
 _MISSING = object()
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+#: Bytes that start a line of spaces only (space, tab, carriage return).
+_SPACES = (32, 9, 13)
 
 
 def json_error(data: bytes, exc: pyjson.JSONDecodeError | ValueError) -> DecodeError:
@@ -276,14 +279,7 @@ def read_lines(data: bytes, text_fields: Sequence[str] = ()) -> JsonLines | None
     the reader takes every line (valid UTF-8, one object per line, no key twice), else
     ``None``. Top-level ``text_fields``, and any field the reader would read as a date or
     time, stay text."""
-    if not data.strip(_WS):
-        return None
-    try:
-        orjson.loads(data)
-        return None  # one document, not lines
-    except orjson.JSONDecodeError:
-        pass
-    if not _looks_like_lines(data):
+    if not _more_than_one_document(data):
         return None
     try:
         data.decode("utf-8")
@@ -301,8 +297,11 @@ def read_lines(data: bytes, text_fields: Sequence[str] = ()) -> JsonLines | None
     all_lines = pa.LargeStringArray.from_buffers(
         len(starts), offsets.buffers()[1], pa.py_buffer(data)
     )
-    blank = pc.equal(pc.binary_length(pc.utf8_trim(all_lines, " \t\r")), 0)
-    keep = np.flatnonzero(~np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool))
+    keep = np.flatnonzero(ends > starts)
+    spaced = keep[np.isin(raw[starts[keep]], _SPACES)]
+    if len(spaced):  # lines that start with a space may be spaces only
+        blank = pc.equal(pc.binary_length(pc.utf8_trim(all_lines.take(spaced), " \t\r")), 0)
+        keep = np.setdiff1d(keep, spaced[np.asarray(blank.to_numpy(zero_copy_only=False))])
     table = _arrow_lines(data, pa.schema([(f, pa.string()) for f in text_fields]))
     if table is not None and _has_temporal(table.schema):
         table = _arrow_lines(data, _as_text(table.schema))
@@ -316,6 +315,19 @@ def read_lines(data: bytes, text_fields: Sequence[str] = ()) -> JsonLines | None
         keep + 1,
         ends[keep],
     )
+
+
+def _more_than_one_document(data: bytes) -> bool:
+    """Whether :func:`split` frames ``data`` as lines: its first line is a whole document and
+    more follows (so the data is not one document)."""
+    end = data.find(b"\n")
+    if end < 0 or _NOT_SPACE.search(data, end) is None:
+        return False
+    try:
+        orjson.loads(data[:end])
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _arrow_lines(data: bytes, schema: pa.Schema) -> pa.Table | None:
