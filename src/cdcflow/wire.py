@@ -9,6 +9,7 @@ functions.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.types import parse_decimal_type
@@ -240,11 +241,11 @@ class BulkImages:
             if pa.types.is_null(struct.type):
                 valid = np.zeros(rows, dtype=bool)
             else:
-                valid = _np(pc.is_valid(struct))
+                valid = mask(pc.is_valid(struct))
                 for i in range(struct.type.num_fields):
                     field = struct.type.field(i)
                     child = struct.field(i)
-                    present = valid & _np(pc.is_valid(child))
+                    present = valid & mask(pc.is_valid(child))
                     if not present.any():
                         continue
                     t = types.get(field.name) or declared.get(field.name)
@@ -256,7 +257,7 @@ class BulkImages:
                     if (field.name, t) not in columns:
                         columns.append((field.name, t))
                     wire, good = wire_array(child, t)
-                    ok &= ~present | _np(good)
+                    ok &= ~present | mask(good)
                     fields[field.name] = (wire, present)
             wires[image] = fields
             self.maps[image] = struct_map(
@@ -268,7 +269,7 @@ class BulkImages:
         self.types = _pattern_map(columns, wires, rows)
         self.key: pa.Array = pa.nulls(rows, pa.map_(pa.string(), pa.string()))
         if key_names:
-            before = _np(key_from_before)
+            before = mask(key_from_before)
             key_columns: list[pa.Array] = []
             key_present: list[pa.Array] = []
             for name in key_names:
@@ -282,12 +283,6 @@ class BulkImages:
             self.key = struct_map(list(key_names), key_columns, key_present, pa.array(ok))
         self.ok = ok
         self.column_types = types
-
-
-def _np(array: pa.Array) -> Any:
-    import numpy as np
-
-    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _pattern_map(
@@ -321,3 +316,57 @@ def _pattern_map(
         pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
     )
     return distinct.take(pa.array(inverse.reshape(-1)))
+
+
+def mask(array: pa.Array) -> Any:
+    """A boolean Arrow array as a numpy mask (unknown is false)."""
+    import numpy as np
+
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def pg_lsn_numbers(lsn: pa.Array) -> pa.Array:
+    """Postgres LSNs ``X/Y`` (each half 1 to 8 hex digits, checked by the caller) as one
+    unsigned 64-bit number each, as :func:`cdcflow.positions.pg_lsn` reads them."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    halves = pc.split_pattern(lsn, "/")
+    nibble_of = _hex_digits()
+    out = np.zeros(len(lsn), dtype=np.uint64)
+    for k, shift in ((0, 32), (1, 0)):
+        padded = pc.utf8_lpad(pc.list_element(halves, k), 8, "0")
+        first = np.frombuffer(padded.buffers()[1], dtype=np.int32)[padded.offset]
+        digits = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[first : first + 8 * len(lsn)]
+        value = np.zeros(len(lsn), dtype=np.uint64)
+        for nibble in nibble_of[digits].reshape(-1, 8).T.astype(np.uint64):
+            value = (value << np.uint64(4)) | nibble
+        out |= value << np.uint64(shift)
+    return pa.array(out, pa.uint64())
+
+
+@lru_cache(maxsize=1)
+def _hex_digits() -> Any:
+    import numpy as np
+
+    table = np.zeros(256, dtype=np.uint8)
+    for i, c in enumerate(b"0123456789abcdef"):
+        table[c] = i
+    for i, c in enumerate(b"ABCDEF"):
+        table[c] = 10 + i
+    return table
+
+
+def encoded_sequences(*numbers: pa.Array) -> pa.Array:
+    """:func:`cdcflow.sequence.encode` of tuples of non-negative integers, one array per
+    element (integer arrays, or their decimal digits as text)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts: list[Any] = []
+    for element in numbers:
+        digits = element if pa.types.is_string(element.type) else pc.cast(element, pa.string())
+        width = pc.utf8_lpad(pc.cast(pc.utf8_length(digits), pa.string()), 2, "0")
+        parts += ["p", width, digits, "!"]
+    return pc.binary_join_element_wise(*parts, "")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, ClassVar
 
 from cdcflow import positions, sequence
@@ -351,7 +351,7 @@ class SavegressDialect(Dialect):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from cdcflow.wire import BulkImages
+        from cdcflow.wire import BulkImages, encoded_sequences, mask, pg_lsn_numbers
 
         lines = read_lines(data, ("timestamp",))
         if lines is None:
@@ -408,14 +408,11 @@ class SavegressDialect(Dialect):
             checks.append(pc.invert(pc.match_substring(lines.texts, "null")))
         ok = np.ones(n, dtype=bool)
         for check in checks:
-            ok &= _np(check)
+            ok &= mask(check)
         # the ordering tuple (LSN as one number, sequence) and the position's JSON text
         lsn = pc.if_else(pa.array(ok), lsn, "0/0")
-        lsn_digits = pc.cast(_lsn_numbers(lsn), pa.string())
         number_digits = pc.cast(pc.fill_null(number, 0), pa.string())
-        seq = pc.binary_join_element_wise(
-            "p", _width(lsn_digits), lsn_digits, "!p", _width(number_digits), number_digits, "!", ""
-        )
+        seq = encoded_sequences(pg_lsn_numbers(lsn), number_digits)
         written = pc.if_else(
             pc.is_null(number),
             pc.binary_join_element_wise('{"lsn":"', lsn, '"}', ""),
@@ -494,53 +491,6 @@ class SavegressDialect(Dialect):
                 )
                 ids[i] = event_id(self.name, table[i], hashed, seqs[i], ops[i])
         return pa.array(ids, pa.string())
-
-
-def _np(array: Any) -> Any:
-    import numpy as np
-
-    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _lsn_numbers(lsn: Any) -> Any:
-    """Postgres LSNs ``X/Y`` (validated hex) as one unsigned 64-bit number each, as
-    :func:`cdcflow.positions.pg_lsn` reads them."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    halves = pc.split_pattern(lsn, "/")
-    nibble_of = _hex_table()
-    out = np.zeros(len(lsn), dtype=np.uint64)
-    for k, shift in ((0, 32), (1, 0)):
-        padded = pc.utf8_lpad(pc.list_element(halves, k), 8, "0")
-        first = np.frombuffer(padded.buffers()[1], dtype=np.int32)[padded.offset]
-        digits = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[first : first + 8 * len(lsn)]
-        value = np.zeros(len(lsn), dtype=np.uint64)
-        for nibble in nibble_of[digits].reshape(-1, 8).T.astype(np.uint64):
-            value = (value << np.uint64(4)) | nibble
-        out |= value << np.uint64(shift)
-    return pa.array(out, pa.uint64())
-
-
-def _width(digits: Any) -> Any:
-    """The two-digit length that :func:`cdcflow.sequence.encode` writes before a number."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return pc.utf8_lpad(pc.cast(pc.utf8_length(digits), pa.string()), 2, "0")
-
-
-@lru_cache(maxsize=1)
-def _hex_table() -> Any:
-    import numpy as np
-
-    table = np.zeros(256, dtype=np.uint8)
-    for i, c in enumerate(b"0123456789abcdef"):
-        table[c] = i
-    for i, c in enumerate(b"ABCDEF"):
-        table[c] = 10 + i
-    return table
 
 
 def _score(doc: Mapping[str, Any]) -> float:
