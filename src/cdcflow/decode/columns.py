@@ -276,13 +276,13 @@ def columnar_batch(dialect: str, found: Columnar, origin: str | None) -> pa.Reco
     given = found.columns
     lines = found.lines
     fixed: dict[str, Any] = {
-        "dialect": pa.array([dialect] * n, pa.string()),
+        "dialect": pa.repeat(pa.scalar(dialect, pa.string()), n),
         "metadata": constant_map([], [], n),
-        "partial": pa.array([False] * n, pa.bool_()),
-        "origin": pa.array([origin] * n, pa.string()),
+        "partial": pa.repeat(pa.scalar(False), n),
+        "origin": pa.repeat(pa.scalar(origin, pa.string()), n),
         "offset": pa.array(lines.offsets[rows], pa.int64()),
         "line": pa.array(lines.numbers[rows], pa.int64()),
-        "item": pa.array([0] * n, pa.int32()),
+        "item": pa.repeat(pa.scalar(0, pa.int32()), n),
     }
     arrays = []
     for field in schema:

@@ -64,17 +64,14 @@ def decode_files(
 
 def _the_rest(decoder: Decoder, found: Columnar, origin: str) -> Iterator[Outcome]:
     """The lines a dialect did not read in bulk, decoded one by one."""
+    import numpy as np
+
     lines = found.lines
-    done = set(found.rows)
-    for i in range(len(lines.offsets)):
-        if i not in done:
-            msg = RawMessage(
-                lines.line(i),
-                origin=origin,
-                offset=int(lines.offsets[i]),
-                line=int(lines.numbers[i]),
-            )
-            yield decoder.decode(msg)
+    for i in np.setdiff1d(np.arange(len(lines.offsets)), found.rows).tolist():
+        msg = RawMessage(
+            lines.line(i), origin=origin, offset=int(lines.offsets[i]), line=int(lines.numbers[i])
+        )
+        yield decoder.decode(msg)
 
 
 def decode_dataframe(

@@ -211,7 +211,7 @@ class Columnar:
     order, wire strings in the maps); every other line is left to :meth:`Dialect.decode`."""
 
     lines: JsonLines
-    rows: list[int]
+    rows: Any  # numpy int64 array
     columns: dict[str, Any]
 
 

@@ -25,7 +25,7 @@ from cdcflow.dialects.base import (
 from cdcflow.errors import DecodeError
 from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS, event_id
 from cdcflow.transports import PROTOBUF
-from cdcflow.transports.json import header_map, kind, read_lines
+from cdcflow.transports.json import header_map, kind, known_schema, read_lines
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import (
     ValueTypeError,
@@ -77,6 +77,8 @@ class SavegressDialect(Dialect):
 
     name: ClassVar[str] = "savegress"
     capabilities = CAPABILITIES
+    #: The schema of the last file read in bulk (the next one is likely alike).
+    _bulk_schema: Any = None
 
     # ------------------------------------------------------------------ recognition
 
@@ -353,20 +355,24 @@ class SavegressDialect(Dialect):
 
         from cdcflow.wire import BulkImages, encoded_sequences, mask, pg_lsn_numbers
 
-        lines = read_lines(data, ("timestamp",))
+        lines = read_lines(data, ("timestamp",), self._bulk_schema)
         if lines is None:
             return None
         t = lines.table
+        self._bulk_schema = known_schema(t.schema)
         n = t.num_rows
         names = set(t.column_names)
         if not names <= _BULK_FIELDS or not {"operation", "table", "position"} <= names:
             return None
 
         def column(name: str) -> pa.Array:
-            found = t.column(name).combine_chunks() if name in names else pa.nulls(n)
+            return t.column(name).combine_chunks() if name in names else pa.nulls(n)
+
+        def text_column(name: str) -> pa.Array:
+            found = column(name)
             return pa.nulls(n, pa.string()) if pa.types.is_null(found.type) else found
 
-        texts = {f: column(f) for f in _BULK_TEXT}
+        texts = {f: text_column(f) for f in _BULK_TEXT}
         if not all(pa.types.is_string(a.type) for a in texts.values()):
             return None
         position = t.column("position").combine_chunks()
@@ -420,7 +426,7 @@ class SavegressDialect(Dialect):
         )
         source = pc.fill_null(text("source"), "postgres")
         columns: dict[str, list[Any]] = {}
-        rows: list[int] = []
+        rows: list[Any] = []
         groups = pa.table({"t": table, "s": schema, "src": source, "i": pa.array(np.arange(n))})
         groups = groups.filter(pa.array(ok))
         grouped = groups.group_by(["t", "s", "src"]).aggregate([("i", "list")]).to_pylist()
@@ -465,13 +471,13 @@ class SavegressDialect(Dialect):
                 columns.setdefault(name, []).append(values)
             for name, values in (*bulk.maps.items(), ("key", bulk.key), ("types", bulk.types)):
                 columns.setdefault(name, []).append(values if every else values.filter(keep))
-            rows.extend(picked.to_pylist())
-        if not rows:
+            rows.append(picked.to_numpy())
+        if not rows or not sum(len(r) for r in rows):
             return None
         out = {name: pa.concat_arrays(parts) for name, parts in columns.items()}
         out["timestamp"] = pc.cast(out["timestamp"], pa.timestamp("us", tz="UTC"))
         out["id"] = self._bulk_ids(out)
-        return Columnar(lines, rows, out)
+        return Columnar(lines, np.concatenate(rows), out)
 
     def _bulk_ids(self, columns: dict[str, Any]) -> Any:
         """Event ids: the message's ``id``, else the hash of the event's identity."""

@@ -274,11 +274,14 @@ class JsonLines:
         return self.data[self.offsets[i] : self.ends[i]].strip(_WS)
 
 
-def read_lines(data: bytes, text_fields: Sequence[str] = ()) -> JsonLines | None:
+def read_lines(
+    data: bytes, text_fields: Sequence[str] = (), known: pa.Schema | None = None
+) -> JsonLines | None:
     """The file read by Arrow's JSON reader when :func:`split` would frame it as JSON lines and
     the reader takes every line (valid UTF-8, one object per line, no key twice), else
     ``None``. Top-level ``text_fields``, and any field the reader would read as a date or
-    time, stay text."""
+    time, stay text. ``known``: the schema of a similar file (the reader need not infer what
+    it says; a file that does not fit it is read again without it)."""
     if not _more_than_one_document(data):
         return None
     try:
@@ -302,7 +305,11 @@ def read_lines(data: bytes, text_fields: Sequence[str] = ()) -> JsonLines | None
     if len(spaced):  # lines that start with a space may be spaces only
         blank = pc.equal(pc.binary_length(pc.utf8_trim(all_lines.take(spaced), " \t\r")), 0)
         keep = np.setdiff1d(keep, spaced[np.asarray(blank.to_numpy(zero_copy_only=False))])
-    table = _arrow_lines(data, pa.schema([(f, pa.string()) for f in text_fields]))
+    table = None
+    if known is not None:
+        table = _arrow_lines(data, known)
+    if table is None:
+        table = _arrow_lines(data, pa.schema([(f, pa.string()) for f in text_fields]))
     if table is not None and _has_temporal(table.schema):
         table = _arrow_lines(data, _as_text(table.schema))
     if table is None or table.num_rows != len(keep):
@@ -315,6 +322,26 @@ def read_lines(data: bytes, text_fields: Sequence[str] = ()) -> JsonLines | None
         keep + 1,
         ends[keep],
     )
+
+
+def known_schema(schema: pa.Schema) -> pa.Schema:
+    """The part of a file's schema that holds for the next file read with it: fields whose
+    type the reader found (not all-null ones)."""
+    import pyarrow as pa
+
+    def known(t: pa.DataType) -> pa.DataType | None:
+        if pa.types.is_null(t):
+            return None
+        if pa.types.is_struct(t):
+            fields = [
+                pa.field(t.field(i).name, k)
+                for i in range(t.num_fields)
+                if (k := known(t.field(i).type)) is not None
+            ]
+            return pa.struct(fields) if fields else None
+        return t
+
+    return pa.schema([pa.field(f.name, k) for f in schema if (k := known(f.type)) is not None])
 
 
 def _more_than_one_document(data: bytes) -> bool:
