@@ -16,18 +16,15 @@ import orjson
 import pytest
 
 from cdcflow import sequence
-from cdcflow.dialects.base import DialectOptions, RawMessage
-from cdcflow.dialects.cockroachdb import (
-    bits_from_avro,
-    loads_exact,
-    parse_object_name,
-    split_topic,
-)
-from cdcflow.framing import Decoder
+from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.cockroachdb import bits_from_avro, parse_object_name, split_topic
 from cdcflow.testing import oracle
 from cdcflow.testing.render_cockroachdb import render, table_feed
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.workload import generate
+from cdcflow.transports.json import loads_exact
+from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
 from tests.golden import check_golden
 from tests.test_savegress import inspect
@@ -642,12 +639,6 @@ def test_exact_numbers_and_decimal_inference() -> None:
         ({"after": {"id": 1}, "key": [1], "updated": "1.00000000001"}, {}, "BAD_HLC"),
         ({"resolved": "soon"}, {}, "BAD_HLC"),
         ({"after": {"id": 1}, "key": [1, 2]}, {}, "KEY_LENGTH_MISMATCH"),
-        ({"after": None, "key": [1]}, {"table_keys": {}}, "KEY_NAMES_UNKNOWN"),
-        (
-            {"after": {"x": 1}, "key": [1], "topic": "t.fam"},
-            {"table_keys": {}},
-            "KEY_NAMES_UNKNOWN",
-        ),
         ({"after": [1]}, {}, "BAD_ROW"),
         ({"after": {"id": 1}, "op": "x", "source": {"origin": "cockroachdb"}}, {}, "UNKNOWN_OP"),
         ({"city": "x"}, {}, "UNKNOWN_ENVELOPE"),
@@ -670,6 +661,38 @@ def test_bad_input_codes(doc: Any, options: dict[str, Any], code: str) -> None:
         extra = {}
     options.setdefault("table_keys", {"t": ("id",)})
     assert codes(doc, extra=extra, **options) == [code]
+
+
+def test_key_values_without_names_travel_in_metadata() -> None:
+    """A delete or a column-family message whose key names nothing gives is decoded, not
+    rejected: ``key`` null, the values in primary-key order as wire strings in
+    ``metadata.key_values`` (the engine names them)."""
+    events, rej = decode({"after": None, "key": [1, "b"], "updated": TS1}, extra={"table": "t"})
+    assert not rej
+    (ev,) = events
+    assert (ev["operation"], ev["key"], ev["before"], ev["after"]) == ("DELETE", None, None, None)
+    assert ev["metadata"]["key_values"] == ["1", "b"]
+    events, rej = decode({"after": {"x": 1.50}, "key": [2.5], "topic": "t.fam", "updated": TS1})
+    assert not rej
+    (ev,) = events
+    assert ev["partial"] and ev["key"] is None and ev["after"] == {"x": Decimal("1.50")}
+    assert ev["metadata"]["key_values"] == ["2.5"] and ev["metadata"]["column_family"] == "fam"
+
+
+def test_inspect_prints_a_delete_without_key_names_and_warns(tmp_path: Path) -> None:
+    """A cloud-storage file whose delete names its key nowhere: inspect exits 0, prints both
+    events and warns once on stderr, naming --key."""
+    lines = [
+        {"after": {"id": 1, "v": "a"}, "key": [1], "updated": TS1},
+        {"after": None, "key": [1], "updated": TS2},
+    ]
+    data = b"".join(orjson.dumps(x) + b"\n" for x in lines)
+    rc, out, err = inspect(tmp_path, NAME.format(topic="pets"), data)
+    assert rc == 0, err
+    events = [orjson.loads(x) for x in out]
+    assert [e["operation"] for e in events] == ["UPSERT", "DELETE"]
+    assert [e["metadata"]["key_values"] for e in events] == [["1"], ["1"]]
+    assert err.count("warning:") == 1 and "--key pets=" in err and "'pets'" in err
 
 
 def test_bad_webhook_item_is_rejected_alone() -> None:

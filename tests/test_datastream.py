@@ -16,12 +16,13 @@ import orjson
 import pytest
 import yaml
 
-from cdcflow.dialects.base import DialectOptions, RawMessage
+from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects.base import DialectOptions
 from cdcflow.event import dumps
-from cdcflow.framing import Decoder
 from cdcflow.testing import oracle
 from cdcflow.testing.render_datastream import render, table_source
 from cdcflow.testing.workload import ALL_FEATURES, generate
+from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
 from tests.golden import check_golden
 from tests.test_savegress import inspect

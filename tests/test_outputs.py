@@ -420,8 +420,8 @@ def test_output_config_validation() -> None:
 
 
 def _decode_dir(directory: Path) -> list[dict[str, Any]]:
-    from cdcflow.dialects.base import RawMessage
-    from cdcflow.framing import Decoder
+    from cdcflow.decode.decoder import Decoder
+    from cdcflow.transports.message import RawMessage
 
     decoder = Decoder("savegress")
     events: list[dict[str, Any]] = []

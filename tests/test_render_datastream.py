@@ -14,9 +14,9 @@ import fastavro
 import orjson
 import pytest
 
+from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.dialects.datastream import _avro_type
-from cdcflow.framing import Decoder
+from cdcflow.dialects.datastream import avro_column_type
 from cdcflow.testing import oracle, render_datastream
 from cdcflow.testing.render_datastream import (
     AVRO_TYPES,
@@ -158,7 +158,7 @@ def test_streamed_events_of_a_key_follow_commit_order(tmp_path: Path, source: st
 def test_avro_types_map_back_to_canonical_types() -> None:
     for canonical in [*AVRO_TYPES, "decimal(10,2)", "decimal(38,18)"]:
         written = avro_type(canonical)
-        assert _avro_type(["null", written], {}) == (canonical, "plain"), canonical
+        assert avro_column_type(["null", written]) == (canonical, "plain"), canonical
     with pytest.raises(ValueError, match="no Avro type"):
         avro_type("point")
 

@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from cdcflow.dialects.base import DialectOptions, RawMessage
-from cdcflow.framing import Decoder
+from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
 from tests.golden import check_golden
 
@@ -172,7 +173,8 @@ def test_spec_ddl_gives_added_column_type(tmp_path: Path) -> None:
 
 
 def test_protobuf_golden(tmp_path: Path) -> None:
-    from cdcflow.dialects.savegress_proto import event_to_proto, write_delimited
+    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.transports.protobuf import write_delimited
 
     full = orjson.loads(spec_blocks()[0])
     data = write_delimited([event_to_proto(full), event_to_proto({**full, "id": "evt-2"})])

@@ -10,17 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdcflow.dialects.base import DialectOptions, RawMessage
-from cdcflow.dialects.savegress_proto import (
-    MAX_EXACT_INT,
-    event_from_proto,
-    event_to_proto,
-    split_delimited,
-    write_delimited,
-)
+from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.savegress_proto import MAX_EXACT_INT, event_from_proto, event_to_proto
 from cdcflow.errors import DecodeError
-from cdcflow.framing import Decoder
 from cdcflow.proto import savegress_pb2 as pb
+from cdcflow.transports.message import RawMessage
+from cdcflow.transports.protobuf import split_delimited, write_delimited
 from cdcflow.types import ValueTypeError
 
 FULL = {

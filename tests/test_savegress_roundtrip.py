@@ -6,10 +6,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow.dialects.base import RawMessage
-from cdcflow.framing import Decoder
+from cdcflow.decode.decoder import Decoder
 from cdcflow.testing.render_savegress import decode_options, render_messages
 from cdcflow.testing.workload import generate
+from cdcflow.transports.message import RawMessage
 
 _OPS = {
     "insert": "INSERT",

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
+from cdcflow.decode.decoder import Decoder
+from cdcflow.decode.segments import Piece, assess
 from cdcflow.dialects.base import Segment
-from cdcflow.framing import Decoder
-from cdcflow.segments import Piece, assess
 from cdcflow.testing.render_sqlserver_ces import avro_cloudevents, split_event
 from tests.test_sqlserver_ces import _event
 

@@ -24,9 +24,9 @@ import orjson
 import pytest
 
 from cdcflow import signing
+from cdcflow.decode.decoder import Decoder
 from cdcflow.errors import ConfigError
 from cdcflow.event import dumps
-from cdcflow.framing import Decoder
 from cdcflow.serve import landing as landing_mod
 from cdcflow.serve.config import load_serve_config
 from cdcflow.serve.server import ReceiverServer, make_server

@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from cdcflow.dialects.base import DialectOptions, RawMessage
-from cdcflow.framing import Decoder
+from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
 from tests.golden import check_golden
 from tests.test_savegress import inspect
@@ -357,7 +358,7 @@ def test_event_hubs_capture_file_structured_and_binary_mode() -> None:
     assert not rej
     assert [e["id"] for e in events] == [e["id"] for e in src]
     # Capture coordinates travel in metadata; the 2nd event came in binary content mode
-    assert [e["metadata"]["eventhubs"]["sequence_number"] for e in events] == [0, 1, 2]
+    assert [e["metadata"]["eventhubs_sequence_number"] for e in events] == [0, 1, 2]
     assert events[1]["metadata"]["finalsegment"] is True
     assert events[1]["sequence"] > events[0]["sequence"]
 
@@ -445,7 +446,8 @@ def test_kafka_records_structured_binary_mode_and_avro_value() -> None:
         assert not rej, rej
         assert [e["id"] for e in events] == [a["id"], b["id"], c["id"]]
         assert {e["dialect"] for e in events} == {"sqlserver_ces"}
-    assert events[2]["metadata"]["kafka"] == {"topic": "ces", "partition": 3, "offset": 2}
+    kafka = {k: v for k, v in events[2]["metadata"].items() if k.startswith("kafka_")}
+    assert kafka == {"kafka_topic": "ces", "kafka_partition": 3, "kafka_offset": 2}
     assert events[1]["after"] == decode(b)[0][0]["after"]
 
 

@@ -6,6 +6,8 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdcflow import types as T
 
@@ -106,3 +108,61 @@ def test_inference_never_guesses_text() -> None:
     assert T.infer_type(True) == "boolean"
     assert T.infer_type({"a": 1}) == "json"
     assert T.infer_type(None) is None
+
+
+WIRE_TYPES = [
+    "string",
+    "json",
+    "bigint",
+    "int",
+    "double",
+    "float",
+    "boolean",
+    "decimal(10,2)",
+    "decimal(38,0)",
+    "decimal(5,5)",
+    "timestamp",
+    "timestamp_ntz",
+    "date",
+    "uuid",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=False),
+        st.text(max_size=12),
+        st.from_regex(r"-?0*\d{0,12}(\.\d{0,8})?", fullmatch=True),
+        st.from_regex(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", fullmatch=True),
+    ),
+    t=st.sampled_from(WIRE_TYPES),
+)
+def test_wire_value_is_the_wire_string_of_the_converted_value(value: object, t: str) -> None:
+    """The fast path to wire strings agrees with conversion then :func:`to_wire`, errors
+    included."""
+    try:
+        expected: object = T.to_wire(T.convert(value, t))
+    except T.ValueTypeError:
+        expected = T.ValueTypeError
+    try:
+        got: object = T.wire_value(value, t)
+    except T.ValueTypeError:
+        got = T.ValueTypeError
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "t"),
+    [(1, "bigint"), (1.5, "double"), (True, "boolean"), ("2025-01-15", "date")],
+)
+def test_wire_json_is_the_json_form_of_the_typed_value(value: object, t: str) -> None:
+    import orjson
+
+    typed = T.convert(value, t)
+    assert orjson.dumps(T.wire_json(T.to_wire(typed), t)) == orjson.dumps(
+        typed, default=T.json_default
+    )

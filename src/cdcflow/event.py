@@ -137,40 +137,36 @@ def format_timestamp(ts: dt.datetime | None) -> str | None:
 # --------------------------------------------------------------------------- Spark / Arrow
 
 
+_MAP = "map<string,string>"
+#: Spark types of the canonical fields that are not strings.
+_FIELD_TYPES: dict[str, str] = {
+    "timestamp": "timestamp",
+    "key": _MAP,
+    "before": _MAP,
+    "after": _MAP,
+    "partial": "boolean",
+    "metadata": _MAP,
+    "types": _MAP,
+}
+
+#: The decoded-events columns inside Spark as (name, Spark type): the canonical fields, then
+#: the transport and error columns — the one definition of that schema.
+SPARK_COLUMNS: tuple[tuple[str, str], ...] = (
+    *((f, _FIELD_TYPES.get(f, "string")) for f in FIELDS),
+    ("origin", "string"),
+    ("offset", "bigint"),
+    ("line", "bigint"),
+    ("item", "int"),
+    ("error_code", "string"),
+    ("error_message", "string"),
+    ("raw", "binary"),
+)
+
+
 def spark_schema_ddl(with_transport: bool = True) -> str:
     """The decoded-events schema as a Spark DDL string (no pyspark import needed)."""
-    cols = [
-        "id string",
-        "dialect string",
-        "source string",
-        "database string",
-        "schema string",
-        "`table` string",
-        "operation string",
-        "timestamp timestamp",
-        "transaction_id string",
-        "sequence string",
-        "position string",
-        "key map<string,string>",
-        "before map<string,string>",
-        "after map<string,string>",
-        "partial boolean",
-        "metadata map<string,string>",
-        "ddl_type string",
-        "ddl_command string",
-        "types map<string,string>",
-    ]
-    if with_transport:
-        cols += [
-            "origin string",
-            "offset bigint",
-            "line bigint",
-            "item int",
-            "error_code string",
-            "error_message string",
-            "raw binary",
-        ]
-    return ", ".join(cols)
+    columns = SPARK_COLUMNS if with_transport else SPARK_COLUMNS[: len(FIELDS)]
+    return ", ".join(f"`{name}` {t}" for name, t in columns)
 
 
 def spark_schema(with_transport: bool = True) -> Any:

@@ -277,7 +277,10 @@ def _to_decimal(value: Any, t: str) -> Decimal:
     exp = d.as_tuple().exponent
     assert isinstance(exp, int)
     # decimal(38, s) needs more than the default context's 28 digits
-    q = d.quantize(_scale_unit(s), context=_WIDE)
+    try:
+        q = d.quantize(_scale_unit(s), context=_WIDE)
+    except InvalidOperation:
+        raise ValueTypeError(f"{value!r} does not fit {t}") from None
     if -exp > s and q != d:
         raise ValueTypeError(f"{value!r} has more than {s} fractional digits for {t}")
     d = q
@@ -364,12 +367,35 @@ def _to_uuid(value: Any) -> str:
     raise ValueTypeError(f"expected a UUID, got {value!r}")
 
 
+def json_bytes(value: Any, option: int = 0) -> bytes:
+    """Compact JSON of a decoded value: exact decimals, ISO timestamps, base64 bytes, and
+    integers of any size (orjson alone refuses those beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, default=json_default, option=option)
+    except TypeError:
+        return orjson.dumps(_big_ints(value), default=json_default, option=option)
+
+
+def _big_ints(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return orjson.Fragment(str(value))
+    if isinstance(value, dict):
+        return {k: _big_ints(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_big_ints(v) for v in value]
+    return value
+
+
+def _json_text(value: Any) -> str:
+    return json_bytes(value).decode()
+
+
 def _to_json(value: Any) -> str:
     # JSON columns arrive as objects/arrays (unified format) or as JSON text (most others);
     # text is kept as given.
     if isinstance(value, str):
         return value
-    return orjson.dumps(value).decode()
+    return _json_text(value)
 
 
 _POINT_TEXT = re.compile(r"^\s*\(\s*([^,]+)\s*,\s*([^)]+)\s*\)\s*$")
@@ -389,7 +415,7 @@ def _to_string(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (bool, dict, list)):
-        return orjson.dumps(value).decode()
+        return _json_text(value)
     if isinstance(value, (int, float, Decimal)):
         return str(value)
     raise ValueTypeError(f"expected text, got {value!r}")
@@ -502,8 +528,70 @@ def to_wire(value: Any) -> str | None:
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(value).decode()
     if isinstance(value, (list, dict)):
-        return orjson.dumps(value, default=json_default).decode()
+        return _json_text(value)
     return str(value)
+
+
+_PLAIN_DECIMAL = re.compile(r"^(-?)([0-9]+)(?:\.([0-9]+))?$")
+
+
+def wire_value(value: Any, t: str) -> str | None:
+    """``to_wire(convert(value, t))`` — the wire string of a value read as type ``t`` — read
+    off the value directly where its text already is the wire form (the common cases of
+    decoding: text, integers, plain decimals and UTC timestamps), else through :func:`convert`.
+
+    Raises :class:`ValueTypeError` exactly when :func:`convert` does.
+    """
+    if value is None:
+        return None
+    kind = type(value)
+    if t == "string" or t == "json":
+        if kind is str:
+            return value
+    elif t == "bigint" or t == "int":
+        if kind is int:
+            limit = _INT_LIMITS[t]
+            if -limit <= value < limit:
+                return str(value)
+    elif t == "timestamp":
+        if kind is str and len(value) == 27 and _is_plain_utc(value):
+            try:
+                dt.datetime.fromisoformat(value)
+            except ValueError:
+                pass
+            else:
+                return value
+    elif t == "boolean":
+        if kind is bool:
+            return "true" if value else "false"
+    elif t == "double":
+        if kind is float:
+            return to_wire(value)
+    elif t.startswith("decimal") and (kind is str or kind is int):
+        found = plain_decimal_wire(str(value), t)
+        if found is not None:
+            return found
+    return to_wire(convert(value, t))
+
+
+_INT_LIMITS = {"int": 1 << 31, "bigint": 1 << 63}
+
+
+def plain_decimal_wire(text: str, t: str) -> str | None:
+    """The wire form of a plain decimal literal (``-12.5``) for ``decimal(p,s)``: the literal
+    padded to the scale, without leading zeros; ``None`` when it needs the full conversion
+    (other forms, more digits than the type holds)."""
+    m = _PLAIN_DECIMAL.match(text)
+    ps = parse_decimal_type(t)
+    if m is None or ps is None:
+        return None
+    p, s = ps
+    sign, whole, frac = m.group(1), m.group(2).lstrip("0"), m.group(3) or ""
+    if len(frac) > s or len(whole) > p - s:
+        return None
+    if s == 0:
+        return sign + (whole or "0")
+    return f"{sign}{whole or '0'}.{frac}{'0' * (s - len(frac))}"
 
 
 def from_wire(text: str | None, t: str) -> Any:
@@ -515,6 +603,24 @@ def from_wire(text: str | None, t: str) -> Any:
     if t in ("point",) or t.startswith("array<"):
         return convert(orjson.loads(text), t)
     return convert(text, t)
+
+
+def wire_json(text: str | None, t: str | None) -> Any:
+    """The JSON value the typed value behind wire string ``text`` takes in the JSON form (what
+    :func:`json_default` makes of it): numbers and booleans as JSON numbers and booleans,
+    decimals as exact numbers, structured values as their JSON; everything else is its wire
+    text already."""
+    if text is None or t is None:
+        return text
+    if t in ("bigint", "int"):
+        return int(text)
+    if t in ("double", "float"):
+        return float(text)
+    if t == "boolean":
+        return text == "true"
+    if t.startswith("decimal") or t == "point" or t.startswith("array<"):
+        return orjson.Fragment(text)
+    return text
 
 
 def json_default(value: Any) -> Any:

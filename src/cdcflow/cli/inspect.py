@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from cdcflow.cli.main import echo_err, resolve_paths
+from cdcflow.decode.decoder import Decoder
+from cdcflow.decode.segments import SegmentBuffer
 from cdcflow.dialects import dialect_names
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.event import dumps
-from cdcflow.framing import Decoder
-from cdcflow.segments import SegmentBuffer
 
 
 def _origin_text(
@@ -82,19 +83,29 @@ def inspect_cmd(
     """Decode CDC messages (files, directories or - for stdin) and print one canonical event
     per line as JSON. Messages that cannot be decoded are reported on stderr as
     [CODE] message with their file and line; the exit status is then 1. Segments of split
-    messages are reassembled across all the inputs; their events are printed last."""
+    messages are reassembled across all the inputs; their events are printed last. Events
+    whose key columns the message does not name are printed with their key values in
+    metadata.key_values, and one warning per table says how to name them (--key)."""
     options = DialectOptions(table_keys=_parse_keys(keys), column_types=_parse_types(types))
     decoder = Decoder(dialect, options)
     failures = 0
     out = sys.stdout.buffer
     segments = SegmentBuffer()
+    unnamed: dict[str, int] = {}
+
+    def emit(ev: dict[str, Any]) -> None:
+        out.write(dumps(ev) + b"\n")
+        if ev.get("key") is None and "key_values" in (ev.get("metadata") or {}):
+            table = ".".join(p for p in (ev.get("schema"), ev.get("table")) if p)
+            unnamed[table] = unnamed.get(table, 0) + 1
+
     for path in resolve_paths(paths):
         data = sys.stdin.buffer.read() if path is None else Path(path).read_bytes()
         origin = None if path is None else str(path)
         for outcome in decoder.decode_file(data, origin):
             m = outcome.message
             for ev in outcome.events:
-                out.write(dumps(ev) + b"\n")
+                emit(ev)
             for rej in outcome.rejections:
                 failures += 1
                 where = _origin_text(origin, m.line, m.offset, m.index, rej.item)
@@ -110,7 +121,7 @@ def inspect_cmd(
                 name, [p.raw for p in verdict.pieces], first.origin, first.offset, first.line
             )
             for ev in outcome.events:
-                out.write(dumps(ev) + b"\n")
+                emit(ev)
             for rej in outcome.rejections:
                 failures += 1
                 echo_err(f"[{rej.code}] {rej.message} (split message from {where})")
@@ -125,6 +136,12 @@ def inspect_cmd(
         else:
             echo_err(f"[{verdict.code}] {verdict.reason} ({where})")
     out.flush()
+    for table, n in unnamed.items():
+        echo_err(
+            f"warning: {n} event(s) of table {table!r} carry key values without column names "
+            f"(metadata.key_values, in primary-key order); name the key columns with "
+            f"--key {table.rsplit('.', 1)[-1]}=COL[,COL...]"
+        )
     if failures:
         echo_err(f"{failures} message(s) could not be decoded")
         raise click.exceptions.Exit(1)

@@ -1,37 +1,70 @@
-"""What every dialect provides: a recogniser and a decoder from one raw message.
+"""The dialect base: the skeleton every dialect runs, and the helpers vendor modules share.
 
-A dialect module reads like its spec: its docstring names the spec file, maps vendor fields to
-canonical ones, lists the quirks handled and the spec's contradictions. Decoders are pure
-Python (orjson) so the same code runs in the CLI, the HTTP receiver and inside Spark.
+A dialect module holds vendor knowledge only — how its messages are recognised, where the
+table, key, row images and position live, its operation map, its ordering tuple, how split
+messages are joined. Everything else is here: reading the message's document from whatever
+transport carried it, the per-item loop of batch messages with one rejection per bad item,
+typed (or wire) values with ``BAD_VALUE`` errors, declared column types, key resolution, the
+delivery-order fallback, lineage metadata from the transport.
+
+Writing a dialect (see ``docs/dialects/README.md``)::
+
+    class MyDialect(Dialect):
+        name = "mine"
+        orders_events = True          # every capability flag below is set explicitly
+        ...
+        def recognise(self, msg, doc): ...     # 0..1
+        def event(self, doc, item): ...        # one canonical event (or a list, a Segment)
+
+and one line in :data:`cdcflow.dialects.AVAILABLE_DIALECTS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
+from cdcflow import sequence
 from cdcflow.errors import DecodeError
+from cdcflow.event import event_id, new_event
+from cdcflow.transports import AVRO, EVENTHUBS, JSON, KAFKA, transport_of_file
+from cdcflow.transports import avro as avro_transport
+from cdcflow.transports.json import (
+    JsonLines,
+    dumps,
+    has_inexact_numbers,
+    kind,
+    parse,
+    parse_exact,
+)
+from cdcflow.transports.message import AvroValue, RawMessage
+from cdcflow.types import (
+    ValueTypeError,
+    convert,
+    parse_timestamp,
+    to_wire,
+    wire_json,
+    wire_value,
+)
 
-
-@dataclass(slots=True)
-class RawMessage:
-    """One message as it arrived, with its transport coordinates.
-
-    ``index`` is the message's position in a file that is one JSON array of messages.
-    ``doc`` is the already-parsed JSON value when the framing had to parse it (an element of a
-    JSON array file); decoders then skip parsing ``data`` again.
-    """
-
-    data: bytes
-    origin: str | None = None
-    offset: int = 0
-    line: int | None = None
-    key: bytes | None = None
-    headers: Mapping[str, bytes] | None = None
-    index: int | None = None
-    doc: Any = None
-    parsed: bool = False
+__all__ = [
+    "BASE_TRANSPORTS",
+    "Batch",
+    "Capabilities",
+    "Columnar",
+    "Decoded",
+    "Dialect",
+    "DialectOptions",
+    "Item",
+    "Order",
+    "RawMessage",
+    "Rejection",
+    "Segment",
+    "Where",
+    "kind",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +82,7 @@ class Rejection:
 class Segment:
     """One segment of a message the producer split (e.g. a CES event over the stream group's
     ``max_message_size_kb``). Segments sharing ``group`` are reassembled in ``index`` order
-    (:mod:`cdcflow.segments`) before the whole message is decoded.
+    (:mod:`cdcflow.decode.segments`) before the whole message is decoded.
 
     ``final`` marks the last segment (``None`` when the producer does not say); ``total`` is the
     segment count when the producer gives one instead. ``raw`` is the segment as the dialect's
@@ -71,7 +104,8 @@ class DialectOptions:
 
     ``table_keys``: table → key column names, for producers that send none.
     ``column_types``: table → column → native or canonical type, for producers that send none.
-    ``extra``: dialect-specific options.
+    ``extra``: dialect-specific options (and ``schema_dir``, the folder of Avro schemas that
+    Confluent-framed messages name by id, for every dialect).
     """
 
     table_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -95,48 +129,365 @@ class DialectOptions:
             return self.column_types[f"{schema}.{table}"]
         return self.column_types.get(table, {})
 
+    @property
+    def schema_dir(self) -> str | None:
+        """The folder of ``<id>.avsc`` schemas for Confluent-framed Avro messages."""
+        found = self.extra.get("schema_dir")
+        return str(found) if found else None
+
 
 Decoded = dict[str, Any] | Rejection | Segment
 
+#: Transports every dialect gets from the base.
+BASE_TRANSPORTS: frozenset[str] = frozenset({JSON, KAFKA, AVRO, EVENTHUBS})
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a dialect's producer can express. Every dialect declares its own (what it does
+    not claim is false); the contract suite checks each claim against the dialect's rendered
+    messages."""
+
+    orders_events: bool = False
+    """The producer gives a commit order: row events get a ``sequence`` from a native
+    position, never from delivery order, when the producer is set up as the dialect's docs
+    say."""
+    before_images: bool = False
+    """UPDATE events can carry the row's previous image (``before``)."""
+    names_keys: bool = False
+    """Every message names its key columns; otherwise some need names from configuration or
+    the engine (key values without names travel in ``metadata.key_values``)."""
+    carries_types: bool = False
+    """Messages carry column types; otherwise types come from declarations or inference."""
+    splits_messages: bool = False
+    """Messages may arrive split into segments (:meth:`Dialect.event` returns a
+    :class:`Segment`, :meth:`Dialect.reassemble` joins them)."""
+    exact_numbers: bool = False
+    """JSON numbers with a fraction or more than 19 digits are read exactly (``Decimal``, big
+    integers): the format's JSON numbers carry exact decimals."""
+    transports: frozenset[str] = BASE_TRANSPORTS
+    """Transports that carry the messages (:mod:`cdcflow.transports`): JSON, Kafka records,
+    Avro and Event Hubs Capture come with the base; a dialect adds its own formats (protobuf,
+    CSV)."""
+
+
+#: Where a change happened: (database, schema, table).
+Where = tuple[str | None, str | None, str | None]
+
+
+class Order(NamedTuple):
+    """Where an event stands in its source: the comparable ``sequence``, the producer's native
+    ``position``, the commit ``timestamp`` and ``transaction_id`` when known."""
+
+    sequence: str
+    position: dict[str, Any] | None = None
+    timestamp: dt.datetime | None = None
+    transaction_id: str | None = None
+
+
+@dataclass(slots=True)
+class Batch:
+    """A message that holds several items (a batch envelope, a webhook body, a JSON array):
+    each item is decoded, or rejected, on its own. ``meta`` goes into every item's metadata."""
+
+    items: Sequence[Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Item:
+    """One item being decoded: its message, its number in the message, and the metadata every
+    event of it starts from (transport coordinates, batch fields)."""
+
+    msg: RawMessage
+    number: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Columnar:
+    """Events of a JSON-lines file read in bulk: of the file's ``lines``, the ``rows``
+    (indexes) decoded here, with ``columns`` their canonical fields (Arrow arrays in ``rows``
+    order, wire strings in the maps); every other line is left to :meth:`Dialect.decode`."""
+
+    lines: JsonLines
+    rows: Any  # numpy int64 array
+    columns: dict[str, Any]
+
 
 class Dialect:
-    """Base class of dialects. Subclasses set :attr:`name` and implement :meth:`recognise` and
-    :meth:`decode`.
+    """Base class of dialects: runs the decoding skeleton over vendor hooks.
 
-    Capability flags describe what the producer can express, so callers and docs can tell what
-    is knowable: ``orders_events`` (gives a commit order), ``has_before_images``,
-    ``binary_framing`` (file extensions whose messages are not JSON).
+    Subclasses set :attr:`name` and :attr:`capabilities`, and implement :meth:`recognise` and
+    :meth:`event`; they override :meth:`document`, :meth:`batch`, :meth:`frame_file`,
+    :meth:`schemaless_schema` and :meth:`reassemble` where their format needs it.
     """
 
+    #: Registry name, also the canonical events' ``dialect``.
     name: ClassVar[str] = ""
-    orders_events: ClassVar[bool] = True
-    has_before_images: ClassVar[bool] = True
-    binary_extensions: ClassVar[tuple[str, ...]] = ()
+    #: What the producer can express (declared by every dialect).
+    capabilities: ClassVar[Capabilities]
 
-    def __init__(self, options: DialectOptions | None = None) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "capabilities" not in cls.__dict__:
+            raise TypeError(f"dialect {cls.__name__} must declare its capabilities")
+
+    def __init__(self, options: DialectOptions | None = None, *, wire: bool = False) -> None:
         self.options = options or DialectOptions()
+        #: Values are produced as wire strings (:func:`cdcflow.types.wire_value`) for Spark
+        #: instead of typed Python values.
+        self.wire = wire
+        self._declared: dict[tuple[Any, ...], dict[str, str]] = {}
+
+    # ------------------------------------------------------------------ vendor hooks
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
         """How sure (0..1) this dialect is that ``msg`` is one of its messages. ``doc`` is the
-        parsed JSON value, or ``None`` when the message is not JSON."""
+        parsed JSON value or Avro record, ``None`` when the message is neither."""
         raise NotImplementedError
 
-    def decode(self, msg: RawMessage) -> list[Decoded]:
-        """Canonical events (and rejections of single items) from one raw message.
+    def score(self, msg: RawMessage, doc: Any) -> float:
+        """:meth:`recognise`, and for a message that is a JSON array its first element's score
+        (a little less sure) when the dialect reads arrays as batches."""
+        if not isinstance(doc, list):
+            return self.recognise(msg, doc)
+        if not doc or not isinstance(doc[0], dict) or self.batch(doc, msg) is None:
+            return 0.0
+        return 0.9 * self.recognise(msg, doc[0])
 
-        Raises :class:`~cdcflow.errors.DecodeError` when the message as a whole is unusable.
-        """
+    def event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
+        """The canonical event(s) of one item (or a :class:`Segment` of a split message).
+        Raises :class:`DecodeError` when the item is unusable."""
         raise NotImplementedError
 
-    def frame(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
-        """Split a binary file into messages when this dialect owns the file's format
-        (e.g. length-delimited protobuf), else ``None`` (JSON framing applies)."""
+    def document(self, msg: RawMessage) -> Any:
+        """The vendor document of a message: the parsed JSON, or the Avro record."""
+        if msg.form == "avro" and msg.avro is not None:
+            return msg.avro.value
+        if msg.form == "bytes":
+            record = self.schemaless(msg)
+            if record is not None:
+                return record.value
+            code = "CORRUPT_AVRO" if transport_of_file(msg.origin) == AVRO else "NOT_JSON"
+            raise self.fail(code, "a binary message that is neither JSON nor Avro of this dialect")
+        if msg.form != "json":
+            raise self.fail("NOT_AN_EVENT", f"{self.name} messages do not travel as {msg.form}")
+        return self.parse(msg)
+
+    def batch(self, doc: Any, msg: RawMessage) -> Batch | None:
+        """The items of a message holding several (by default a JSON array), else ``None``."""
+        return Batch(doc) if isinstance(doc, list) else None
+
+    def frame_file(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
+        """Messages of a file form this dialect owns beyond its transports (e.g. an empty file
+        whose name is the message), else ``None``."""
+        return None
+
+    def schemaless_schema(self) -> Any:
+        """The Avro schema (JSON form) of this dialect's schemaless Avro messages, if any."""
+        return None
+
+    def columnar(self, data: bytes) -> Columnar | None:
+        """Events of a JSON-lines file read in bulk (Arrow columns of wire strings), for the
+        plain shapes of the dialect's messages — the row decoder is the reference: the same
+        lines must give the same events; ``None`` when the dialect reads none in bulk."""
         return None
 
     def reassemble(self, segments: list[bytes], origin: str | None) -> RawMessage:
-        """The whole message from the ``raw`` of its segments, in segment order. Only dialects
-        whose decoder returns :class:`Segment` implement it."""
+        """The whole message from the ``raw`` of its segments, in segment order (only for
+        :attr:`splits_messages` dialects)."""
         raise NotImplementedError(f"dialect {self.name!r} does not split messages")
+
+    # ------------------------------------------------------------------ the skeleton
+
+    def decode(self, msg: RawMessage) -> list[Decoded]:
+        """Canonical events (and rejections of single items, and segments) of one message.
+
+        Raises :class:`DecodeError` when the message as a whole is unusable.
+        """
+        doc = self.document(msg)
+        batch = self.batch(doc, msg)
+        if batch is None:
+            return _as_list(self.event(doc, Item(msg, 0, self.lineage(msg))))
+        base = {**self.lineage(msg), **batch.meta}
+        out: list[Decoded] = []
+        for i, element in enumerate(batch.items):
+            try:
+                out.extend(_as_list(self.event(element, Item(msg, i, dict(base)))))
+            except DecodeError as e:
+                out.append(self.reject(e.code, f"item {i}: {e.message}", dumps(element), i))
+        return out
+
+    # ------------------------------------------------------------------ shared helpers
+
+    def parse(self, msg: RawMessage) -> Any:
+        """The message's JSON value (exact numbers when the dialect's capabilities say so)."""
+        if self.capabilities.exact_numbers:
+            if msg.parsed and not has_inexact_numbers(msg.data):
+                return msg.doc
+            return parse_exact(msg.data)
+        if not msg.parsed:
+            msg.doc = parse(msg.data)
+            msg.parsed = True
+        return msg.doc
+
+    def schemaless(self, msg: RawMessage) -> AvroValue | None:
+        """A binary message read as one schemaless Avro record of :meth:`schemaless_schema`
+        (cached on the message), or ``None`` when the dialect has no such schema."""
+        if msg.avro is not None:
+            return msg.avro
+        schema = self.schemaless_schema()
+        if schema is None:
+            return None
+        value = avro_transport.read_schemaless(msg.data, schema)
+        msg.avro = AvroValue(value, avro_transport.AvroSchema(schema))
+        return msg.avro
+
+    def lineage(self, msg: RawMessage) -> dict[str, Any]:
+        """Metadata every event of a message carries about its transport: Kafka coordinates
+        (``kafka_topic``, ``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``), Event
+        Hubs Capture coordinates (``eventhubs_*``), Confluent schema ids, the number of
+        ``segments`` of a reassembled message."""
+        meta: dict[str, Any] = {}
+        k = msg.kafka
+        if k is not None:
+            for name, value in (
+                ("topic", k.topic),
+                ("partition", k.partition),
+                ("offset", k.offset),
+                ("timestamp", k.timestamp),
+            ):
+                if value is not None:
+                    meta[f"kafka_{name}"] = value
+        c = msg.capture
+        if c is not None:
+            meta["eventhubs_sequence_number"] = c.sequence_number
+            meta["eventhubs_offset"] = c.offset
+            meta["eventhubs_enqueued_time"] = c.enqueued_time
+        if msg.avro is not None and msg.avro.schema.schema_id is not None:
+            meta["schema_id"] = msg.avro.schema.schema_id
+        if msg.key_avro is not None and msg.key_avro.schema.schema_id is not None:
+            meta["key_schema_id"] = msg.key_avro.schema.schema_id
+        if msg.segments is not None:
+            meta["segments"] = msg.segments
+        return meta
+
+    def make_event(
+        self, operation: str, where: Where, order: Order, item: Item, **fields: Any
+    ) -> dict[str, Any]:
+        """A canonical event of this dialect (see :func:`cdcflow.event.new_event`); its
+        ``metadata`` is the item's unless given."""
+        database, schema, table = where
+        if self.wire and not fields.get("id"):
+            # the id hashes the key as its JSON form: the same from wire strings as from values
+            key = fields.get("key")
+            if key is not None:
+                types = fields.get("types") or {}
+                key = {c: wire_json(v, types.get(c)) for c, v in key.items()}
+            fields["id"] = event_id(self.name, table, key, order.sequence, operation)
+        return new_event(
+            dialect=self.name,
+            operation=operation,
+            database=database,
+            schema=schema,
+            table=table,
+            sequence=order.sequence,
+            position=order.position,
+            timestamp=order.timestamp,
+            transaction_id=order.transaction_id,
+            metadata=fields.pop("metadata", item.meta),
+            **fields,
+        )
+
+    def value(self, col: str, value: Any, t: str) -> Any:
+        """``value`` read as canonical type ``t`` — typed, or as its wire string in
+        :attr:`wire` mode — or ``BAD_VALUE`` naming the column, type and value."""
+        try:
+            return wire_value(value, t) if self.wire else convert(value, t)
+        except ValueError as e:  # ValueTypeError, and the parsers' own ValueErrors
+            raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+
+    def keep(self, value: Any) -> Any:
+        """A value kept as the message has it (no type known): typed, or its wire string."""
+        return to_wire(value) if self.wire else value
+
+    def instant(self, value: Any, what: str) -> dt.datetime:
+        """An ISO-8601 instant (``BAD_TIMESTAMP`` naming ``what`` when it is not one)."""
+        try:
+            return parse_timestamp(value)
+        except ValueTypeError as e:
+            raise self.fail("BAD_TIMESTAMP", f"{what}: {e}") from None
+
+    def declared_types(
+        self,
+        table: str | None,
+        schema: str | None,
+        to_canonical: Callable[[str], str],
+        *,
+        database: str | None = None,
+        mapper: str = "",
+    ) -> dict[str, str]:
+        """Configured column types of a table as canonical types (through ``to_canonical``, the
+        source's type table), computed once per table. A type the table cannot read is
+        ``BAD_TYPE``. ``mapper`` names ``to_canonical`` in the cache (e.g. the source)."""
+        cache_key = (table, schema, database, mapper)
+        found = self._declared.get(cache_key)
+        if found is not None:
+            return found
+        declared = self.options.types_for(table, schema)
+        if not declared and database:
+            declared = self.options.types_for(table, database)
+        out: dict[str, str] = {}
+        for col, native in declared.items():
+            try:
+                out[col] = to_canonical(native)
+            except ValueTypeError as e:
+                raise self.fail(
+                    "BAD_TYPE", f"declared type of {table}.{col} ({native!r}): {e}"
+                ) from None
+        self._declared[cache_key] = out
+        return out
+
+    def key_names(
+        self, table: str | None, schema: str | None = None, database: str | None = None
+    ) -> tuple[str, ...] | None:
+        """Configured key columns of a table (``schema.table``, ``table``, then
+        ``database.table``)."""
+        names = self.options.keys_for(table, schema)
+        if names is None and database:
+            names = self.options.keys_for(table, database)
+        return names or None
+
+    def key_from_image(
+        self, names: Sequence[str], image: Mapping[str, Any] | None, op: str, table: str | None
+    ) -> dict[str, Any] | None:
+        """The key of a row image (``None`` without an image); ``KEY_COLUMN_MISSING`` when the
+        image lacks a key column."""
+        if image is None:
+            return None
+        missing = [n for n in names if n not in image]
+        if missing:
+            raise self.fail(
+                "KEY_COLUMN_MISSING",
+                f"{op} row image of table {table!r} lacks key column(s) {missing}",
+            )
+        return {n: image[n] for n in names}
+
+    @staticmethod
+    def unnamed_key(values: Sequence[Any], item: Item) -> None:
+        """Key values whose column names the message does not give: kept, in primary-key
+        order, as wire strings in the item's ``metadata.key_values`` (the event's ``key``
+        stays null; names come from configuration or the replica)."""
+        item.meta["key_values"] = [to_wire(v) for v in values]
+
+    @staticmethod
+    def delivery_order(item: Item, why: str = "delivery") -> str:
+        """The delivery-order ``sequence`` (file, offset, item) for a message without a native
+        position, noted in the item's metadata as ``sequence_source``."""
+        item.meta["sequence_source"] = why
+        msg = item.msg
+        return sequence.delivery_sequence(msg.origin or "", msg.position, item.number)
 
     def reject(self, code: str, message: str, raw: bytes, item: int | None = None) -> Rejection:
         """A rejection attributed to this dialect."""
@@ -144,5 +495,14 @@ class Dialect:
 
     @staticmethod
     def fail(code: str, message: str) -> DecodeError:
-        """A whole-message decode error with a stable code."""
+        """A decode error with a stable code."""
         return DecodeError(message, code=code)
+
+
+def present_types(types: Mapping[str, str], *images: Mapping[str, Any] | None) -> dict[str, str]:
+    """The types of the columns present in any of the images."""
+    return {c: t for c, t in types.items() if any(i is not None and c in i for i in images)}
+
+
+def _as_list(result: Decoded | list[Decoded]) -> list[Decoded]:
+    return result if isinstance(result, list) else [result]

@@ -1,185 +1,38 @@
-"""CockroachDB changefeed messages (Kafka, cloud storage, webhook, sinkless; JSON, Avro, CSV).
+"""The ``cockroachdb`` dialect: CockroachDB changefeed messages (Kafka, cloud storage, webhook,
+sinkless; JSON, Avro, CSV).
 
-Spec: ``specs/cockroachdb-changefeed-messages.txt`` (the "Changefeed Messages" page: responses,
-envelopes, ordering guarantees, deletes, resolved messages, duplicates, schema changes, Avro),
-checked against real messages (``conformance/cockroachdb/``: CockroachDB's documentation, its
-encoder and webhook-sink tests, and its replicator project), which win where the two differ.
-
-Vendor → canonical:
-
-==============================================  ===============================================
-changefeed message                              canonical field
-==============================================  ===============================================
-``after`` (wrapped), top-level row (bare,       ``after``
-row), enriched ``after``
-``before`` (``diff``), enriched ``before``      ``before``
-``after: null`` / enriched ``op: d`` / a key    ``operation`` ``DELETE``
-with an empty value (row, bare)
-``after`` with ``before: null`` (``diff``),     ``operation`` ``INSERT``
-enriched ``op: c``
-``after`` with a ``before`` image, ``op: u``    ``operation`` ``UPDATE``
-``after`` without ``diff``; bare and row rows   ``operation`` ``UPSERT`` (insert or update:
-                                                the message cannot tell)
-CSV initial-scan rows                           ``operation`` ``SNAPSHOT``
-``{"resolved": ...}``, ``__crdb__.resolved``,   ``operation`` ``RESOLVED`` (``table`` empty;
-webhook resolved bodies, ``*.RESOLVED`` files   ``metadata.topic``/``partition`` when known)
-``updated`` (``__crdb__.updated``, enriched     ``sequence`` = (wall, logical) as numbers;
-``source.ts_hlc``), else ``mvcc_timestamp``     ``position.hlc``; ``timestamp`` = wall time
-no HLC at all                                   ``sequence`` = delivery order
-                                                (``metadata.sequence_source: delivery``)
-``key`` array (key_in_value, cloud storage,     ``key`` values, in primary-key order; names
-webhook), ``__crdb__.key``, the Kafka message   from enriched ``source.primary_keys``, a key
-key, the sinkless/console key                   object, else the source's configured ``keys``
-``topic`` (``topic_in_value``, webhook),        ``table`` (``<table>.<family>`` → table and
-``__crdb__.topic``, Kafka topic, cloud-storage  ``metadata.column_family``; ``db.schema.table``
-file name, Avro record name, enriched           → ``database``/``schema``/``table``)
-``source.table_name``; else option ``table``
-enriched ``source`` (cluster, job, node...),    ``metadata``
-``ts_ns``; Kafka topic/partition/offset; file
-name parts
-Avro schema, enriched ``schema`` section,       ``types``; else inferred per value (below)
-declared column types
-==============================================  ===============================================
-
-Envelopes, and what each can say:
-
-* ``wrapped`` (default): ``after`` (null for deletes), ``before`` with ``diff``, ``key`` when the
-  sink has no message key (cloud storage, webhook, Pub/Sub) or with ``key_in_value``,
-  ``updated``/``mvcc_timestamp`` when asked for, ``topic`` with ``topic_in_value``. Everything
-  needed is there once the key is known; without ``diff`` inserts and updates are ``UPSERT``.
-* ``enriched`` (v25.2+): ``op`` ``c``/``u``/``d``, ``after``/``before``, ``ts_ns`` (processing
-  time), optional ``source`` (``table_name``, ``primary_keys``, ``ts_hlc``, ``ts_ns``,
-  ``mvcc_timestamp``...) and optional Kafka-Connect-style ``schema`` (``{"payload", "schema"}``:
-  its field types become the event's ``types``). The most complete envelope: key names travel.
-* ``bare``: the row at the top level, metadata under ``__crdb__`` (``key``, ``updated``,
-  ``topic``, ``resolved``). A delete is a key without row columns (an empty value): it can only
-  be read where a key travels outside the value (Kafka key, console prefix, ``__crdb__.key``)
-  and the source option ``envelope: bare`` says empty values are deletes. Such a delete carries
-  no ``updated``: it is ordered by delivery, after every HLC-stamped version of its row, so a
-  feed with ``updated`` and re-inserted keys, or with replays, is not exact (the same holds for
-  ``row``); the testing kit does not render these feeds for that reason.
-* ``row``: the row only. Identical to ``bare`` with ``__crdb__`` when ``updated`` is on. A row
-  has no delete form except an empty value next to a key: row messages are read when a key
-  travels with them (Kafka record, console prefix) or when the source option ``envelope: row``
-  declares that the feed is row-shaped (its deletes are then never seen: the replica keeps
-  deleted rows; the documentation says so). Without either, an unmarked object is rejected
-  ``UNKNOWN_ENVELOPE`` instead of being guessed to be a row.
-* ``key_only``: only the key (a key array, or sinkless ``{"key": "[...]", "table": ..,
-  "value": ""}``). Inserts, updates and deletes look the same and carry no values: nothing can
-  be applied, so these messages are rejected ``KEY_ONLY_ENVELOPE``. (The same empty value is a
-  delete under ``row``/``bare``: set ``envelope`` to say which.)
-
-Ordering. ``updated`` (else enriched ``source.ts_hlc``, else ``mvcc_timestamp``) is an HLC
-``wall.logical`` (``1532377312562986715.0000000000``): ``sequence`` = (wall, logical) compared as
-numbers, never through a float (HLCs may arrive as unquoted JSON numbers beyond 2^53: messages
-holding numbers with fractions or more than 19 digits are parsed with exact decimals; the
-fraction is the logical counter over 10 digits, so the hand-written ``"3.0"`` is logical 0). The
-spec's guarantee — an out-of-order duplicate of an earlier version may follow, an unseen older
-version never does — makes HLC order exact: stale duplicates lose to the newer version already
-applied. A schema-change backfill re-emits every row at the schema change's timestamp (with or
-without the old-schema copy), so the replica ends with the new column. Without any HLC the
-order is delivery order (file name, line, item: cloud-storage file names start with a timestamp
-so name order is time order) and events say ``metadata.sequence_source: delivery``; that order
-is exact only when the sink delivered no out-of-order duplicate. CSV initial-scan rows take the
-file name's timestamp as their HLC when the file has a cloud-storage name.
-
-Where the table comes from, first found: ``topic``/``topic:`` in the message (the webhook test
-writes ``"topic:"``, passed through verbatim by the sink: both are read),
-``__crdb__.topic``, enriched ``source.table_name``, the transport's topic (Kafka record
-``topic``, sinkless ``table``, webhook item ``topic``), the Avro record name (``_u002e_`` is a
-dot), the cloud-storage file name, the source option ``table``. A topic with two dotted parts is
-``<table>.<family>`` (``split_column_families``): such messages carry only that family's columns
-and are ``partial`` events (the key columns are added from the key); three parts are
-``database.schema.table`` (``full_table_name``), four add the family.
-
-Keys: a key array holds values in primary-key order. Names come from enriched
-``source.primary_keys``, from a key object (``{"id": ...}``, Avro keys), else from the source's
-configured ``keys`` for the table. An array whose length differs from the configured key is
-rejected ``KEY_LENGTH_MISMATCH``; a delete or a column-family message whose key names are
-unknown is rejected ``KEY_NAMES_UNKNOWN`` (its row cannot be found without them).
-
-Types: JSON carries none. Declared column types (CockroachDB names through
-:data:`cdcflow.types.COCKROACHDB`, or canonical) win; then the Avro schema or the enriched
-``schema`` section; else each value's type is inferred: integers ``bigint``, numbers with a
-fraction ``decimal(p,s)`` from the literal's digits (scale = its fractional digits, precision =
-scale + at least 20 integer digits, so ``25.00`` stays exact and rows with other magnitudes fit
-the same column), text ``string``, objects/arrays ``json``. JSONB ``{"__crdb_json_null__":
-true}`` is the JSON value ``null`` (text ``null``), distinct from SQL NULL. Declared ``BYTES``
-read CockroachDB's ``\\x`` hex text (else base64). Virtual computed columns are absent from
-messages and so from replicas.
-
-Transports and files:
-
-* JSON lines / documents: one message per line or document; pretty-printed documents written
-  one after another (as console consumers print them) are split. Console/sinkless lines
-  ``<key array><space or tab><value>`` (``[5] {"after": null}``) carry the key outside the value.
-* Kafka records as JSON lines: ``{"topic", "partition", "offset", "key", "value"}`` with the key
-  and value as JSON text (or JSON, or ``key_base64``/``value_base64`` bytes); a null or empty
-  value is a tombstone. Pulsar's ``{"Key", "Value", "Topic"}`` and sinkless
-  ``{"key", "table", "value"}`` rows are read the same way. A ``value_base64`` starting with the
-  Confluent magic byte 0 and a 4-byte schema id is Avro, decoded with the schema
-  ``<id>.avsc``/``<id>.json`` from the source option ``schema_dir`` (unknown id →
-  ``UNKNOWN_SCHEMA_ID``, undecodable → ``CORRUPT_AVRO``).
-* Webhook bodies ``{"payload": [...], "length": N}``: ``length`` must equal the number of
-  messages (``LENGTH_MISMATCH``); bodies without ``length`` are accepted; a bad item is rejected
-  alone.
-* Cloud-storage files ``[prefix/]<date>[/<hour>]/<33-digit timestamp>-<uniquer>-<node>-<sink
-  id>-<file id>-<topic>-<schema id>.<ndjson|json|csv|avro>`` (:func:`parse_object_name`; the
-  topic may hold dots and dash-numbers: the schema id is the last dash-number) and
-  ``<timestamp>.RESOLVED`` files (an empty one is read from its name).
-* ``.avro`` object-container files whose writer schema is a changefeed envelope (``after``,
-  ``before``, ``updated``, ``resolved`` or ``__crdb__`` fields); other ``.avro`` files are handed
-  to the next dialect that frames ``.avro`` files. Avro unions decode to plain values; the Avro
-  JSON encoding (``{"after":{"office_dogs":{"id":{"long":1}}}}``) is unwrapped; ``BIT``/
-  ``VARBIT`` columns (arrays of 64-bit integers whose first element counts the bits used in the
-  last one) become bit strings; ``DECIMAL`` is a decimal or its string form.
-* ``.csv`` files: CockroachDB's ``format=csv`` initial scans (rows → ``SNAPSHOT``; columns from
-  the source option ``csv_columns: {table: [columns]}``, wrong count → ``CSV_COLUMN_COUNT``;
-  an empty field is NULL) or sinkless ``table,key,value`` output (each row a message).
-
-Contradictions and variants (all forms accepted): the spec prints the ordering example with
-``__crdb__`` (bare) while its text describes ``updated`` as a top-level field (wrapped); HLCs are
-quoted text in the spec and unquoted numbers in CDC-query output; hand-written messages use
-short HLCs (``"1.0"``); deletes come as ``after: null``, as ``before`` only (no ``after``), or as a
-key with ``updated`` only; the resolved message is ``{"resolved": ...}`` for wrapped feeds and
-``{"__crdb__": {"resolved": ...}}`` for row/key_only/bare feeds; webhook bodies with and without
-``length``; the webhook test's ``"topic:"`` key.
-
-RESOLVED events carry what the engine needs (HLC as sequence and position, topic, partition):
-it keeps per-scope watermarks (``cdcflow watermarks``) and, with ``consistency: resolved``, holds
-events above the lowest watermark of their table or feed until it passes.
+The mapping to canonical fields, what each envelope can say, ordering by HLC, keys, types,
+file and transport forms and the spec's contradictions: ``docs/dialects/cockroachdb.md``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import contextvars
-import csv
 import datetime as dt
-import io
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Decoded, Dialect, RawMessage
-from cdcflow.errors import DecodeError
-from cdcflow.event import new_event
-from cdcflow.framing import json_error
-from cdcflow.types import (
-    ValueTypeError,
-    cockroachdb_type,
-    convert,
-    decimal_type,
-    json_default,
+from cdcflow.dialects.base import (
+    BASE_TRANSPORTS,
+    Batch,
+    Capabilities,
+    Decoded,
+    Dialect,
+    Item,
+    Order,
 )
+from cdcflow.errors import DecodeError
+from cdcflow.transports import CSV
+from cdcflow.transports.avro import canonical_type, record_fields
+from cdcflow.transports.json import dumps, kind, loads_exact
+from cdcflow.transports.message import CsvRow, RawMessage
+from cdcflow.types import cockroachdb_type, decimal_type, infer_type, json_default
 
 #: Source option values of ``envelope``.
 ENVELOPES: tuple[str, ...] = ("auto", "wrapped", "bare", "row", "key_only", "enriched")
@@ -191,22 +44,8 @@ ENRICHED_OPS: dict[str, str] = {"c": "INSERT", "u": "UPDATE", "d": "DELETE"}
 WRAPPED_FIELDS: frozenset[str] = frozenset(
     {"after", "before", "key", "updated", "mvcc_timestamp", "topic", "topic:"}
 )
-#: Fields of a transport record (Kafka record written as JSON, Pulsar message, sinkless row).
-RECORD_FIELDS: frozenset[str] = frozenset(
-    {
-        "topic",
-        "partition",
-        "offset",
-        "key",
-        "value",
-        "headers",
-        "timestamp",
-        "timestamptype",
-        "key_base64",
-        "value_base64",
-        "table",
-    }
-)
+#: Fields of a sinkless row (``EXPERIMENTAL CHANGEFEED FOR`` output).
+SINKLESS_FIELDS: frozenset[str] = frozenset({"key", "table", "value"})
 #: Enriched ``source`` fields kept in ``metadata``.
 SOURCE_METADATA: tuple[str, ...] = (
     "changefeed_sink",
@@ -220,14 +59,7 @@ SOURCE_METADATA: tuple[str, ...] = (
     "source_node_locality",
 )
 
-_OCF_MAGIC = b"Obj\x01"
-_ERROR_HEADER = "x-error"
-_MARK_HEADER = "x-cockroachdb"
-_RISKY_NUMBER = re.compile(rb"[:\[,]\s*-?(?:\d+[.eE]|\d{20})")
 _JSON_NULL = "__crdb_json_null__"
-_HANDING_OVER: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "cockroachdb_handing_over", default=False
-)
 _AVRO_BRANCHES = frozenset(
     {"null", "boolean", "int", "long", "float", "double", "bytes", "string", "array", "map"}
 )
@@ -242,7 +74,7 @@ _DATE_DIR = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _HOUR_DIR = re.compile(r"^\d{2}$")
 
 
-# ---------------------------------------------------------------------- file names
+# ---------------------------------------------------------------------- file names and topics
 
 
 def name_timestamp(ts: str) -> tuple[int, int]:
@@ -335,37 +167,6 @@ def bits_from_avro(words: list[int]) -> str:
     return text + format(rest[-1], "064b")[:used]
 
 
-# ---------------------------------------------------------------------- exact JSON
-
-
-def loads_exact(data: bytes | str) -> Any:
-    """JSON with exact numbers: numbers with a fraction become ``Decimal`` and integers of any
-    size stay integers (orjson turns both into floats). Raises ``orjson.JSONDecodeError``."""
-    raw = data.encode() if isinstance(data, str) else data
-    doc = orjson.loads(raw)
-    if _RISKY_NUMBER.search(raw):
-        doc = json.loads(raw.decode("utf-8"), parse_float=Decimal)
-    return doc
-
-
-def _concatenated(text: str) -> list[Any] | None:
-    """JSON documents written one after another (pretty-printed console output), else None."""
-    decoder = json.JSONDecoder(parse_float=Decimal)
-    docs: list[Any] = []
-    i, n = 0, len(text)
-    while True:
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n:
-            break
-        try:
-            doc, i = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            return None
-        docs.append(doc)
-    return docs if len(docs) > 1 else None
-
-
 def _console(text: str) -> tuple[Any, Any] | None:
     """A console/sinkless line ``<key> <value>`` (the key a JSON array, or an Avro key object
     as the spec prints it) → (key, value or None), else None."""
@@ -375,7 +176,7 @@ def _console(text: str) -> tuple[Any, Any] | None:
         return None
     try:
         key, end = decoder.raw_decode(s, 0)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     rest = s[end:]
     if not isinstance(key, list | dict):
@@ -390,7 +191,7 @@ def _console(text: str) -> tuple[Any, Any] | None:
         return key, None
     try:
         value, end = decoder.raw_decode(rest, 0)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     if rest[end:].strip() or not isinstance(value, dict):
         return None
@@ -400,176 +201,89 @@ def _console(text: str) -> tuple[Any, Any] | None:
 # ---------------------------------------------------------------------- decoding context
 
 
+@dataclass(frozen=True, slots=True)
+class _Console:
+    """A console line: the key printed before the value (``None`` for an empty value)."""
+
+    key: Any
+    value: Any
+
+
 @dataclass
 class _Ctx:
-    """Where a message came from: transport key and topic, and lineage metadata."""
+    """Where a message came from: the key and topic that travelled beside it, Avro types."""
 
-    msg: RawMessage
+    item: Item
     key: Any = None
     topic: str | None = None
     partition: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
-    avro_types: dict[str, str] | None = None
+    avro_types: dict[str, str] = field(default_factory=dict)
     bit_columns: frozenset[str] = frozenset()
-    item: int = 0
     transport: bool = False
+
+    @property
+    def msg(self) -> RawMessage:
+        return self.item.msg
+
+
+#: What changefeed messages can express.
+CAPABILITIES = Capabilities(
+    orders_events=True,
+    before_images=True,
+    exact_numbers=True,
+    transports=BASE_TRANSPORTS | {CSV},
+)
 
 
 class CockroachDbDialect(Dialect):
     """Decoder for CockroachDB changefeed messages."""
 
     name: ClassVar[str] = "cockroachdb"
-    binary_extensions: ClassVar[tuple[str, ...]] = (".avro", ".csv", ".resolved")
+    capabilities = CAPABILITIES
 
-    # ------------------------------------------------------------------ framing
+    # ------------------------------------------------------------------ files
 
-    def frame(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
-        """``.avro`` object-container files with a changefeed writer schema (other ``.avro``
-        files are handed to the next dialect that frames them), ``.csv`` files (initial scans
-        or sinkless ``table,key,value`` output) and empty ``.RESOLVED`` files."""
-        low = (origin or "").lower()
-        if low.endswith(".resolved"):
-            if data.strip():
-                return None
-            parsed = parse_object_name(origin or "")
-            if parsed is None or not parsed["resolved"]:
-                return None
-            wall, logical = parsed["hlc"]
-            doc = {"resolved": f"{wall}.{logical:010d}"}
-            return [RawMessage(data=orjson.dumps(doc), origin=origin, doc=doc, parsed=True)]
-        if low.endswith(".csv"):
-            return self._frame_csv(data, origin)
-        if low.endswith(".avro"):
-            return self._frame_avro(data, origin)
-        return None
-
-    def _frame_avro(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
-        import fastavro
-
-        if not data.startswith(_OCF_MAGIC):
-            return self._hand_over(data, origin)
-        try:
-            reader = fastavro.reader(io.BytesIO(data))
-            schema = reader.writer_schema
-        except Exception:  # fastavro raises many types for corrupt input
-            return self._hand_over(data, origin) or [
-                _error(data, origin, 0, "CORRUPT_AVRO", "unreadable Avro header")
-            ]
-        if not _is_changefeed_schema(schema):
-            return self._hand_over(data, origin)
-        types, bits = avro_schema_types(schema)
-        out: list[RawMessage] = []
-        try:
-            for i, record in enumerate(reader):
-                doc = {"_avro": _plain(record), "_avro_types": types, "_avro_bits": sorted(bits)}
-                out.append(
-                    RawMessage(
-                        data=orjson.dumps(_plain(record), default=json_default),
-                        origin=origin,
-                        offset=i,
-                        index=i,
-                        doc=doc,
-                        parsed=True,
-                    )
-                )
-        except Exception as e:  # fastavro raises many types for corrupt input
-            problem = f"corrupt Avro file after {len(out)} record(s): {type(e).__name__}: {e}"
-            out.append(_error(data, origin, len(out), "CORRUPT_AVRO", problem))
-        return out
-
-    def _hand_over(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
-        """Another dialect's ``.avro`` file: framed by the next registered dialect that frames
-        ``.avro`` files (never back to this one while handing over)."""
-        if _HANDING_OVER.get():
+    def frame_file(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
+        """An empty ``<timestamp>.RESOLVED`` file: the resolved message its name carries."""
+        if data.strip() or not (origin or "").lower().endswith(".resolved"):
             return None
-        from cdcflow.dialects import dialect_names, get_dialect
-
-        name = (origin or "").lower()
-        token = _HANDING_OVER.set(True)
-        try:
-            for other in dialect_names():
-                if other == self.name:
-                    continue
-                d = get_dialect(other, self.options)
-                if d.binary_extensions and name.endswith(d.binary_extensions):
-                    framed = d.frame(data, origin)
-                    if framed is not None:
-                        return framed
-        finally:
-            _HANDING_OVER.reset(token)
-        return None
-
-    def _frame_csv(self, data: bytes, origin: str | None) -> list[RawMessage]:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            return [_error(data, origin, 0, "BAD_UTF8", f"CSV file is not UTF-8: {e}")]
-        rows = list(csv.reader(io.StringIO(text)))
-        out: list[RawMessage] = []
-        sinkless = bool(rows) and [c.strip().lower() for c in rows[0]] == ["table", "key", "value"]
-        offset = 0
-        lines = text.splitlines(keepends=True)
-        starts = [0]
-        for line in lines:
-            starts.append(starts[-1] + len(line.encode()))
-        for n, row in enumerate(rows):
-            if sinkless and n == 0:
-                continue
-            if not row or all(not c for c in row):
-                continue
-            offset = starts[n] if n < len(starts) else offset
-            raw = ",".join(row).encode()
-            doc: dict[str, Any]
-            if sinkless:
-                if len(row) != 3:
-                    out.append(
-                        _error(
-                            raw,
-                            origin,
-                            offset,
-                            "CSV_COLUMN_COUNT",
-                            f"sinkless CSV row {n + 1} has {len(row)} fields, expected 3 "
-                            "(table,key,value)",
-                        )
-                    )
-                    continue
-                doc = {"table": row[0], "key": row[1], "value": row[2]}
-            else:
-                doc = {"_csv": row}
-            out.append(
-                RawMessage(data=raw, origin=origin, offset=offset, line=n + 1, doc=doc, parsed=True)
-            )
-        return out
+        parsed = parse_object_name(origin or "")
+        if parsed is None or not parsed["resolved"]:
+            return None
+        wall, logical = parsed["hlc"]
+        doc = {"resolved": f"{wall}.{logical:010d}"}
+        return [RawMessage(data=orjson.dumps(doc), origin=origin, doc=doc, parsed=True)]
 
     # ------------------------------------------------------------------ recognition
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
-        if msg.headers and _MARK_HEADER in msg.headers:
+        if msg.form == "csv":
             return 1.0
-        if doc is None:
-            if (msg.origin or "").lower().endswith((".csv", ".resolved")):
-                return 0.6
-            try:
-                text = msg.data.decode("utf-8")
-            except UnicodeDecodeError:
-                return 0.0
-            console = _console(text)
-            if console is not None:
-                return 0.8 if console[1] is None or isinstance(console[1], dict) else 0.0
-            docs = _concatenated(text)
-            if docs and all(isinstance(d, dict) and self._score(d) > 0 for d in docs):
-                return 0.8
-            return 0.0
         if isinstance(doc, dict):
-            if "_csv" in doc or "_avro" in doc:
-                return 1.0
-            return self._score(doc)
+            score = self._score(doc)
+            if score:
+                return score
+            if msg.key is not None and msg.key.lstrip()[:1] == b"[":
+                return 0.6  # a row next to a key array (envelope=row over Kafka)
+            return 0.5 if msg.avro is not None and msg.avro.schema.schema_id is not None else 0.0
+        if doc is not None or msg.form != "json":
+            return 0.0
+        if msg.kafka is not None and not msg.data.strip():
+            # a tombstone: a key without a value
+            return 0.7 if (msg.key or b"").lstrip()[:1] == b"[" else 0.0
+        try:
+            text = msg.data.decode("utf-8")
+        except UnicodeDecodeError:
+            return 0.0
+        console = _console(text)
+        if console is not None:
+            return 0.8 if console[1] is None or isinstance(console[1], dict) else 0.0
         return 0.0
 
     def _score(self, doc: Mapping[str, Any]) -> float:
         keys = set(doc)
-        crdb = doc.get("__crdb__")
-        if isinstance(crdb, dict):
+        if isinstance(doc.get("__crdb__"), dict):
             return 0.95
         if "resolved" in keys and keys <= {"resolved"}:
             return 0.9
@@ -583,98 +297,69 @@ class CockroachDbDialect(Dialect):
             return 0.0
         if isinstance(payload, dict) and isinstance(doc.get("schema"), dict):
             schema_name = str(doc["schema"].get("name", ""))
-            if schema_name.startswith("cockroachdb") or self._enriched(payload):
+            if schema_name.startswith("cockroachdb") or _is_enriched(payload):
                 return 0.95
             return 0.0
-        if self._enriched(doc):
+        if _is_enriched(doc):
             return 0.9
         if "after" in keys or "before" in keys:
             return 0.9 if keys <= WRAPPED_FIELDS else 0.0
         if keys and keys <= {"key", "updated", "mvcc_timestamp"} and "updated" in keys:
             return 0.8 if isinstance(doc.get("key"), list) else 0.0
-        record = _record(doc)
-        if record is not None:
-            return self._score_record(record)
+        sinkless = _sinkless(doc)
+        if sinkless is not None and isinstance(sinkless.get("key"), str):
+            return 0.7 if sinkless["key"].lstrip().startswith("[") else 0.0
         return 0.0
 
-    @staticmethod
-    def _enriched(doc: Mapping[str, Any]) -> bool:
-        op = doc.get("op")
-        if not isinstance(op, str) or op not in ENRICHED_OPS:
-            return False
-        source = doc.get("source")
-        if isinstance(source, dict):
-            return (
-                source.get("origin") == "cockroachdb"
-                or "ts_hlc" in source
-                or ("primary_keys" in source and "table_name" in source)
-            )
-        return "ts_ns" in doc and ("after" in doc or "before" in doc)
+    # ------------------------------------------------------------------ documents
 
-    def _score_record(self, record: Mapping[str, Any]) -> float:
-        if "specversion" in str(record.get("value", ""))[:2000]:
-            return 0.0
-        raw = record.get("value_base64")
-        if isinstance(raw, str):
-            try:
-                body = base64.b64decode(raw, validate=True)
-            except (binascii.Error, ValueError):
-                return 0.0
-            return 0.9 if body[:1] == b"\x00" and len(body) >= 5 else 0.0
-        value = record.get("value")
-        if isinstance(value, str) and value.strip():
-            try:
-                value = loads_exact(value)
-            except orjson.JSONDecodeError:
-                return 0.0
-        if value is None or value == "":
-            key = record.get("key")
-            if isinstance(key, str):
-                try:
-                    key = loads_exact(key)
-                except orjson.JSONDecodeError:
-                    return 0.0
-            return 0.7 if isinstance(key, list) else 0.0
-        if isinstance(value, dict):
-            score = self._score(value)
-            if score:
-                return score
-            key = record.get("key")
-            if isinstance(key, str) and key.startswith("["):
-                return 0.6
-        return 0.0
+    def document(self, msg: RawMessage) -> Any:
+        if msg.form == "csv":
+            return msg.csv
+        if msg.form != "json":
+            return super().document(msg)
+        if msg.kafka is not None and not msg.data.strip():
+            return None  # a tombstone
+        try:
+            return self.parse(msg)
+        except DecodeError as problem:
+            if problem.code == "BAD_UTF8":
+                raise
+            console = _console(msg.data.decode("utf-8", "replace"))
+            if console is None:
+                raise
+            return _Console(*console)
 
-    # ------------------------------------------------------------------ decoding
-
-    def decode(self, msg: RawMessage) -> list[Decoded]:
-        headers = dict(msg.headers or {})
-        if _ERROR_HEADER in headers:
+    def batch(self, doc: Any, msg: RawMessage) -> Batch | None:
+        """A webhook body ``{"payload": [...], "length": N}``: one item per message."""
+        if not isinstance(doc, dict):
+            return None
+        payload = doc.get("payload")
+        if not isinstance(payload, list) or not set(doc) <= {"payload", "length"}:
+            return None
+        length = doc.get("length")
+        if "length" in doc and (
+            isinstance(length, bool) or not isinstance(length, int) or length != len(payload)
+        ):
             raise self.fail(
-                headers[_ERROR_HEADER].decode(), headers.get("x-error-message", b"").decode()
+                "LENGTH_MISMATCH",
+                f"webhook body says length={length!r} but carries {len(payload)} message(s)",
             )
-        ctx = _Ctx(msg=msg)
-        parsed = self._parse(msg)
-        if isinstance(parsed, _Console):
-            ctx.key, ctx.transport = parsed.key, True
-            if parsed.value is None:
-                return [self._empty_value(ctx)]
-            return self._message(parsed.value, ctx)
-        if isinstance(parsed, _Many):
-            out: list[Decoded] = []
-            for i, d in enumerate(parsed.docs):
-                sub = _Ctx(msg=msg, item=i)
-                try:
-                    out.extend(self._message(d, sub))
-                except DecodeError as e:
-                    out.append(self.reject(e.code, e.message, _dumps(d), i))
-            return out
-        doc = parsed
-        if isinstance(doc, dict) and "_csv" in doc:
-            return [self._csv_row(doc["_csv"], ctx)]
-        if isinstance(doc, dict) and "_avro" in doc:
-            ctx.avro_types = dict(doc.get("_avro_types") or {})
-            ctx.bit_columns = frozenset(doc.get("_avro_bits") or ())
-            return self._message(doc["_avro"], ctx)
+        return Batch(payload, {"webhook_length": len(payload)})
+
+    # ------------------------------------------------------------------ message shapes
+
+    def event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
+        ctx = self._context(item)
+        if isinstance(doc, CsvRow):
+            return self._csv_row(doc, ctx)
+        if isinstance(doc, _Console):
+            ctx.key, ctx.transport = doc.key, True
+            if doc.value is None:
+                return self._empty_value(ctx)
+            doc = doc.value
+        if doc is None:
+            return self._empty_value(ctx)
         if isinstance(doc, list):
             raise self.fail(
                 "KEY_ONLY_ENVELOPE",
@@ -682,76 +367,63 @@ class CockroachDbDialect(Dialect):
                 "key changed (no values, inserts and deletes alike): it cannot be applied",
             )
         if not isinstance(doc, dict):
-            if msg.index is not None:
+            if item.msg.index is not None:
                 raise self.fail(
                     "KEY_ONLY_ENVELOPE",
-                    f"element {msg.index} of a top-level JSON array ({_kind(doc)}): a "
+                    f"element {item.msg.index} of a top-level JSON array ({kind(doc)}): a "
                     "key_only key array cannot be applied",
                 )
             raise self.fail(
-                "NOT_AN_EVENT", f"a changefeed message is a JSON object, got {_kind(doc)}"
+                "NOT_AN_EVENT", f"a changefeed message is a JSON object, got {kind(doc)}"
             )
         return self._message(doc, ctx)
 
-    def _parse(self, msg: RawMessage) -> Any:
-        """The message's JSON value with exact numbers, a console line, or several documents."""
-        data = msg.data
-        if msg.parsed and isinstance(msg.doc, dict) and ("_csv" in msg.doc or "_avro" in msg.doc):
-            return msg.doc
-        if msg.parsed and msg.doc is not None and not _RISKY_NUMBER.search(data):
-            return msg.doc
-        try:
-            return loads_exact(data)
-        except orjson.JSONDecodeError as e:
-            problem = json_error(data, e)
-        except (ValueError, RecursionError):
-            raise self.fail("NOT_JSON", "message is not JSON") from None
-        if problem.code == "BAD_UTF8":
-            raise problem
-        text = data.decode("utf-8", "replace")
-        console = _console(text)
-        if console is not None:
-            return _Console(*console)
-        docs = _concatenated(text)
-        if docs is not None:
-            return _Many(docs)
-        raise problem
-
-    # ------------------------------------------------------------------ message shapes
-
-    def _message(self, doc: Any, ctx: _Ctx) -> list[Decoded]:
-        if not isinstance(doc, dict):
-            raise self.fail(
-                "NOT_AN_EVENT", f"a changefeed message is a JSON object, got {_kind(doc)}"
+    def _context(self, item: Item) -> _Ctx:
+        msg = item.msg
+        ctx = _Ctx(item=item, meta=item.meta)
+        if msg.kafka is not None:
+            ctx.transport = True
+            ctx.topic = msg.kafka.topic or None
+            ctx.partition = msg.kafka.partition
+        if msg.key_avro is not None:
+            ctx.key, ctx.transport = msg.key_avro.value, True
+        elif msg.key is not None:
+            ctx.transport = True
+            ctx.key = self._json_text(msg.key.decode("utf-8", "replace"), "key")
+        if msg.avro is not None:
+            ctx.avro_types, ctx.bit_columns = msg.avro.schema.memo(
+                "cockroachdb.types", avro_schema_types
             )
+        return ctx
+
+    def _message(self, doc: Mapping[str, Any], ctx: _Ctx) -> Decoded | list[Decoded]:
         payload = doc.get("payload")
-        if isinstance(payload, list) and set(doc) <= {"payload", "length"}:
-            return self._webhook(doc, payload, ctx)
         if isinstance(payload, dict) and isinstance(doc.get("schema"), dict):
             types = enriched_schema_types(doc["schema"])
-            ctx.avro_types = {**types, **(ctx.avro_types or {})}
-            return [self._enriched_event(payload, ctx)]
-        record = _record(doc) if not ctx.transport else None
-        if record is not None:
-            return self._record(record, ctx)
+            ctx.avro_types = {**types, **ctx.avro_types}
+            return self._enriched_event(payload, ctx)
+        if not ctx.transport:
+            sinkless = _sinkless(doc)
+            if sinkless is not None:
+                return self._sinkless_row(sinkless, ctx)
         if set(doc) <= {"resolved"} and "resolved" in doc:
-            return [self._resolved(_unwrap(doc["resolved"]), ctx, "resolved")]
+            return self._resolved(_unwrap(doc["resolved"]), ctx, "resolved")
         crdb = doc.get("__crdb__")
         if isinstance(crdb, dict) and "resolved" in crdb:
-            return [self._resolved(_unwrap(crdb["resolved"]), ctx, "__crdb__.resolved")]
-        if self._enriched(doc) or (
+            return self._resolved(_unwrap(crdb["resolved"]), ctx, "__crdb__.resolved")
+        if _is_enriched(doc) or (
             isinstance(doc.get("op"), str) and ("source" in doc or "ts_ns" in doc)
         ):
-            return [self._enriched_event(doc, ctx)]
+            return self._enriched_event(doc, ctx)
         if isinstance(crdb, dict):
-            return [self._bare(doc, crdb, ctx)]
+            return self._bare(doc, crdb, ctx)
         if "after" in doc or "before" in doc:
-            return [self._wrapped(doc, ctx)]
+            return self._wrapped(doc, ctx)
         if set(doc) <= {"key", "updated", "mvcc_timestamp"} and "key" in doc:
-            return [self._wrapped(doc, ctx)]
+            return self._wrapped(doc, ctx)
         envelope = self._envelope(None)
         if ctx.transport or ctx.key is not None or envelope in ("row", "bare"):
-            return [self._bare(doc, {}, ctx, envelope="row")]
+            return self._bare(doc, {}, ctx, envelope="row")
         raise self.fail(
             "UNKNOWN_ENVELOPE",
             "a JSON object with none of after/before, __crdb__, payload, resolved, op or a "
@@ -760,42 +432,31 @@ class CockroachDbDialect(Dialect):
             "replica",
         )
 
-    def _record(self, record: Mapping[str, Any], ctx: _Ctx) -> list[Decoded]:
-        """A transport record: Kafka record written as JSON, Pulsar message, sinkless row."""
+    def _sinkless_row(self, row: Mapping[str, Any], ctx: _Ctx) -> Decoded | list[Decoded]:
+        """A sinkless row ``{key, table, value}`` (JSON, or a CSV line of such output)."""
         ctx.transport = True
-        topic = record.get("topic", record.get("table"))
-        ctx.topic = topic if isinstance(topic, str) and topic else None
-        ctx.partition = record.get("partition")
-        for k in ("topic", "partition", "offset", "timestamp"):
-            if record.get(k) is not None:
-                ctx.meta[f"kafka_{k}"] = record[k]
-        if "table" in record and "topic" not in record:
-            ctx.meta["sinkless_table"] = record["table"]
-            ctx.meta.pop("kafka_topic", None)
-        key: Any = record.get("key")
-        if isinstance(key, str):
-            key = self._json_text(key, "key") if key.strip() else None
-        kb = record.get("key_base64")
-        if key is None and isinstance(kb, str):
-            key = self._avro_value(_b64(kb, "key_base64", self), ctx, is_key=True)
-        ctx.key = key
-        value: Any = record.get("value")
-        vb = record.get("value_base64")
-        if isinstance(vb, str):
-            body = _b64(vb, "value_base64", self)
-            value = self._avro_value(body, ctx, is_key=False) if body[:1] == b"\x00" else None
-            if value is None and body and body[:1] != b"\x00":
-                value = self._json_text(body.decode("utf-8", "replace"), "value")
-        elif isinstance(value, str):
+        table = row.get("table")
+        ctx.topic = table if isinstance(table, str) and table else None
+        ctx.meta["sinkless_table"] = table
+        key = row.get("key")
+        ctx.key = self._json_text(key, "key") if isinstance(key, str) and key.strip() else key
+        value = row.get("value")
+        if isinstance(value, str):
             value = self._json_text(value, "value") if value.strip() else None
         if value is None:
-            return [self._empty_value(ctx)]
+            return self._empty_value(ctx)
+        if not isinstance(value, dict):
+            raise self.fail(
+                "NOT_AN_EVENT", f"a changefeed message is a JSON object, got {kind(value)}"
+            )
         return self._message(value, ctx)
 
     def _json_text(self, text: str, what: str) -> Any:
+        if not text.strip():
+            return None
         try:
             return loads_exact(text)
-        except orjson.JSONDecodeError:
+        except (orjson.JSONDecodeError, ValueError):
             raise self.fail("NOT_JSON", f"the record's {what} is not JSON: {text[:60]!r}") from None
 
     def _empty_value(self, ctx: _Ctx) -> Decoded:
@@ -817,25 +478,6 @@ class CockroachDbDialect(Dialect):
             where, "DELETE", None, None, ctx, envelope=envelope, hlc=None, key_value=ctx.key
         )
 
-    def _webhook(self, doc: Mapping[str, Any], payload: list[Any], ctx: _Ctx) -> list[Decoded]:
-        length = doc.get("length")
-        if "length" in doc and (
-            isinstance(length, bool) or not isinstance(length, int) or length != len(payload)
-        ):
-            raise self.fail(
-                "LENGTH_MISMATCH",
-                f"webhook body says length={length!r} but carries {len(payload)} message(s)",
-            )
-        ctx.meta["webhook_length"] = len(payload)
-        out: list[Decoded] = []
-        for i, item in enumerate(payload):
-            sub = _Ctx(msg=ctx.msg, item=i, meta=dict(ctx.meta))
-            try:
-                out.extend(self._message(item, sub))
-            except DecodeError as e:
-                out.append(self.reject(e.code, e.message, _dumps(item), i))
-        return out
-
     # ------------------------------------------------------------------ envelopes
 
     def _wrapped(self, doc: Mapping[str, Any], ctx: _Ctx) -> Decoded:
@@ -844,11 +486,10 @@ class CockroachDbDialect(Dialect):
         record_name = _avro_record_name(doc.get("after")) or _avro_record_name(doc.get("before"))
         if record_name and not ctx.topic:
             ctx.topic = record_name.removesuffix("_before")
-        has_after = "after" in doc
         if after is not None and not isinstance(after, dict):
-            raise self.fail("BAD_ROW", f"'after' must be an object or null, got {_kind(after)}")
+            raise self.fail("BAD_ROW", f"'after' must be an object or null, got {kind(after)}")
         if before is not None and not isinstance(before, dict):
-            raise self.fail("BAD_ROW", f"'before' must be an object or null, got {_kind(before)}")
+            raise self.fail("BAD_ROW", f"'before' must be an object or null, got {kind(before)}")
         if after is None:
             op = "DELETE"
         elif "before" in doc:
@@ -859,8 +500,8 @@ class CockroachDbDialect(Dialect):
         where = self._where(topic if isinstance(topic, str) else None, ctx)
         key = doc.get("key", ctx.key)
         hlc, source = _hlc_field(doc)
-        meta = {"envelope": "wrapped", "diff": "before" in doc}
-        if not has_after:
+        meta: dict[str, Any] = {"envelope": "wrapped", "diff": "before" in doc}
+        if "after" not in doc:
             meta["delete_form"] = "before_only" if before is not None else "key_only"
         return self._row_event(
             where,
@@ -921,27 +562,24 @@ class CockroachDbDialect(Dialect):
         if op != "DELETE" and not isinstance(after, dict):
             raise self.fail("BAD_ROW", f"enriched op {op_raw!r} needs an 'after' object")
         if before is not None and not isinstance(before, dict):
-            raise self.fail("BAD_ROW", f"'before' must be an object or null, got {_kind(before)}")
+            raise self.fail("BAD_ROW", f"'before' must be an object or null, got {kind(before)}")
         topic: str | None = None
         table = source.get("table_name")
         if isinstance(table, str) and table:
             parts = [source.get("database_name"), source.get("schema_name"), table]
-            topic = ".".join(str(p) for p in parts if p) if all(parts) else table
-            if not all(parts):
-                topic = table
+            topic = ".".join(str(p) for p in parts) if all(parts) else table
         where = self._where(topic, ctx)
         names = source.get("primary_keys")
-        key: Any = doc.get("key", ctx.key)
         hlc: Any = None
         hlc_source: str | None = None
-        for fld, src in (
+        for found, src in (
             (doc.get("updated"), "updated"),
             (source.get("ts_hlc"), "ts_hlc"),
             (source.get("mvcc_timestamp"), "mvcc_timestamp"),
             (doc.get("mvcc_timestamp"), "mvcc_timestamp"),
         ):
-            if fld is not None:
-                hlc, hlc_source = fld, src
+            if found is not None:
+                hlc, hlc_source = found, src
                 break
         meta: dict[str, Any] = {"envelope": "enriched", "op": op_raw}
         meta.update({k: source[k] for k in SOURCE_METADATA if source.get(k) not in (None, "")})
@@ -957,7 +595,7 @@ class CockroachDbDialect(Dialect):
             envelope="enriched",
             hlc=hlc,
             hlc_source=hlc_source,
-            key_value=key,
+            key_value=doc.get("key", ctx.key),
             key_names=tuple(names)
             if isinstance(names, list) and all(isinstance(n, str) for n in names)
             else None,
@@ -971,7 +609,8 @@ class CockroachDbDialect(Dialect):
         except ValueError as e:
             raise self.fail("BAD_HLC", f"resolved timestamp: {e}") from None
         hlc = f"{wall}.{logical:010d}"
-        meta: dict[str, Any] = {"resolved_form": form, **ctx.meta}
+        meta = ctx.meta
+        meta["resolved_form"] = form
         topic = ctx.topic
         origin = ctx.msg.origin
         if origin:
@@ -985,18 +624,30 @@ class CockroachDbDialect(Dialect):
         ident = (
             f"crdb-resolved:{topic or ''}:{'' if ctx.partition is None else ctx.partition}:{hlc}"
         )
-        return new_event(
+        order = Order(sequence.encode((wall, logical)), {"hlc": hlc, "resolved": hlc})
+        return self.make_event(
+            "RESOLVED",
+            (None, None, None),
+            order._replace(timestamp=_wall_time(wall)),
+            ctx.item,
             id=ident,
-            dialect=self.name,
             source="cockroachdb",
-            operation="RESOLVED",
-            timestamp=_wall_time(wall),
-            sequence=sequence.encode((wall, logical)),
-            position={"hlc": hlc, "resolved": hlc},
-            metadata=meta,
         )
 
-    def _csv_row(self, values: list[str], ctx: _Ctx) -> Decoded:
+    def _csv_row(self, row: CsvRow, ctx: _Ctx) -> Decoded | list[Decoded]:
+        """A ``format=csv`` initial-scan row (no header; columns from ``csv_columns``), or a
+        line of sinkless ``table,key,value`` output (with that header)."""
+        if [c.strip().lower() for c in row.first] == ["table", "key", "value"]:
+            if row.number == 0:
+                return []
+            if len(row.values) != 3:
+                raise self.fail(
+                    "CSV_COLUMN_COUNT",
+                    f"sinkless CSV row {row.number + 1} has {len(row.values)} fields, expected 3 "
+                    "(table,key,value)",
+                )
+            table, key, value = row.values
+            return self._sinkless_row({"table": table, "key": key, "value": value}, ctx)
         origin = ctx.msg.origin or ""
         named = parse_object_name(origin)
         columns_by_table = self.options.extra.get("csv_columns") or {}
@@ -1022,13 +673,16 @@ class CockroachDbDialect(Dialect):
                 f"CSV rows carry no column names: set csv_columns: {{{where[2]}: [...]}} in the "
                 "source options",
             )
-        if len(values) != len(columns):
+        if len(row.values) != len(columns):
             raise self.fail(
                 "CSV_COLUMN_COUNT",
-                f"CSV row has {len(values)} field(s); table {where[2]!r} is configured with "
+                f"CSV row has {len(row.values)} field(s); table {where[2]!r} is configured with "
                 f"{len(columns)} column(s) {list(columns)}",
             )
-        row = {str(c): (v if v != "" else None) for c, v in zip(columns, values, strict=True)}
+        # an empty field is NULL
+        values = {
+            str(c): (v if v != "" else None) for c, v in zip(columns, row.values, strict=True)
+        }
         hlc: Any = None
         if named is not None:
             wall, logical = named["hlc"]
@@ -1037,7 +691,7 @@ class CockroachDbDialect(Dialect):
             where,
             "SNAPSHOT",
             None,
-            row,
+            values,
             ctx,
             envelope="csv",
             hlc=hlc,
@@ -1045,51 +699,6 @@ class CockroachDbDialect(Dialect):
             key_value=None,
             extra={"envelope": "csv"},
             text_values=True,
-        )
-
-    # ------------------------------------------------------------------ Avro messages
-
-    def _avro_value(self, body: bytes, ctx: _Ctx, *, is_key: bool) -> Any:
-        """A Confluent-framed Avro message (magic byte 0, 4-byte schema id) decoded with the
-        schema from the source option ``schema_dir``."""
-        import fastavro
-
-        if len(body) < 5 or body[:1] != b"\x00":
-            raise self.fail("CORRUPT_AVRO", "not a Confluent-framed Avro message (magic byte 0)")
-        schema_id = int.from_bytes(body[1:5], "big")
-        schema = self._schema(schema_id)
-        try:
-            parsed = fastavro.parse_schema(schema)
-            record = fastavro.schemaless_reader(io.BytesIO(body[5:]), parsed)
-        except Exception as e:  # fastavro raises many types for corrupt input
-            raise self.fail(
-                "CORRUPT_AVRO", f"Avro message with schema {schema_id}: {type(e).__name__}: {e}"
-            ) from None
-        if not is_key:
-            types, bits = avro_schema_types(schema)
-            ctx.avro_types = {**(ctx.avro_types or {}), **types}
-            ctx.bit_columns = ctx.bit_columns | bits
-        ctx.meta["schema_id" if not is_key else "key_schema_id"] = schema_id
-        return _plain(record)
-
-    def _schema(self, schema_id: int) -> Any:
-        folder = self.options.extra.get("schema_dir")
-        if not folder:
-            raise self.fail(
-                "UNKNOWN_SCHEMA_ID",
-                f"Avro schema id {schema_id}: no schema_dir is configured for this source",
-            )
-        for ext in (".avsc", ".json"):
-            p = Path(str(folder)) / f"{schema_id}{ext}"
-            if p.exists():
-                try:
-                    return orjson.loads(p.read_bytes())
-                except orjson.JSONDecodeError as e:
-                    raise self.fail("BAD_SCHEMA", f"schema file {p} is not JSON: {e}") from None
-        raise self.fail(
-            "UNKNOWN_SCHEMA_ID",
-            f"Avro schema id {schema_id} is not in {folder} (expected {schema_id}.avsc or "
-            f"{schema_id}.json)",
         )
 
     # ------------------------------------------------------------------ the event
@@ -1111,7 +720,8 @@ class CockroachDbDialect(Dialect):
     def _where(
         self, topic: str | None, ctx: _Ctx
     ) -> tuple[str | None, str | None, str, str | None, str]:
-        """(database, schema, table, family, topic) of a message."""
+        """(database, schema, table, family, topic) of a message, from the first that names
+        it: the message, the transport, the file name, the source option ``table``."""
         found = topic or ctx.topic
         if not found and ctx.msg.origin:
             named = parse_object_name(ctx.msg.origin)
@@ -1151,16 +761,26 @@ class CockroachDbDialect(Dialect):
         text_values: bool = False,
     ) -> Decoded:
         database, schema, table, family, topic = where
-        metadata: dict[str, Any] = {"topic": topic, **ctx.meta, **(extra or {})}
+        metadata = ctx.meta
+        metadata["topic"] = topic
+        metadata.update(extra or {})
         if family:
             metadata["column_family"] = family
         if ctx.partition is not None:
             metadata["partition"] = ctx.partition
-        types = self._types(table, schema, ctx)
-        typed_after = self._image(after, types, ctx) if after is not None else None
-        typed_before = self._image(before, types, ctx) if before is not None else None
+        types = dict(ctx.avro_types)
+        types.update(
+            self.declared_types(table, schema, cockroachdb_type, database=database, mapper="crdb")
+        )
+        row_types: dict[str, str] = {}
+        typed_after = (
+            None if after is None else self._image(after, types, ctx, row_types, text_values)
+        )
+        typed_before = (
+            None if before is None else self._image(before, types, ctx, row_types, text_values)
+        )
 
-        # key: names, then values
+        # key: values in primary-key order, names from the message or configuration
         values: list[Any] | None = None
         if isinstance(key_value, dict):
             named = {str(k): _unwrap(v) for k, v in key_value.items()}
@@ -1169,10 +789,8 @@ class CockroachDbDialect(Dialect):
         elif isinstance(key_value, list):
             values = [_unwrap(v) for v in key_value]
         elif key_value is not None:
-            raise self.fail("BAD_KEY", f"key must be an array or object, got {_kind(key_value)}")
-        names = key_names or self.options.keys_for(table, schema)
-        if names is None and database:
-            names = self.options.keys_for(table, database)
+            raise self.fail("BAD_KEY", f"key must be an array or object, got {kind(key_value)}")
+        names = key_names or self.key_names(table, schema, database)
         key: dict[str, Any] | None = None
         if values is not None and names:
             if len(values) != len(names):
@@ -1181,11 +799,12 @@ class CockroachDbDialect(Dialect):
                     f"key {_short(values)} has {len(values)} value(s) but table {table!r} has "
                     f"{len(names)} key column(s) {list(names)}",
                 )
-            key = {}
-            for n, v in zip(names, values, strict=True):
-                key[n] = self._value(n, v, types, ctx)
+            key = {
+                n: self._value(n, v, types, ctx, row_types, False)
+                for n, v in zip(names, values, strict=True)
+            }
         elif values is not None:
-            metadata["key_values"] = values
+            self.unnamed_key(values, ctx.item)
         elif names:
             image = typed_after if typed_after is not None else typed_before
             if image is not None and all(n in image for n in names):
@@ -1196,43 +815,21 @@ class CockroachDbDialect(Dialect):
                 f"a delete of table {table!r} carries neither a key nor a before image: the "
                 "deleted row cannot be named",
             )
-        if key is None and ((op == "DELETE" and typed_before is None) or family):
-            raise self.fail(
-                "KEY_NAMES_UNKNOWN",
-                f"{'a delete' if op == 'DELETE' else 'a column-family message'} of table "
-                f"{table!r} carries only key values {_short(values)}: name its key columns in "
-                "the source's keys",
-            )
         partial = bool(family) and op != "DELETE"
         if partial and typed_after is not None and key is not None:
+            # a column family carries only its columns: the key columns are added
             typed_after = {**key, **typed_after}
 
-        seq, position, timestamp = self._order(hlc, hlc_source, ctx, metadata, commit_ns, mvcc)
-        row_types: dict[str, str] = {}
-        for image in (typed_after, typed_before, key):
-            for c, v in (image or {}).items():
-                if c in row_types:
-                    continue
-                t = types.get(c) or (None if text_values else _infer(v))
-                if t is None and text_values and v is not None:
-                    t = "string"
-                if t is not None:
-                    row_types[c] = t
-        return new_event(
-            dialect=self.name,
+        return self.make_event(
+            op,
+            (database, schema, table),
+            self._order(hlc, hlc_source, ctx, commit_ns, mvcc),
+            ctx.item,
             source="cockroachdb",
-            database=database,
-            schema=schema,
-            table=table,
-            operation=op,
-            timestamp=timestamp,
-            sequence=seq,
-            position=position,
             key=key,
             before=typed_before,
             after=typed_after,
             partial=partial,
-            metadata=metadata,
             types=row_types,
         )
 
@@ -1241,10 +838,10 @@ class CockroachDbDialect(Dialect):
         hlc: Any,
         hlc_source: str | None,
         ctx: _Ctx,
-        metadata: dict[str, Any],
         commit_ns: int | None,
         mvcc: Any,
-    ) -> tuple[str, dict[str, Any], dt.datetime | None]:
+    ) -> Order:
+        """HLC ``(wall, logical)`` as numbers, else delivery order."""
         position: dict[str, Any] = {}
         for k in ("kafka_topic", "kafka_partition", "kafka_offset"):
             if k in ctx.meta:
@@ -1257,81 +854,98 @@ class CockroachDbDialect(Dialect):
             except ValueError as e:
                 raise self.fail("BAD_HLC", f"{hlc_source or 'updated'}: {e}") from None
             position["hlc"] = f"{wall}.{logical:010d}"
-            metadata["sequence_source"] = hlc_source or "updated"
+            ctx.meta["sequence_source"] = hlc_source or "updated"
             instant = _wall_time(commit_ns if commit_ns is not None else wall)
-            return sequence.encode((wall, logical)), position, instant
-        metadata["sequence_source"] = "delivery"
-        msg = ctx.msg
-        offset = msg.offset if msg.index is None else msg.index
+            return Order(sequence.encode((wall, logical)), position, instant)
         ts = _wall_time(commit_ns) if commit_ns is not None else None
-        return sequence.delivery_sequence(msg.origin or "", offset, ctx.item), position, ts
+        return Order(self.delivery_order(ctx.item), position, ts)
 
-    def _types(self, table: str, schema: str | None, ctx: _Ctx) -> dict[str, str]:
-        types: dict[str, str] = dict(ctx.avro_types or {})
-        declared = self.options.types_for(table, schema)
-        for col, native in declared.items():
-            try:
-                types[col] = cockroachdb_type(native)
-            except ValueTypeError as e:
-                raise self.fail("BAD_TYPE", f"declared type of {table}.{col}: {e}") from None
-        return types
+    def _image(
+        self,
+        row: Mapping[str, Any],
+        types: Mapping[str, str],
+        ctx: _Ctx,
+        row_types: dict[str, str],
+        text_values: bool,
+    ) -> dict[str, Any]:
+        return {
+            str(c): self._value(str(c), _unwrap(v), types, ctx, row_types, text_values)
+            for c, v in row.items()
+        }
 
-    def _image(self, row: Mapping[str, Any], types: Mapping[str, str], ctx: _Ctx) -> dict[str, Any]:
-        return {str(c): self._value(str(c), _unwrap(v), types, ctx) for c, v in row.items()}
-
-    def _value(self, col: str, value: Any, types: Mapping[str, str], ctx: _Ctx) -> Any:
+    def _value(
+        self,
+        col: str,
+        value: Any,
+        types: Mapping[str, str],
+        ctx: _Ctx,
+        row_types: dict[str, str],
+        text_values: bool,
+    ) -> Any:
+        """A column value (typed, or wire), recording the column's type in ``row_types``: the
+        declared or Avro type, else the type of the value as the message writes it."""
+        t = types.get(col)
+        if t is not None:
+            row_types.setdefault(col, t)
         if value is None:
             return None
         if isinstance(value, dict) and value.get(_JSON_NULL) is True and len(value) == 1:
+            # JSONB null, not SQL NULL
+            row_types.setdefault(col, "string")
             return "null"
         if col in ctx.bit_columns and isinstance(value, list):
             try:
                 return bits_from_avro(value)
             except (ValueError, TypeError) as e:
                 raise self.fail("BAD_VALUE", f"column {col!r} (BIT): {e}") from None
-        t = types.get(col)
         if t is None:
+            if text_values:
+                row_types.setdefault(col, "string")
+                return value
             if isinstance(value, dict | list):
+                row_types.setdefault(col, "string")
                 return _json_text(value)
             if isinstance(value, float):
-                return Decimal(repr(value))
-            return value
-        try:
-            if t == "binary" and isinstance(value, str) and value.startswith("\\x"):
-                return bytes.fromhex(value[2:])
-            if t == "json":
-                return value if isinstance(value, str) else _json_text(value)
-            if t.startswith("decimal") and isinstance(value, bytes):
-                return convert(value.decode(), t)
-            return convert(value, t)
-        except (ValueTypeError, ValueError) as e:
-            raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+                value = Decimal(repr(value))
+            inferred = _infer(value)
+            if inferred is not None:
+                row_types.setdefault(col, inferred)
+            return self.keep(value)
+        if t == "binary" and isinstance(value, str) and value.startswith("\\x"):
+            try:
+                value = bytes.fromhex(value[2:])
+            except ValueError as e:
+                raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+        elif t == "json":
+            return value if isinstance(value, str) else _json_text(value)
+        elif t.startswith("decimal") and isinstance(value, bytes):
+            value = value.decode()
+        return self.value(col, value, t)
 
 
 # ---------------------------------------------------------------------- helpers
 
 
-@dataclass
-class _Console:
-    key: Any
-    value: Any
+def _is_enriched(doc: Mapping[str, Any]) -> bool:
+    op = doc.get("op")
+    if not isinstance(op, str) or op not in ENRICHED_OPS:
+        return False
+    source = doc.get("source")
+    if isinstance(source, dict):
+        return (
+            source.get("origin") == "cockroachdb"
+            or "ts_hlc" in source
+            or ("primary_keys" in source and "table_name" in source)
+        )
+    return "ts_ns" in doc and ("after" in doc or "before" in doc)
 
 
-@dataclass
-class _Many:
-    docs: list[Any]
-
-
-def _record(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A transport record's fields (lower-cased names), or None when ``doc`` is not one."""
+def _sinkless(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A sinkless row's fields (lower-cased), or None."""
     lower = {str(k).lower(): v for k, v in doc.items()}
-    if len(lower) != len(doc) or not set(lower) <= RECORD_FIELDS:
+    if len(lower) != len(doc) or not lower.keys() <= SINKLESS_FIELDS:
         return None
-    if "value" not in lower and "value_base64" not in lower:
-        return None
-    if not ({"topic", "key", "partition", "offset", "table", "key_base64"} & set(lower)):
-        return None
-    return lower
+    return lower if "table" in lower and "value" in lower else None
 
 
 def _hlc_field(doc: Mapping[str, Any]) -> tuple[Any, str | None]:
@@ -1383,15 +997,6 @@ def _record_topic(name: str) -> str:
     return name.rsplit(".", 1)[-1].replace("_u002e_", ".")
 
 
-def _is_changefeed_schema(schema: Any) -> bool:
-    if not isinstance(schema, dict) or schema.get("type") != "record":
-        return False
-    names = {f.get("name") for f in schema.get("fields", []) if isinstance(f, dict)}
-    if "payload" in names or "specversion" in names or "Body" in names:
-        return False
-    return bool(names & {"after", "before", "resolved", "__crdb__", "updated"})
-
-
 def avro_schema_types(schema: Any) -> tuple[dict[str, str], frozenset[str]]:
     """Column types (and BIT columns) of a changefeed Avro schema: the row record under
     ``after``/``before`` (wrapped), or the top-level record (bare/row)."""
@@ -1399,80 +1004,29 @@ def avro_schema_types(schema: Any) -> tuple[dict[str, str], frozenset[str]]:
     bits: set[str] = set()
     if not isinstance(schema, dict):
         return types, frozenset()
-    fields = schema.get("fields", [])
-    row_fields: list[Any] = []
+    fields = [f for f in schema.get("fields", []) if isinstance(f, dict)]
+    row_fields: list[dict[str, Any]] = []
     for f in fields:
-        if not isinstance(f, dict):
-            continue
         if f.get("name") in ("after", "before"):
-            t = f.get("type")
-            options = t if isinstance(t, list) else [t]
-            for o in options:
-                if isinstance(o, dict) and o.get("type") == "record":
-                    row_fields.extend(o.get("fields", []))
+            row_fields.extend(record_fields(f.get("type")))
     if not row_fields:
         row_fields = [
             f
             for f in fields
-            if isinstance(f, dict)
-            and f.get("name") not in ("__crdb__", "updated", "resolved", "mvcc_timestamp")
+            if f.get("name") not in ("__crdb__", "updated", "resolved", "mvcc_timestamp")
         ]
+    named: dict[str, Any] = {}
     for f in row_fields:
-        if not isinstance(f, dict) or f.get("name") in types:
-            continue
         name = str(f.get("name"))
+        if name in types:
+            continue
         if _BIT_DOC.search(str(f.get("doc", ""))):
+            # BIT/VARBIT travel as arrays of 64-bit words
             bits.add(name)
             types[name] = "string"
             continue
-        types[name] = _avro_type(f.get("type"))
+        types[name] = canonical_type(f.get("type"), named)
     return types, frozenset(bits)
-
-
-def _avro_type(t: Any) -> str:
-    if isinstance(t, list):
-        non_null = [x for x in t if x != "null"]
-        if len(non_null) == 1:
-            return _avro_type(non_null[0])
-        decimals = [
-            x for x in non_null if isinstance(x, dict) and x.get("logicalType") == "decimal"
-        ]
-        if decimals:
-            return _avro_type(decimals[0])
-        return "string" if "string" in non_null else "json"
-    if isinstance(t, str):
-        return {
-            "boolean": "boolean",
-            "int": "int",
-            "long": "bigint",
-            "float": "float",
-            "double": "double",
-            "bytes": "binary",
-            "string": "string",
-        }.get(t, "string")
-    if not isinstance(t, dict):
-        return "string"
-    logical = t.get("logicalType")
-    if logical == "decimal":
-        return decimal_type(int(t.get("precision", 38)), int(t.get("scale", 0)))
-    if logical in ("timestamp-millis", "timestamp-micros", "timestamp-nanos"):
-        return "timestamp"
-    if logical in ("local-timestamp-millis", "local-timestamp-micros"):
-        return "timestamp_ntz"
-    if logical == "date":
-        return "date"
-    if logical in ("time-millis", "time-micros"):
-        return "time"
-    if logical == "uuid":
-        return "uuid"
-    base = t.get("type")
-    if base in ("array", "map", "record"):
-        return "json"
-    if base == "enum":
-        return "string"
-    if isinstance(base, str | list | dict):
-        return _avro_type(base)
-    return "string"
 
 
 def enriched_schema_types(schema: Mapping[str, Any]) -> dict[str, str]:
@@ -1487,59 +1041,52 @@ def enriched_schema_types(schema: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+_CONNECT_NAMED: dict[str, str] = {
+    "timestamp": "timestamp_ntz",
+    "timestamptz": "timestamp",
+    "date": "date",
+    "time": "time",
+    "uuid": "uuid",
+    "json": "json",
+    "jsonb": "json",
+}
+_CONNECT_TYPES: dict[str, str] = {
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "bigint",
+    "float32": "float",
+    "float64": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "binary",
+    "array": "json",
+    "struct": "json",
+    "map": "json",
+}
+
+
 def _connect_type(col: Mapping[str, Any]) -> str:
     name = str(col.get("name", "")).lower()
-    typ = str(col.get("type", "")).lower()
     if name == "decimal":
         params = col.get("parameters") or {}
         try:
             return decimal_type(int(params.get("precision", 38)), int(params.get("scale", 18)))
         except (TypeError, ValueError):
             return "decimal(38,18)"
-    named = {
-        "timestamp": "timestamp_ntz",
-        "timestamptz": "timestamp",
-        "date": "date",
-        "time": "time",
-        "uuid": "uuid",
-        "json": "json",
-        "jsonb": "json",
-    }
-    if name in named:
-        return named[name]
-    return {
-        "int8": "int",
-        "int16": "int",
-        "int32": "int",
-        "int64": "bigint",
-        "float32": "float",
-        "float64": "double",
-        "boolean": "boolean",
-        "string": "string",
-        "bytes": "binary",
-        "array": "json",
-        "struct": "json",
-        "map": "json",
-    }.get(typ, "string")
+    if name in _CONNECT_NAMED:
+        return _CONNECT_NAMED[name]
+    return _CONNECT_TYPES.get(str(col.get("type", "")).lower(), "string")
 
 
 def _infer(value: Any) -> str | None:
-    """A JSON value's canonical type: fractions are decimals sized from the literal."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "bigint" if -(1 << 63) <= value < (1 << 63) else "decimal(38,0)"
+    """A JSON value's canonical type: fractions are decimals sized from the literal, integers
+    beyond 64 bits decimals."""
     if isinstance(value, Decimal):
         return decimal_literal_type(value)
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bytes):
-        return "binary"
-    return "json"
+    if type(value) is int and not -(1 << 63) <= value < (1 << 63):
+        return "decimal(38,0)"
+    return infer_type(value) or "json"
 
 
 def decimal_literal_type(value: Decimal) -> str:
@@ -1568,54 +1115,10 @@ def _json_nulls(value: Any) -> Any:
     return value
 
 
-def _plain(value: Any) -> Any:
-    """A fastavro-decoded value with JSON-friendly containers (tuples from named unions
-    unwrapped)."""
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-        return _plain(value[1])
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
 def _wall_time(wall_ns: int) -> dt.datetime:
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=wall_ns // 1000)
 
 
-def _b64(text: str, what: str, d: Dialect) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise d.fail("BAD_DATA", f"record's {what} is not base64") from None
-
-
 def _short(value: Any) -> str:
-    text = orjson.dumps(value, default=json_default).decode() if value is not None else "none"
+    text = dumps(value).decode() if value is not None else "none"
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
-        type(v), "a number" if isinstance(v, int | float | Decimal) else type(v).__name__
-    )
-
-
-def _dumps(doc: Any) -> bytes:
-    return orjson.dumps(doc, default=json_default, option=orjson.OPT_NON_STR_KEYS)
-
-
-def _error(data: bytes, origin: str | None, offset: int, code: str, text: str) -> RawMessage:
-    return RawMessage(
-        data=data,
-        origin=origin,
-        offset=offset,
-        headers={
-            _ERROR_HEADER: code.encode(),
-            "x-error-message": text.encode(),
-            _MARK_HEADER: b"1",
-        },
-    )

@@ -1,131 +1,13 @@
-"""Google Cloud Datastream CDC events (Cloud Storage JSON and Avro files, BigQuery rows).
+"""The ``datastream`` dialect: Google Cloud Datastream events (Cloud Storage JSON and Avro
+files, BigQuery rows).
 
-Spec: ``specs/google-datastream-cdc-events.txt`` (the Datastream AsyncAPI description: the
-unified event envelope, the source-specific ``source_metadata`` variants and the BigQuery
-``datastream_metadata`` column), checked against real files written by Datastream and its tools
-(``conformance/datastream/``), which win where the two differ.
-
-Vendor → canonical:
-
-=================================================  ============================================
-Datastream envelope                                canonical field
-=================================================  ============================================
-``uuid``                                           ``id``
-``source_metadata.change_type`` (Spanner           ``operation``, see :data:`CHANGE_TYPES`;
-``mod_type``), ``is_deleted``, ``read_method``     backfill reads are ``SNAPSHOT``
-``read_method`` prefix, else the metadata shape    ``source`` (mysql, oracle, postgres, ...)
-``source_metadata`` per source (table below)       ``database`` / ``schema`` / ``table``
-``object`` (when the metadata names no table)      ``table``
-``source_metadata.primary_keys``                   ``key`` (names; values from ``payload``)
-``payload`` (the whole row)                        ``after``, or ``before`` for deletes
-``source_timestamp`` (Spanner: ``commit_timestamp``) ``timestamp``
-``tx_id`` / ``server_transaction_id``              ``transaction_id``
-native position (table below), else ``sort_keys``  ``sequence``
-``sort_keys`` and the native position fields       ``position``
-``stream_name``, ``read_method``, ``object``, ...  ``metadata``
-Avro header schema (logical types)                 ``types``
-=================================================  ============================================
-
-Per source (``source_metadata`` fields):
-
-===========  ==============================  ====================  ===========================
-source       database / schema / table       transaction_id        native position
-===========  ==============================  ====================  ===========================
-mysql        ``database`` / — / ``table``    —                     (binlog file number,
-                                                                   ``log_position``)
-oracle       ``database``/``schema``/        ``tx_id``             (``scn``, ``rs_id`` as
-             ``table``                                             log/block/offset, ``ssn``)
-postgres     ``database``/``schema``/        ``tx_id``             (``lsn`` as one integer)
-             ``table``
-sqlserver    ``database``/``schema``/        ``tx_id``             (``lsn`` as one integer)
-             ``table``
-salesforce   ``domain`` / — / ``object_name``  —                   ``sort_keys``
-mongodb      ``database`` / — /              —                     ``sort_keys``
-             ``collection``
-spanner      ``database_id`` / — / ``table``  ``server_transaction  (``commit_timestamp`` in
-                                              _id``                 ns, ``record_sequence``,
-                                                                   ``mod_index``)
-===========  ==============================  ====================  ===========================
-
-Ordering. ``sequence`` is ``(phase, *position, half)``: ``phase`` is 0 for backfill reads and
-1 for streamed changes; ``position`` is the source's native position (above) compared as
-numbers, else the ``sort_keys`` element by element (numbers as numbers, text as text), else
-``source_timestamp`` (marked ``sequence_source: source_timestamp``), else delivery order
-(``sequence_source: delivery``); ``half`` is 0 for an ``UPDATE-DELETE`` and 1 for everything
-else. The native position is preferred to ``sort_keys`` because real ``sort_keys`` begin with
-the source timestamp in milliseconds (``[ts, log_file, log_position]``, ``[ts, scn, rs_id,
-ssn]``, ``[ts, lsn]``): a MySQL row event carries the time its statement *started*, so a
-transaction that waited on a row lock and committed later can carry the earlier timestamp.
-Binlog position, SCN and LSN follow the commit order of changes to one row (row locks).
-
-Backfill. ``read_method`` containing ``backfill`` or ``dump`` (``mysql-backfill-fulldump``,
-``oracle-backfill``, the early ``oracle_dump``), or Spanner ``snapshot: true``, is a backfill
-read → ``SNAPSHOT``. The spec says nothing about how backfill rows order against streamed
-changes, and the data cannot tell: MySQL backfill rows carry ``log_file ''``/``0`` or null,
-Oracle backfill rows an SCN whose meaning the spec does not give. The safe rule is taken:
-phase 0 puts every backfill row below every streamed change of its table, so a backfill row
-never overrides a streamed change of the same key (the stream holds every change after its
-start position, so it is never older than a concurrent backfill read); backfill rows order
-among themselves by their ``sort_keys`` (read time first).
-
-Update pairs. MySQL and Oracle write a row update as ``UPDATE-DELETE`` (the old image) and
-``UPDATE-INSERT`` (the new image) sharing one position (a plain MySQL update is often only the
-``UPDATE-INSERT``). They are decoded separately, so the halves may arrive in different batches
-or files: ``UPDATE-DELETE`` → ``DELETE`` of its image's key with ``half`` 0, ``UPDATE-INSERT``
-→ ``UPDATE`` of its image (no before image) with ``half`` 1. When the key did not change the
-insert half wins (same key, higher sequence): one update. When it changed, the old key is
-deleted and the new key written. ``is_deleted`` is not trusted on ``UPDATE-DELETE`` (MySQL
-writes true, Oracle false). A lone ``UPDATE-INSERT`` is a plain update (real MySQL output writes
-updates that way), so no half waits for the other.
-
-Sort key shapes: when ``sequence`` comes from ``sort_keys`` the event carries
-``metadata.sequence_shape`` (``n``/``s``/``*`` per element); the engine dead-letters events of
-a table whose shape does not fit the table's (``SEQUENCE_SHAPE_MISMATCH``).
-
-Spanner: ``value_capture_type`` ``NEW_VALUES`` (or ``OLD_AND_NEW_VALUES``) sends only the
-changed columns of an UPDATE: such events are ``partial``.
-
-Types: from the Avro header schema when the file is Avro (``decimal`` → decimal(p,s),
-``timestamp-millis``/``-micros`` → timestamp, ``date``, ``time-*``, Datastream's own
-``varchar``/``json``/``number``/``time-interval-micros`` logical types, ``timestampTz``
-records, ``multidimensionalArray_*`` records → json), overridden by configured column types
-(native names through the source's type table: :data:`cdcflow.types.MYSQL`, ``ORACLE``,
-``POSTGRES``, ``SQLSERVER``, ``SPANNER``), else inferred from JSON values. MySQL binary columns
-arrive as hex text (as in Datastream's Avro output), other sources' as base64.
-
-Keys: ``primary_keys`` (a name that differs only in case from a payload column is matched to
-it), else ``replication_index`` when it lists column names, else the configured keys, else no
-key (the engine dead-letters such rows ``KEY_UNKNOWN`` until keys are configured).
-
-Contradictions of the spec (all forms accepted):
-
-* ``replication_index`` is typed integer; Datastream's tools write an array of column names.
-* ``log_position``/``scn``/``tx_id`` may be null or empty in backfill rows; ``tx_id`` is text in
-  the spec and a number in PostgreSQL Avro files; ``source_timestamp`` is a string in the spec
-  and a ``timestamp-millis`` long in Avro files (early files put ``logicalType`` on the field).
-* ``read_timestamp``/``source_timestamp`` appear with ``T`` or a space and with or without a
-  zone (UTC assumed).
-* The ``ChangeType`` enum omits ``is_deleted``-only rows; early files have neither
-  ``change_type`` nor ``is_deleted`` (read as ``UPSERT``, or ``SNAPSHOT`` when a backfill).
-* BigQuery ``datastream_metadata`` names its fields in upper case (``UUID``,
-  ``SOURCE_TIMESTAMP``); exported rows write them in lower case and INT64 as strings.
-
-Cloud Storage layout: when a file's path has Datastream's folders
-``{object}/{yyyy}/{mm}/{dd}/{hh}/{minute}/{file}``, the folder is kept as
-``metadata.folder_object``; a folder that matches neither ``object`` nor the table adds
-``metadata.folder_mismatch`` (a note, never a rejection). A file named like Datastream's objects
-(``{hash}_{read_method}_{n}_{n}_{n}``) records ``metadata.file_read_method``.
-
-BigQuery rows (a row with a ``datastream_metadata`` column): merge-mode rows are current
-states (``UPSERT``, or ``DELETE`` when ``IS_DELETED``), ordered by ``SOURCE_TIMESTAMP``;
-append-only rows carry ``CHANGE_TYPE`` and are ordered by ``SORT_KEYS`` (else
-``CHANGE_SEQUENCE_NUMBER``). Keys come from the configuration.
+The mapping to canonical fields per source, ordering, backfills, update pairs, Avro types and
+the spec's contradictions: ``docs/dialects/datastream.md``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import io
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -134,15 +16,13 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Decoded, Dialect, RawMessage
-from cdcflow.errors import DecodeError
-from cdcflow.event import new_event
-from cdcflow.framing import parse_json
+from cdcflow.dialects.base import Capabilities, Dialect, Item, Order, present_types
+from cdcflow.transports.avro import canonical_type, record_fields
+from cdcflow.transports.json import kind
+from cdcflow.transports.message import RawMessage
 from cdcflow.types import (
     DEFAULT_DECIMAL,
     ValueTypeError,
-    convert,
-    decimal_type,
     infer_type,
     json_default,
     parse_timestamp,
@@ -205,11 +85,13 @@ METADATA_FIELDS: tuple[str, ...] = (
 )
 
 _ENVELOPE_METADATA = ("stream_name", "read_method", "object", "schema_key", "read_timestamp")
+#: Spanner capture types that send only the changed columns of an UPDATE.
 _PARTIAL_CAPTURE = frozenset({"NEW_VALUES", "OLD_AND_NEW_VALUES"})
-_OCF_MAGIC = b"Obj\x01"
 _DIGITS = re.compile(r"^\s*\d+\s*$")
-_ERROR_HEADER = "x-error"
-_MARK_HEADER = "x-datastream"
+
+
+#: What Datastream events can express.
+CAPABILITIES = Capabilities(orders_events=True)
 
 
 class DatastreamDialect(Dialect):
@@ -217,66 +99,11 @@ class DatastreamDialect(Dialect):
     BigQuery rows)."""
 
     name: ClassVar[str] = "datastream"
-    binary_extensions: ClassVar[tuple[str, ...]] = (".avro",)
-
-    # ------------------------------------------------------------------ Avro files
-
-    def frame(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
-        """``.avro`` files: Datastream object-container files, one message per record (``offset``
-        = record number), column types from the header schema. A file that is not a Datastream
-        Avro file (no ``payload`` record in its schema) is handed to the next registered dialect
-        that frames ``.avro`` files. A damaged file keeps the records before the damage and adds
-        one ``CORRUPT_AVRO`` message."""
-        if not (origin or "").lower().endswith(self.binary_extensions):
-            return None
-        import fastavro
-
-        if not data.startswith(_OCF_MAGIC):
-            return self._hand_over(data, origin) or [
-                _error(data, origin, 0, "CORRUPT_AVRO", "not an Avro object-container file")
-            ]
-        try:
-            reader = fastavro.reader(io.BytesIO(data))
-            schema = reader.writer_schema
-        except Exception as e:  # fastavro raises many types for corrupt input
-            return [_error(data, origin, 0, "CORRUPT_AVRO", f"unreadable Avro header: {e}")]
-        if not _is_datastream_schema(schema):
-            handed = self._hand_over(data, origin)
-            if handed is not None:
-                return handed
-        columns = _avro_columns(schema)
-        envelope_ms = _field_level_millis(schema)
-        out: list[RawMessage] = []
-        try:
-            for i, record in enumerate(reader):
-                out.append(_avro_message(record, columns, envelope_ms, origin, i))
-        except Exception as e:  # fastavro raises many types for corrupt input
-            problem = f"corrupt Avro file after {len(out)} record(s): {type(e).__name__}: {e}"
-            out.append(_error(data, origin, len(out), "CORRUPT_AVRO", problem))
-        return out
-
-    def _hand_over(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
-        from cdcflow.dialects import dialect_names, get_dialect
-
-        name = (origin or "").lower()
-        for other in dialect_names():
-            if other == self.name:
-                continue
-            d = get_dialect(other, self.options)
-            if d.binary_extensions and name.endswith(d.binary_extensions):
-                framed = d.frame(data, origin)
-                if framed is not None:
-                    return framed
-        return None
+    capabilities = CAPABILITIES
 
     # ------------------------------------------------------------------ recognition
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
-        if msg.headers and _MARK_HEADER in msg.headers:
-            return 1.0
-        if isinstance(doc, list):
-            first = doc[0] if doc else None
-            return 0.9 * self.recognise(RawMessage(b""), first) if isinstance(first, dict) else 0.0
         if not isinstance(doc, dict):
             return 0.0
         meta = doc.get("source_metadata")
@@ -288,32 +115,36 @@ class DatastreamDialect(Dialect):
             return 0.9
         return 0.0
 
-    # ------------------------------------------------------------------ decoding
+    # ------------------------------------------------------------------ Avro records
 
-    def decode(self, msg: RawMessage) -> list[Decoded]:
-        headers = dict(msg.headers or {})
-        if _ERROR_HEADER in headers:
-            raise self.fail(
-                headers[_ERROR_HEADER].decode(), headers.get("x-error-message", b"").decode()
-            )
-        doc = parse_json(msg)
-        if isinstance(doc, list):
-            out: list[Decoded] = []
-            for i, item in enumerate(doc):
-                try:
-                    out.append(self._event(item, msg, i))
-                except DecodeError as e:
-                    out.append(self.reject(e.code, e.message, _dumps(item), i))
-            return out
-        return [self._event(doc, msg, 0)]
+    def document(self, msg: RawMessage) -> Any:
+        if msg.form != "avro" or msg.avro is None or not isinstance(msg.avro.value, dict):
+            return super().document(msg)
+        schema = msg.avro.schema
+        columns = schema.memo("datastream.columns", _avro_columns)
+        doc = dict(msg.avro.value)
+        for name in schema.memo("datastream.millis", _field_level_millis):
+            if isinstance(doc.get(name), int):
+                doc[name] = _instant(doc[name])
+        for name in ("read_timestamp", "source_timestamp"):
+            if isinstance(doc.get(name), dt.datetime):
+                doc[name] = _iso(doc[name])
+        payload = doc.get("payload")
+        if isinstance(payload, dict):
+            doc["payload"] = {
+                c: _normalise(v, columns.get(c, ("string", "plain"))[1]) for c, v in payload.items()
+            }
+        return doc
 
-    def _event(self, doc: Any, msg: RawMessage, item: int) -> dict[str, Any]:
+    # ------------------------------------------------------------------ the event
+
+    def event(self, doc: Any, item: Item) -> dict[str, Any]:
         if not isinstance(doc, dict):
             raise self.fail(
-                "NOT_AN_EVENT", f"a Datastream event must be a JSON object, got {_kind(doc)}"
+                "NOT_AN_EVENT", f"a Datastream event must be a JSON object, got {kind(doc)}"
             )
         if "source_metadata" not in doc and isinstance(_bq_metadata(doc), dict):
-            return self._bigquery_row(doc, msg, item)
+            return self._bigquery_row(doc, item)
         payload = doc.get("payload")
         meta = doc.get("source_metadata")
         if payload is None and meta is None:
@@ -321,12 +152,12 @@ class DatastreamDialect(Dialect):
                 "NOT_AN_EVENT", "not a Datastream event: no 'source_metadata' and no 'payload'"
             )
         if not isinstance(payload, dict):
-            raise self.fail("MISSING_PAYLOAD", f"'payload' must be an object, got {_kind(payload)}")
+            raise self.fail("MISSING_PAYLOAD", f"'payload' must be an object, got {kind(payload)}")
         if meta is None:
             meta = {}
         if not isinstance(meta, dict):
             raise self.fail(
-                "BAD_METADATA", f"'source_metadata' must be an object, got {_kind(meta)}"
+                "BAD_METADATA", f"'source_metadata' must be an object, got {kind(meta)}"
             )
         read_method = doc.get("read_method")
         read_method = read_method if isinstance(read_method, str) else ""
@@ -339,27 +170,22 @@ class DatastreamDialect(Dialect):
 
         metadata: dict[str, Any] = {k: doc[k] for k in _ENVELOPE_METADATA if doc.get(k) is not None}
         metadata.update({k: meta[k] for k in METADATA_FIELDS if meta.get(k) is not None})
+        item.meta = metadata = {**metadata, **item.meta}
         if isinstance(metadata.get("read_timestamp"), dt.datetime):
             metadata["read_timestamp"] = _iso(metadata["read_timestamp"])
-        _folder_check(msg.origin, doc.get("object"), database, schema, table, metadata)
+        _folder_check(item.msg.origin, doc.get("object"), database, schema, table, metadata)
 
-        avro_types = doc.get("_avro_types")
-        types: dict[str, str] = dict(avro_types) if isinstance(avro_types, dict) else {}
-        unknown: dict[str, str] = {}
-        for col, native in self._declared(table, schema, database).items():
-            try:
-                types[col] = source_type(source or "", native)
-            except ValueTypeError:
-                unknown[col] = native
-        if unknown:
-            metadata["unknown_types"] = unknown
-        row = {col: self._value(col, v, types, source) for col, v in payload.items()}
-        for col, v in row.items():
-            if col not in types:
-                inferred = infer_type(v)
-                if inferred is not None:
-                    types[col] = inferred
-                    row[col] = convert(v, inferred)  # objects and arrays become JSON text
+        types = self._avro_types(item.msg)
+        types.update(
+            self.declared_types(
+                table,
+                schema,
+                lambda native: source_type(source or "", native),
+                database=database,
+                mapper=source or "",
+            )
+        )
+        row = self._row(payload, types, source)
 
         names = self._key_names(meta, table, schema, database)
         key: dict[str, Any] | None = None
@@ -378,29 +204,59 @@ class DatastreamDialect(Dialect):
             and str(meta.get("value_capture_type", "")).upper() in _PARTIAL_CAPTURE
             and half == 1
         )
-        seq, position = self._order(doc, meta, source, backfill, half, msg, item, metadata)
         tx = meta.get("tx_id", meta.get("server_transaction_id"))
-        return new_event(
+        return self.make_event(
+            op,
+            (database, schema, table),
+            self._order(doc, meta, source, backfill, half, item)._replace(
+                timestamp=self._timestamp(doc, meta),
+                transaction_id=str(tx) if tx not in (None, "") else None,
+            ),
+            item,
             id=str(doc["uuid"]) if doc.get("uuid") else None,
-            dialect=self.name,
             source=source,
-            database=database,
-            schema=schema,
-            table=table,
-            operation=op,
-            timestamp=self._timestamp(doc, meta),
-            transaction_id=str(tx) if tx not in (None, "") else None,
-            sequence=seq,
-            position=position,
             key=key,
             before=row if op == "DELETE" else None,
             after=None if op == "DELETE" else row,
             partial=partial,
-            metadata=metadata,
-            types={c: t for c, t in types.items() if c in row},
+            types=present_types(types, row),
         )
 
     # ------------------------------------------------------------------ parts
+
+    @staticmethod
+    def _avro_types(msg: RawMessage) -> dict[str, str]:
+        if msg.form != "avro" or msg.avro is None:
+            return {}
+        columns = msg.avro.schema.memo("datastream.columns", _avro_columns)
+        return {c: t for c, (t, _) in columns.items()}
+
+    def _row(
+        self, payload: Mapping[str, Any], types: dict[str, str], source: str | None
+    ) -> dict[str, Any]:
+        """The payload with typed values; columns without a type get the inferred one."""
+        row: dict[str, Any] = {}
+        for col, v in payload.items():
+            t = types.get(col)
+            if t is None:
+                t = infer_type(v)
+                if t is None:
+                    row[col] = None
+                    continue
+                types[col] = t
+            if v is None:
+                row[col] = None
+            elif t == "binary" and isinstance(v, str) and source == "mysql":
+                # MySQL binary columns arrive as hex text
+                try:
+                    row[col] = self.value(col, bytes.fromhex(v), t)
+                except ValueError:
+                    raise self.fail(
+                        "BAD_VALUE", f"column {col!r}: MySQL binary is hex text, got {v[:40]!r}"
+                    ) from None
+            else:
+                row[col] = self.value(col, v, t)
+        return row
 
     def _operation(self, meta: Mapping[str, Any], backfill: bool) -> tuple[str, int]:
         raw = meta.get("change_type")
@@ -408,16 +264,15 @@ class DatastreamDialect(Dialect):
             raw = meta.get("mod_type")
         deleted = meta.get("is_deleted") is True
         if raw is not None:
-            if (
-                not isinstance(raw, str)
-                or raw.strip().upper().replace("_", "-") not in CHANGE_TYPES
-            ):
+            norm = raw.strip().upper().replace("_", "-") if isinstance(raw, str) else None
+            if norm not in CHANGE_TYPES:
                 raise self.fail(
                     "UNKNOWN_CHANGE_TYPE",
                     f"unknown change_type {raw!r}; expected one of {', '.join(CHANGE_TYPES)}",
                 )
-            op, half = CHANGE_TYPES[raw.strip().upper().replace("_", "-")]
+            op, half = CHANGE_TYPES[norm]
             if half == 0:
+                # is_deleted is not trusted on UPDATE-DELETE (MySQL writes true, Oracle false)
                 return op, half
         else:
             op, half = ("SNAPSHOT" if backfill else "UPSERT"), 1
@@ -427,41 +282,14 @@ class DatastreamDialect(Dialect):
             return "SNAPSHOT", 1
         return op, half
 
-    def _declared(self, table: str, schema: str | None, database: str | None) -> Mapping[str, str]:
-        found = self.options.types_for(table, schema)
-        if not found and database:
-            found = self.options.types_for(table, database)
-        return found
-
     def _key_names(
         self, meta: Mapping[str, Any], table: str, schema: str | None, database: str | None
     ) -> tuple[str, ...] | None:
-        for field in ("primary_keys", "replication_index"):
-            names = meta.get(field)
+        for name in ("primary_keys", "replication_index"):
+            names = meta.get(name)
             if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
                 return tuple(names)
-        configured = self.options.keys_for(table, schema)
-        if configured is None and database:
-            configured = self.options.keys_for(table, database)
-        return configured or None
-
-    def _value(self, col: str, value: Any, types: Mapping[str, str], source: str | None) -> Any:
-        t = types.get(col)
-        if value is None:
-            return None
-        if t is None:
-            return value
-        if t == "binary" and isinstance(value, str) and source == "mysql":
-            try:
-                return bytes.fromhex(value)
-            except ValueError:
-                raise self.fail(
-                    "BAD_VALUE", f"column {col!r}: MySQL binary is hex text, got {value[:40]!r}"
-                ) from None
-        try:
-            return convert(value, t)
-        except ValueTypeError as e:
-            raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+        return self.key_names(table, schema, database)
 
     def _timestamp(self, doc: Mapping[str, Any], meta: Mapping[str, Any]) -> dt.datetime | None:
         value = doc.get("source_timestamp")
@@ -481,10 +309,11 @@ class DatastreamDialect(Dialect):
         source: str | None,
         backfill: bool,
         half: int,
-        msg: RawMessage,
-        item: int,
-        metadata: dict[str, Any],
-    ) -> tuple[str, dict[str, Any]]:
+        item: Item,
+    ) -> Order:
+        """``(phase, *position, half)``: the native position, else ``sort_keys``, else the
+        source timestamp, else delivery order (see the docs' Ordering)."""
+        metadata = item.meta
         position: dict[str, Any] = {k: meta[k] for k in POSITION_FIELDS if meta.get(k) is not None}
         sort_keys = doc.get("sort_keys")
         if sort_keys is not None:
@@ -493,12 +322,12 @@ class DatastreamDialect(Dialect):
         try:
             native = None if backfill else _native_position(source, meta)
             if native is not None:
-                return sequence.encode((phase, *native, half)), position
+                return Order(sequence.encode((phase, *native, half)), position)
             if isinstance(sort_keys, list) and sort_keys:
                 elements = [_sort_element(k) for k in sort_keys]
                 metadata["sequence_source"] = "sort_keys"
                 metadata["sequence_shape"] = _shape(elements)
-                return sequence.encode((phase, *elements, half)), position
+                return Order(sequence.encode((phase, *elements, half)), position)
         except ValueError as e:
             raise self.fail("BAD_POSITION", str(e)) from None
         ts = doc.get("source_timestamp")
@@ -508,20 +337,17 @@ class DatastreamDialect(Dialect):
             except (ValueTypeError, ValueError, OverflowError) as e:
                 raise self.fail("BAD_TIMESTAMP", f"source_timestamp: {e}") from None
             metadata["sequence_source"] = "source_timestamp"
-            return sequence.encode((phase, micros, half)), position
-        metadata["sequence_source"] = "delivery"
-        offset = msg.offset if msg.index is None else msg.index
-        return sequence.delivery_sequence(msg.origin or "", offset, item), position
+            return Order(sequence.encode((phase, micros, half)), position)
+        return Order(self.delivery_order(item), position)
 
     # ------------------------------------------------------------------ BigQuery rows
 
-    def _bigquery_row(self, doc: Mapping[str, Any], msg: RawMessage, item: int) -> dict[str, Any]:
+    def _bigquery_row(self, doc: Mapping[str, Any], item: Item) -> dict[str, Any]:
         """A row of a Datastream-managed BigQuery table (exported as JSON): the table's columns
         plus ``datastream_metadata``. The row names no table: it comes from the source option
         ``table``, else the file name's stem."""
         meta = {str(k).upper(): v for k, v in (_bq_metadata(doc) or {}).items()}
-        row = {k: v for k, v in doc.items() if k != "datastream_metadata"}
-        table = self.options.extra.get("table") or _stem(msg.origin)
+        table = self.options.extra.get("table") or _stem(item.msg.origin)
         if not table:
             raise self.fail("MISSING_TABLE", "a BigQuery row names no table; set option 'table'")
         change = meta.get("CHANGE_TYPE")
@@ -534,22 +360,28 @@ class DatastreamDialect(Dialect):
             op, half = "UPSERT", 1
         if _truthy(meta.get("IS_DELETED")):
             op, half = "DELETE", 1
-        types: dict[str, str] = {}
-        for col, native in self.options.types_for(table).items():
-            try:
-                types[col] = source_type(self.options.extra.get("source", ""), native)
-            except ValueTypeError:
-                types[col] = "string"
-        values = {c: self._value(c, v, types, None) for c, v in row.items()}
-        for c, v in values.items():
-            if c not in types and infer_type(v) is not None:
-                types[c] = infer_type(v) or "string"
-        names = self.options.keys_for(table)
+        source = self.options.extra.get("source") or None
+        types = dict(
+            self.declared_types(
+                table, None, lambda native: source_type(source or "", native), mapper=source or ""
+            )
+        )
+        values = self._row(
+            {
+                k: v
+                for k, v in doc.items()
+                if k not in ("datastream_metadata", "DATASTREAM_METADATA")
+            },
+            types,
+            None,
+        )
+        names = self.key_names(table)
         key = (
             {n: values.get(n) for n in names} if names and all(n in values for n in names) else None
         )
         metadata: dict[str, Any] = {"bigquery": "append-only" if change is not None else "merge"}
         metadata.update({k.lower(): v for k, v in meta.items() if v is not None})
+        item.meta = metadata = {**metadata, **item.meta}
         ts: dt.datetime | None = None
         micros: int | None = None
         src_ts = meta.get("SOURCE_TIMESTAMP")
@@ -578,24 +410,19 @@ class DatastreamDialect(Dialect):
             seq = sequence.encode((1, micros, half))
             metadata["sequence_source"] = "source_timestamp"
         else:
-            offset = msg.offset if msg.index is None else msg.index
-            seq = sequence.delivery_sequence(msg.origin or "", offset, item)
-            metadata["sequence_source"] = "delivery"
+            seq = self.delivery_order(item)
         uuid = meta.get("UUID")
-        return new_event(
+        return self.make_event(
+            op,
+            (None, None, str(table)),
+            Order(seq, {"sort_keys": sort_keys, "change_sequence_number": csn}, ts),
+            item,
             id=str(uuid) if uuid else None,
-            dialect=self.name,
-            source=self.options.extra.get("source") or None,
-            table=str(table),
-            operation=op,
-            timestamp=ts,
-            sequence=seq,
-            position={"sort_keys": sort_keys, "change_sequence_number": csn},
+            source=source,
             key=key,
             before=values if op == "DELETE" else None,
             after=None if op == "DELETE" else values,
-            metadata=metadata,
-            types={c: t for c, t in types.items() if c in values},
+            types=present_types(types, values),
         )
 
 
@@ -828,39 +655,7 @@ def _stem(origin: str | None) -> str | None:
     return name.split(".", 1)[0] or None
 
 
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
-        type(v), "a number" if isinstance(v, int | float) else type(v).__name__
-    )
-
-
-def _dumps(doc: Any) -> bytes:
-    return orjson.dumps(doc, default=json_default, option=orjson.OPT_NON_STR_KEYS)
-
-
-def _error(data: bytes, origin: str | None, offset: int, code: str, text: str) -> RawMessage:
-    return RawMessage(
-        data=data,
-        origin=origin,
-        offset=offset,
-        headers={
-            _ERROR_HEADER: code.encode(),
-            "x-error-message": text.encode(),
-            _MARK_HEADER: b"1",
-        },
-    )
-
-
 # ---------------------------------------------------------------------- Avro schema → types
-
-
-def _is_datastream_schema(schema: Any) -> bool:
-    if not isinstance(schema, dict) or schema.get("type") != "record":
-        return False
-    names = {f.get("name") for f in schema.get("fields", []) if isinstance(f, dict)}
-    return "payload" in names and ("source_metadata" in names or "read_method" in names)
 
 
 def _field_level_millis(schema: Any) -> set[str]:
@@ -877,81 +672,68 @@ def _field_level_millis(schema: Any) -> set[str]:
 _Norm = str  # "plain" | "varchar" | "tz" | "interval" | "array"
 
 
-def _avro_columns(schema: Any) -> dict[str, tuple[str, _Norm]]:
-    """Payload column → (canonical type, normaliser) from the header schema."""
-    out: dict[str, tuple[str, _Norm]] = {}
-    for f in schema.get("fields", []) if isinstance(schema, dict) else []:
-        if isinstance(f, dict) and f.get("name") == "payload" and isinstance(f.get("type"), dict):
-            named: dict[str, Any] = {}
-            for col in f["type"].get("fields", []):
-                out[col["name"]] = _avro_type(col["type"], named)
-    return out
-
-
-def _avro_type(t: Any, named: dict[str, Any]) -> tuple[str, _Norm]:
-    if isinstance(t, list):
-        non_null = [x for x in t if x != "null"]
-        return _avro_type(non_null[0], named) if len(non_null) == 1 else ("json", "plain")
-    if isinstance(t, str):
-        if t in named:
-            return _avro_type(named[t], named)
-        return _AVRO_PRIMITIVES.get(t, ("string", "plain"))
+def _vendor(t: Any) -> tuple[str, _Norm] | None:
+    """Datastream's own Avro types: its logical types and named records."""
+    if t == "varchar":
+        # a named type reused by name (early files)
+        return "string", "varchar"
     if not isinstance(t, dict):
-        return "string", "plain"
-    if t.get("name"):
-        named.setdefault(str(t["name"]), t)
+        return None
     logical = t.get("logicalType")
-    base = t.get("type")
-    if logical == "decimal":
-        return decimal_type(int(t.get("precision", 38)), int(t.get("scale", 0))), "plain"
-    if logical in ("timestamp-millis", "timestamp-micros", "timestamp-nanos"):
-        return "timestamp", "plain"
-    if logical in ("local-timestamp-millis", "local-timestamp-micros"):
-        return "timestamp_ntz", "plain"
-    if logical == "date":
-        return "date", "plain"
-    if logical in ("time-millis", "time-micros"):
-        return "time", "plain"
     if logical == "time-interval-micros":
         return "string", "interval"
     if logical == "json":
         return "json", "plain"
-    if logical == "uuid":
-        return "uuid", "plain"
     if logical == "number":
         return DEFAULT_DECIMAL, "plain"
-    if base == "record":
+    if t.get("type") == "record":
         name = str(t.get("name", ""))
-        fields = {f.get("name"): f for f in t.get("fields", [])}
-        if name == "varchar" or set(fields) == {"value", "length"}:
+        fields = {f.get("name") for f in t.get("fields", []) if isinstance(f, dict)}
+        if name == "varchar" or fields == {"value", "length"}:
             return "string", "varchar"
-        if name == "timestampTz" or set(fields) == {"timestamp", "offset"}:
+        if name == "timestampTz" or fields == {"timestamp", "offset"}:
             return "timestamp", "tz"
         if name.startswith("multidimensionalArray") or "nestedArray" in fields:
             return "json", "array"
-        return "json", "plain"
-    if base in ("array", "map"):
-        return "json", "plain"
-    if base == "enum":
-        return "string", "plain"
-    if base == "fixed":
-        return "binary", "plain"
-    if isinstance(base, str | list | dict):
-        return _avro_type(base, named)
-    return "string", "plain"
+    return None
 
 
-_AVRO_PRIMITIVES: dict[str, tuple[str, _Norm]] = {
-    "boolean": ("boolean", "plain"),
-    "int": ("int", "plain"),
-    "long": ("bigint", "plain"),
-    "float": ("float", "plain"),
-    "double": ("double", "plain"),
-    "bytes": ("binary", "plain"),
-    "string": ("string", "plain"),
-    # a named type reused by name (early files' "varchar")
-    "varchar": ("string", "varchar"),
-}
+def _vendor_type(t: Any) -> str | None:
+    found = _vendor(t)
+    return None if found is None else found[0]
+
+
+def _normaliser(t: Any, named: dict[str, Any]) -> _Norm:
+    if isinstance(t, list):
+        branches = [x for x in t if x != "null"]
+        return _normaliser(branches[0], named) if len(branches) == 1 else "plain"
+    found = _vendor(t)
+    if found is not None:
+        return found[1]
+    if isinstance(t, str) and t in named:
+        return _normaliser(named[t], named)
+    if isinstance(t, dict) and isinstance(t.get("type"), str | list | dict):
+        if t.get("type") not in ("record", "array", "map", "enum", "fixed"):
+            return _normaliser(t["type"], named)
+    return "plain"
+
+
+def _avro_columns(schema: Any) -> dict[str, tuple[str, _Norm]]:
+    """Payload column → (canonical type, normaliser) from the header schema."""
+    out: dict[str, tuple[str, _Norm]] = {}
+    for f in schema.get("fields", []) if isinstance(schema, dict) else []:
+        if isinstance(f, dict) and f.get("name") == "payload":
+            named: dict[str, Any] = {}
+            for col in record_fields(f.get("type")):
+                t = canonical_type(col["type"], named, _vendor_type)
+                out[col["name"]] = (t, _normaliser(col["type"], named))
+    return out
+
+
+def avro_column_type(t: Any) -> tuple[str, _Norm]:
+    """A payload column's (canonical type, normaliser) for Avro type ``t``."""
+    named: dict[str, Any] = {}
+    return canonical_type(t, named, _vendor_type), _normaliser(t, named)
 
 
 def _normalise(value: Any, how: _Norm) -> Any:
@@ -981,32 +763,3 @@ def _nested(value: Any) -> Any:
             return [_nested(v) for v in value["nestedArray"]]
         return value.get("elementValue")
     return value
-
-
-def _avro_message(
-    record: Any,
-    columns: Mapping[str, tuple[str, _Norm]],
-    envelope_ms: set[str],
-    origin: str | None,
-    i: int,
-) -> RawMessage:
-    """One Avro record as a message whose parsed document is the Datastream event, with the
-    payload's column types under ``_avro_types``."""
-    if not isinstance(record, dict):
-        return _error(
-            orjson.dumps(record, default=str), origin, i, "NOT_AN_EVENT", "record is not a record"
-        )
-    doc = dict(record)
-    for name in envelope_ms:
-        if isinstance(doc.get(name), int):
-            doc[name] = _instant(doc[name])
-    for name in ("read_timestamp", "source_timestamp"):
-        if isinstance(doc.get(name), dt.datetime):
-            doc[name] = _iso(doc[name])
-    payload = doc.get("payload")
-    if isinstance(payload, dict):
-        doc["payload"] = {
-            c: _normalise(v, columns.get(c, ("string", "plain"))[1]) for c, v in payload.items()
-        }
-        doc["_avro_types"] = {c: t for c, (t, _) in columns.items()}
-    return RawMessage(data=_dumps(doc), origin=origin, offset=i, doc=doc, parsed=True, index=i)

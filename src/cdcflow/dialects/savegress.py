@@ -1,47 +1,7 @@
-"""The ``savegress`` dialect: the unified CDC event format.
+"""The ``savegress`` dialect: the unified CDC event format (JSON, Kafka form, protobuf).
 
-Spec: ``specs/unified-cdc-event-format.txt`` (the Savegress event format).
-
-========================================  ==================================================
-unified format                            canonical event
-========================================  ==================================================
-``id``                                    ``id`` (else a deterministic hash)
-``source``                                ``source`` (else inferred from ``position``)
-``metadata.database``                     ``database``
-``schema`` / ``table``                    ``schema`` / ``table``
-``operation`` (or ``type``, see below)    ``operation``
-``timestamp`` (ISO-8601 UTC)              ``timestamp``
-``transaction_id``                        ``transaction_id``
-``position`` postgres ``lsn``+``sequence``  ``sequence`` = (LSN as one integer, sequence)
-``position`` mysql ``file``+``position``    ``sequence`` = (binlog file number, position)
-``position`` mongodb ``cluster_time``       ``sequence`` = (t, i); else ``resume_token`` text
-no usable position                        ``sequence`` = delivery order, marked in metadata
-``before`` / ``after``                    ``before`` / ``after`` (typed, see below)
-``metadata``                              ``metadata`` (plus batch and Kafka coordinates)
-``ddl_type`` / ``ddl_command``            ``ddl_type`` / ``ddl_command``; ``ADD COLUMN``
-                                          clauses give the new columns' ``types``
-``key`` (cdcflow extension)               ``key``
-========================================  ==================================================
-
-Shapes accepted: a single event; a batch envelope (``batch_id``, ``batch_size``,
-``batch_timestamp``, ``events``) whose ``batch_size`` must equal the number of events; a JSON
-array of events; the Kafka message form (key ``table:primary_key``, headers
-``savegress-event-id``/``-operation``/``-table``/``-timestamp``), either as real Kafka key and
-headers or as a JSON record ``{"key", "value", "headers"}``; the gRPC ``CDCEvent`` protobuf
-message, length-delimited in ``.pb`` files.
-
-Quirks handled:
-
-- The format carries no key column names and no column types. Key names come from an explicit
-  ``key`` object (cdcflow writes one), else from the source's configured ``keys``; values come
-  from ``after`` (``before`` for deletes). Types come from configured column types (native
-  names through the per-source type table, e.g. Postgres ``numeric(10,2)``), else are inferred
-  from JSON values (integers → bigint, fractions → double, text → string, objects → json).
-- Operations beyond the spec's INSERT/UPDATE/DELETE/DDL/BEGIN/COMMIT (``TRUNCATE``,
-  ``UPSERT``, ``SNAPSHOT``, ``RESOLVED``) are accepted: cdcflow's own unified stream uses them.
-- The DataWatch add-on writes ``"type"`` instead of ``"operation"``: both are accepted, and the
-  variant is noted in ``metadata.operation_field``.
-- A DELETE needs a key or a before image; INSERT/UPDATE need an ``after`` image.
+The mapping to canonical fields, the shapes read and the format's gaps:
+``docs/dialects/savegress.md``.
 """
 
 from __future__ import annotations
@@ -49,25 +9,40 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, ClassVar
 
-import orjson
-
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Decoded, Dialect, RawMessage, Rejection
+from cdcflow.dialects.base import (
+    BASE_TRANSPORTS,
+    Batch,
+    Capabilities,
+    Columnar,
+    Dialect,
+    Item,
+    Order,
+)
 from cdcflow.errors import DecodeError
-from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS, new_event
-from cdcflow.framing import header_map, parse_json
+from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS, event_id
+from cdcflow.transports import PROTOBUF
+from cdcflow.transports.json import header_map, kind, known_schema, read_lines
+from cdcflow.transports.message import RawMessage
 from cdcflow.types import (
     ValueTypeError,
     convert,
     infer_type,
-    parse_timestamp,
     source_type,
+    wire_json,
+    wire_value,
 )
 
 _HEADER_PREFIX = "savegress-"
+#: Headers of the Kafka message form, kept in metadata as ``header_<name>``.
+_HEADERS = ("event-id", "operation", "table", "timestamp")
 _SPEC_OPERATIONS = ("INSERT", "UPDATE", "DELETE", "DDL", "BEGIN", "COMMIT")
+#: Operations cdcflow's own unified stream adds to the spec's.
+_EXTRA_OPERATIONS = ("TRUNCATE", "UPSERT", "SNAPSHOT", "RESOLVED")
+_NEEDS_AFTER = frozenset({"INSERT", "UPDATE", "UPSERT", "SNAPSHOT"})
 _ADD_COLUMN = re.compile(
     r"\bADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\"[^\"]+\"|`[^`]+`|[A-Za-z_][\w$]*)\s+"
     r"(.+?)(?=,\s*ADD\b|;|$)",
@@ -78,121 +53,62 @@ _COLUMN_CONSTRAINTS = re.compile(
     r"COLLATE\b.*|CONSTRAINT\b.*|GENERATED\b.*|COMMENT\b.*|AFTER\b.*|FIRST\b.*)$",
     re.IGNORECASE | re.DOTALL,
 )
+_NOT_COLUMNS = frozenset({"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "INDEX", "KEY", "CHECK"})
+#: Fields of the events :meth:`SavegressDialect.columnar` reads in bulk, and its text fields.
+_BULK_TEXT = ("id", "operation", "table", "schema", "source", "timestamp", "transaction_id")
+_BULK_FIELDS = frozenset({*_BULK_TEXT, "position", "before", "after"})
+_BULK_OPERATIONS = frozenset({"INSERT", "UPDATE", "DELETE", "UPSERT", "SNAPSHOT"})
+_BULK_DAY = (
+    r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])-"
+    r"(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+)
+_BULK_UTC = "^" + _BULK_DAY + r"(\.[0-9]{6})?Z$"
+_BULK_LSN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
+
+
+#: What the unified format can express.
+CAPABILITIES = Capabilities(
+    orders_events=True, before_images=True, transports=BASE_TRANSPORTS | {PROTOBUF}
+)
 
 
 class SavegressDialect(Dialect):
     """Decoder for the unified CDC event format (``savegress``)."""
 
     name: ClassVar[str] = "savegress"
-    binary_extensions: ClassVar[tuple[str, ...]] = (".pb", ".protobuf", ".pbd")
+    capabilities = CAPABILITIES
+    #: The schema of the last file read in bulk (the next one is likely alike).
+    _bulk_schema: Any = None
 
     # ------------------------------------------------------------------ recognition
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
         if msg.headers and any(k.lower().startswith(_HEADER_PREFIX) for k in msg.headers):
             return 1.0
-        if doc is None:
-            name = (msg.origin or "").lower()
-            return 0.6 if name.endswith(self.binary_extensions) else 0.0
-        if isinstance(doc, list):
-            first = doc[0] if doc else None
-            return 0.8 * self._score_object(first) if isinstance(first, dict) else 0.0
-        if isinstance(doc, dict):
-            return self._score_object(doc)
-        return 0.0
+        if msg.form == "protobuf":
+            return 0.6
+        return _score(doc) if isinstance(doc, dict) else 0.0
 
-    @staticmethod
-    def _score_object(doc: Mapping[str, Any]) -> float:
-        if "batch_id" in doc and isinstance(doc.get("events"), list):
-            return 0.95
-        headers = doc.get("headers")
-        if "value" in doc and isinstance(headers, (dict, list)):
-            names = (
-                headers.keys()
-                if isinstance(headers, dict)
-                else (h.get("key", "") for h in headers if isinstance(h, dict))
-            )
-            if any(str(n).lower().startswith(_HEADER_PREFIX) for n in names):
-                return 0.95
-        op = doc.get("operation")
-        if isinstance(op, str) and op.upper() in OPERATIONS:
-            # CloudEvents and Debezium carry other markers; the unified format is flat.
-            if "specversion" in doc or "payload" in doc:
-                return 0.1
-            return 0.9
-        typ = doc.get("type")
-        if isinstance(typ, str) and typ.upper() in OPERATIONS and "table" in doc:
-            return 0.7 if "specversion" not in doc else 0.0
-        return 0.0
+    # ------------------------------------------------------------------ shapes
 
-    # ------------------------------------------------------------------ framing
-
-    def frame(self, data: bytes, origin: str | None) -> list[RawMessage] | None:
-        name = (origin or "").lower()
-        if not name.endswith(self.binary_extensions):
-            return None
-        from cdcflow.dialects.savegress_proto import split_delimited
-
-        try:
-            parts = split_delimited(data)
-        except DecodeError as e:
-            # the stream is unusable from the bad prefix on: one message carries the error
-            return [
-                RawMessage(data=data, origin=origin, offset=0, headers={"x-error": e.code.encode()})
-            ]
-        return [
-            RawMessage(data=body, origin=origin, offset=off, headers={"content-type": b"protobuf"})
-            for off, body in parts
-        ]
-
-    # ------------------------------------------------------------------ decoding
-
-    def decode(self, msg: RawMessage) -> list[Decoded]:
-        headers = header_map(msg.headers)
-        if "x-error" in headers:
-            raise self.fail(headers["x-error"], "corrupt length-delimited protobuf stream")
-        if headers.get("content-type") == "protobuf":
+    def document(self, msg: RawMessage) -> Any:
+        if msg.form == "protobuf":
             from cdcflow.dialects.savegress_proto import event_from_proto
 
-            return [self._event(event_from_proto(msg.data), msg, 0, {"format": "protobuf"})]
-        doc = parse_json(msg)
-        kafka_key = msg.key.decode("utf-8", "replace") if msg.key is not None else None
-        extra: dict[str, Any] = {}
-        if (
-            isinstance(doc, dict)
-            and "value" in doc
-            and ("headers" in doc or "key" in doc)
-            and ("operation" not in doc)
-        ):
-            # Kafka message form written as a JSON record
-            kafka_key = doc.get("key") if isinstance(doc.get("key"), str) else kafka_key
-            headers = {**headers, **header_map(doc.get("headers"))}
-            value = doc.get("value")
-            if isinstance(value, str):
-                try:
-                    value = orjson.loads(value)
-                except orjson.JSONDecodeError:
-                    raise self.fail("NOT_JSON", "Kafka record value is not JSON") from None
-            doc = value
-            for k in ("topic", "partition", "offset"):
-                if k in (msg.doc or {}):
-                    extra[f"kafka_{k}"] = msg.doc[k]
-        if headers or kafka_key is not None:
-            extra.update(self._kafka_meta(headers, kafka_key))
-        if isinstance(doc, list):
-            return [self._safe_event(e, msg, i, extra) for i, e in enumerate(doc)]
-        if not isinstance(doc, dict):
-            raise self.fail("NOT_AN_EVENT", f"expected a JSON object, got {_kind(doc)}")
-        if "events" in doc and ("batch_id" in doc or "batch_size" in doc):
-            return self._batch(doc, msg, extra)
-        return [self._event(doc, msg, 0, extra, headers=headers, kafka_key=kafka_key)]
+            return event_from_proto(msg.data)
+        doc = super().document(msg)
+        if not isinstance(doc, dict | list):
+            raise self.fail("NOT_AN_EVENT", f"expected a JSON object, got {kind(doc)}")
+        return doc
 
-    def _batch(
-        self, doc: Mapping[str, Any], msg: RawMessage, extra: dict[str, Any]
-    ) -> list[Decoded]:
+    def batch(self, doc: Any, msg: RawMessage) -> Batch | None:
+        if isinstance(doc, list):
+            return Batch(doc)
+        if "events" not in doc or ("batch_id" not in doc and "batch_size" not in doc):
+            return None
         events = doc.get("events")
         if not isinstance(events, list):
-            raise self.fail("BAD_BATCH", f"batch 'events' must be an array, got {_kind(events)}")
+            raise self.fail("BAD_BATCH", f"batch 'events' must be an array, got {kind(events)}")
         size = doc.get("batch_size")
         if size is not None and (not isinstance(size, int) or size != len(events)):
             raise self.fail(
@@ -200,81 +116,45 @@ class SavegressDialect(Dialect):
                 f"batch {doc.get('batch_id')!r} says batch_size={size!r} but carries "
                 f"{len(events)} events",
             )
-        meta = dict(extra)
-        meta["batch_id"] = doc.get("batch_id")
+        meta: dict[str, Any] = {"batch_id": doc.get("batch_id")}
         if doc.get("batch_timestamp") is not None:
-            meta["batch_timestamp"] = doc.get("batch_timestamp")
-        return [self._safe_event(e, msg, i, meta) for i, e in enumerate(events)]
+            meta["batch_timestamp"] = doc["batch_timestamp"]
+        return Batch(events, meta)
 
-    def _safe_event(
-        self, doc: Any, msg: RawMessage, item: int, extra: Mapping[str, Any]
-    ) -> Decoded:
-        try:
-            if not isinstance(doc, dict):
-                raise self.fail("NOT_AN_EVENT", f"item {item} is {_kind(doc)}, not an event object")
-            return self._event(doc, msg, item, extra)
-        except DecodeError as e:
-            return Rejection(
-                code=e.code,
-                message=f"item {item}: {e.message}",
-                raw=orjson.dumps(doc),
-                item=item,
-                dialect=self.name,
-            )
-
-    @staticmethod
-    def _kafka_meta(headers: Mapping[str, str], kafka_key: str | None) -> dict[str, Any]:
-        meta: dict[str, Any] = {}
-        if kafka_key is not None:
-            meta["kafka_key"] = kafka_key
-        for h in ("event-id", "operation", "table", "timestamp"):
-            if _HEADER_PREFIX + h in headers:
-                meta[f"header_{h.replace('-', '_')}"] = headers[_HEADER_PREFIX + h]
+    def lineage(self, msg: RawMessage) -> dict[str, Any]:
+        meta = super().lineage(msg)
+        if msg.form == "protobuf":
+            meta["format"] = "protobuf"
+        if msg.key is not None:
+            meta["kafka_key"] = msg.key.decode("utf-8", "replace")
+        if msg.headers:
+            headers = header_map(msg.headers)
+            for h in _HEADERS:
+                if _HEADER_PREFIX + h in headers:
+                    meta[f"header_{h.replace('-', '_')}"] = headers[_HEADER_PREFIX + h]
         return meta
 
-    def _event(
-        self,
-        doc: Mapping[str, Any],
-        msg: RawMessage,
-        item: int,
-        extra: Mapping[str, Any],
-        *,
-        headers: Mapping[str, str] | None = None,
-        kafka_key: str | None = None,
-    ) -> dict[str, Any]:
-        headers = headers or {}
-        metadata: dict[str, Any] = {}
+    # ------------------------------------------------------------------ the event
+
+    def event(self, doc: Any, item: Item) -> dict[str, Any]:
+        if not isinstance(doc, dict):
+            raise self.fail("NOT_AN_EVENT", f"expected a JSON object, got {kind(doc)}")
+        msg = item.msg
+        headers = header_map(msg.headers) if msg.headers else {}
+        metadata = item.meta
         raw_meta = doc.get("metadata")
         if raw_meta is not None:
             if not isinstance(raw_meta, dict):
-                raise self.fail("BAD_FIELD", f"'metadata' must be an object, got {_kind(raw_meta)}")
-            metadata.update(raw_meta)
-        metadata.update(extra)
+                raise self.fail("BAD_FIELD", f"'metadata' must be an object, got {kind(raw_meta)}")
+            # the transport's and batch's metadata win over the event's own
+            item.meta = metadata = {**raw_meta, **metadata}
 
-        op_value = doc.get("operation")
-        if op_value is None and "type" in doc:
-            op_value = doc.get("type")
-            metadata["operation_field"] = "type"
-        if op_value is None:
-            op_value = headers.get(_HEADER_PREFIX + "operation")
-        if op_value is None:
-            raise self.fail(
-                "MISSING_OPERATION",
-                "event has no 'operation' (expected one of " + ", ".join(_SPEC_OPERATIONS) + ")",
-            )
-        if not isinstance(op_value, str) or op_value.upper() not in OPERATIONS:
-            raise self.fail(
-                "UNKNOWN_OPERATION",
-                f"unknown operation {op_value!r}; expected one of "
-                + ", ".join(_SPEC_OPERATIONS)
-                + " (or TRUNCATE, UPSERT, SNAPSHOT, RESOLVED)",
-            )
-        op = op_value.upper()
-
-        table = _opt_str(doc, "table") or headers.get(_HEADER_PREFIX + "table")
+        op = self._operation(doc, headers, metadata)
+        kafka_key = msg.key.decode("utf-8", "replace") if msg.key is not None else None
+        table = _text(doc, "table") or headers.get(_HEADER_PREFIX + "table")
         if table is None and kafka_key and ":" in kafka_key:
             table = kafka_key.split(":", 1)[0]
-        schema = _opt_str(doc, "schema")
+        schema = _text(doc, "schema")
         if table and schema is None and "." in table:
             schema, table = table.rsplit(".", 1)
         if op not in MARKER_OPERATIONS and not table:
@@ -282,240 +162,372 @@ class SavegressDialect(Dialect):
 
         before = _image(doc, "before")
         after = _image(doc, "after")
-        if op in ("INSERT", "UPDATE", "UPSERT", "SNAPSHOT") and after is None:
+        if op in _NEEDS_AFTER and after is None:
             raise self.fail("MISSING_AFTER", f"{op} event has no 'after' row image")
 
         position = doc.get("position")
         if position is not None and not isinstance(position, dict):
-            raise self.fail("BAD_POSITION", f"'position' must be an object, got {_kind(position)}")
-        source = _opt_str(doc, "source")
-        seq, inferred_source = self._sequence(position, msg, item, metadata)
-        source = source or inferred_source
+            raise self.fail("BAD_POSITION", f"'position' must be an object, got {kind(position)}")
+        seq, inferred_source = self._sequence(position, item)
+        source = _text(doc, "source") or inferred_source
 
-        ts = doc.get("timestamp")
-        timestamp: dt.datetime | None = None
-        if ts is not None:
-            try:
-                timestamp = parse_timestamp(ts)
-            except ValueTypeError as e:
-                raise self.fail("BAD_TIMESTAMP", f"'timestamp': {e}") from None
-        elif _HEADER_PREFIX + "timestamp" in headers:
-            try:
-                ms = int(headers[_HEADER_PREFIX + "timestamp"])
-                timestamp = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
-            except ValueError:
-                raise self.fail(
-                    "BAD_TIMESTAMP", "savegress-timestamp header is not epoch ms"
-                ) from None
-
-        declared = self.options.types_for(table, schema)
-        types: dict[str, str] = {}
-        try:
-            typed_after = _typed(after, declared, source, types)
-            typed_before = _typed(before, declared, source, types)
-        except ValueTypeError as e:
-            raise self.fail("BAD_VALUE", str(e)) from None
-
-        key = self._key(
-            doc, op, table, schema, typed_before, typed_after, declared, source, types, kafka_key
+        declared = self.declared_types(
+            table,
+            schema,
+            lambda native: source_type(source or "postgres", native),
+            mapper=source or "",
         )
+        types: dict[str, str] = {}
+        typed_after = self._typed(after, declared, types)
+        typed_before = self._typed(before, declared, types)
+        key = self._key(doc, op, (schema, table), typed_before, typed_after, declared, types, item)
 
-        ddl_type = _opt_str(doc, "ddl_type")
-        ddl_command = _opt_str(doc, "ddl_command")
+        ddl_command = _text(doc, "ddl_command")
         if op == "DDL" and ddl_command:
             try:
                 types.update(_ddl_columns(ddl_command, source))
             except ValueTypeError as e:
                 metadata["ddl_unparsed"] = str(e)
 
-        database = metadata.get("database") if isinstance(metadata.get("database"), str) else None
-        event_id = _opt_str(doc, "id") or headers.get(_HEADER_PREFIX + "event-id")
-        return new_event(
-            id=event_id,
-            dialect=self.name,
+        database = metadata.get("database")
+        order = Order(seq, position, self._timestamp(doc, headers), _text(doc, "transaction_id"))
+        return self.make_event(
+            op,
+            (database if isinstance(database, str) else None, schema, table),
+            order,
+            item,
+            id=_text(doc, "id") or headers.get(_HEADER_PREFIX + "event-id"),
             source=source,
-            database=database,
-            schema=schema,
-            table=table,
-            operation=op,
-            timestamp=timestamp,
-            transaction_id=_opt_str(doc, "transaction_id"),
-            sequence=seq,
-            position=position,
             key=key,
             before=typed_before,
             after=typed_after,
             partial=bool(doc.get("partial")) if op in ROW_OPERATIONS else False,
-            metadata=metadata,
-            ddl_type=ddl_type,
+            ddl_type=_text(doc, "ddl_type"),
             ddl_command=ddl_command,
             types=types,
         )
 
-    def _sequence(
-        self,
-        position: Mapping[str, Any] | None,
-        msg: RawMessage,
-        item: int,
-        metadata: dict[str, Any],
-    ) -> tuple[str, str | None]:
+    def _operation(
+        self, doc: Mapping[str, Any], headers: Mapping[str, str], metadata: dict[str, Any]
+    ) -> str:
+        op = doc.get("operation")
+        if op is None and "type" in doc:
+            # the DataWatch add-on writes "type"
+            op = doc.get("type")
+            metadata["operation_field"] = "type"
+        if op is None:
+            op = headers.get(_HEADER_PREFIX + "operation")
+        if op is None:
+            raise self.fail(
+                "MISSING_OPERATION",
+                "event has no 'operation' (expected one of " + ", ".join(_SPEC_OPERATIONS) + ")",
+            )
+        if not isinstance(op, str) or op.upper() not in OPERATIONS:
+            raise self.fail(
+                "UNKNOWN_OPERATION",
+                f"unknown operation {op!r}; expected one of {', '.join(_SPEC_OPERATIONS)} "
+                f"(or {', '.join(_EXTRA_OPERATIONS)})",
+            )
+        return op.upper()
+
+    def _sequence(self, position: Mapping[str, Any] | None, item: Item) -> tuple[str, str | None]:
+        """(sequence, source engine the position shows)."""
         try:
             if position:
                 if "lsn" in position:
-                    lsn = positions.pg_lsn(position["lsn"])
                     n = position.get("sequence", 0)
                     if not isinstance(n, int) or isinstance(n, bool):
                         raise ValueError(f"position.sequence must be an integer, got {n!r}")
-                    return sequence.encode((lsn, n)), "postgres"
+                    return sequence.encode((positions.pg_lsn(position["lsn"]), n)), "postgres"
                 if "file" in position and "position" in position:
-                    return sequence.encode(
-                        positions.mysql_binlog(position["file"], position["position"])
-                    ), "mysql"
+                    binlog = positions.mysql_binlog(position["file"], position["position"])
+                    return sequence.encode(binlog), "mysql"
                 if "cluster_time" in position:
-                    return sequence.encode(
-                        positions.mongodb_cluster_time(position["cluster_time"])
-                    ), "mongodb"
+                    t_i = positions.mongodb_cluster_time(position["cluster_time"])
+                    return sequence.encode(t_i), "mongodb"
                 if isinstance(position.get("resume_token"), str):
                     # MongoDB resume tokens (hex '_data') sort in event order
                     return sequence.encode(("resume", position["resume_token"])), "mongodb"
                 if "gtid" in position:
-                    metadata["sequence_source"] = "delivery (gtid has no total order)"
-                    return self._delivery(msg, item), "mysql"
+                    why = "delivery (gtid has no total order)"
+                    return self.delivery_order(item, why), "mysql"
         except ValueError as e:
             raise self.fail("BAD_POSITION", f"'position': {e}") from None
-        metadata["sequence_source"] = "delivery"
-        return self._delivery(msg, item), None
+        return self.delivery_order(item), None
 
-    @staticmethod
-    def _delivery(msg: RawMessage, item: int) -> str:
-        offset = msg.offset if msg.index is None else msg.index
-        return sequence.delivery_sequence(msg.origin or "", offset, item)
+    def _timestamp(self, doc: Mapping[str, Any], headers: Mapping[str, str]) -> dt.datetime | None:
+        ts = doc.get("timestamp")
+        if ts is not None:
+            return self.instant(ts, "'timestamp'")
+        ms = headers.get(_HEADER_PREFIX + "timestamp")
+        if ms is None:
+            return None
+        try:
+            return dt.datetime.fromtimestamp(int(ms) / 1000, dt.UTC)
+        except ValueError:
+            raise self.fail(
+                "BAD_TIMESTAMP", f"savegress-timestamp header {ms!r} is not epoch ms"
+            ) from None
+
+    def _typed(
+        self, image: Mapping[str, Any] | None, declared: Mapping[str, str], types: dict[str, str]
+    ) -> dict[str, Any] | None:
+        """A row image with typed values; ``types`` gains each column's type (declared, else
+        inferred from the first non-null value)."""
+        if image is None:
+            return None
+        out: dict[str, Any] = {}
+        for col, value in image.items():
+            t = types.get(col)
+            if t is None:
+                t = declared.get(col) or infer_type(value)
+                if t is None:
+                    out[col] = None if value is None else self.keep(value)
+                    continue
+                types[col] = t
+            if value is None:
+                out[col] = None
+                continue
+            try:
+                out[col] = wire_value(value, t) if self.wire else convert(value, t)
+            except ValueTypeError as e:
+                if col in declared:
+                    raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+                # inferred types can disagree between images (a number, then text): the value
+                # is kept as text, which the engine's schema check judges
+                types[col] = "string"
+                out[col] = self.value(col, value, "string")
+        return out
 
     def _key(
         self,
         doc: Mapping[str, Any],
         op: str,
-        table: str | None,
-        schema: str | None,
+        where: tuple[str | None, str | None],
         before: dict[str, Any] | None,
         after: dict[str, Any] | None,
         declared: Mapping[str, str],
-        source: str | None,
         types: dict[str, str],
-        kafka_key: str | None,
+        item: Item,
     ) -> dict[str, Any] | None:
         explicit = doc.get("key")
         if explicit is not None:
+            # cdcflow's extension: the key with its names
             if not isinstance(explicit, dict) or not explicit:
                 raise self.fail(
-                    "BAD_KEY", f"'key' must be a non-empty object, got {_kind(explicit)}"
+                    "BAD_KEY", f"'key' must be a non-empty object, got {kind(explicit)}"
                 )
-            try:
-                return _typed(explicit, declared, source, types)
-            except ValueTypeError as e:
-                raise self.fail("BAD_VALUE", f"key: {e}") from None
+            return self._typed(explicit, declared, types)
         if op not in ROW_OPERATIONS:
             return None
-        names = self.options.keys_for(table, schema)
-        image = before if op == "DELETE" else after
+        schema, table = where
+        names = self.key_names(table, schema)
         if op == "DELETE" and before is None:
-            if names and kafka_key and len(names) == 1 and ":" in kafka_key:
-                raw = kafka_key.split(":", 1)[1]
+            kafka_key = item.msg.key.decode("utf-8", "replace") if item.msg.key else ""
+            if ":" not in kafka_key:
+                raise self.fail(
+                    "DELETE_WITHOUT_KEY",
+                    "DELETE event has neither a 'key' nor a 'before' image, so the deleted row "
+                    "cannot be identified",
+                )
+            # the Kafka message form's key is "table:primary_key"
+            raw = kafka_key.split(":", 1)[1]
+            if names and len(names) == 1:
                 col = names[0]
-                try:
-                    return {
-                        col: convert(
-                            raw, types.get(col) or _declared(declared, col, source) or "string"
-                        )
-                    }
-                except ValueTypeError as e:
-                    raise self.fail("BAD_VALUE", f"key from Kafka key: {e}") from None
-            raise self.fail(
-                "DELETE_WITHOUT_KEY",
-                "DELETE event has neither a 'key' nor a 'before' image, so the deleted row "
-                "cannot be identified",
-            )
-        if not names or image is None:
+                return {col: self.value(col, raw, types.get(col) or declared.get(col) or "string")}
+            self.unnamed_key([raw], item)
             return None
-        missing = [n for n in names if n not in image]
-        if missing:
-            raise self.fail(
-                "KEY_COLUMN_MISSING",
-                f"{op} row image lacks key column(s) {missing} configured for table {table!r}",
+        if not names:
+            return None
+        return self.key_from_image(names, before if op == "DELETE" else after, op, table)
+
+    # ------------------------------------------------------------------ bulk
+
+    def columnar(self, data: bytes) -> Columnar | None:
+        """Plain events of a JSON-lines file in bulk: the fields of :data:`_BULK_FIELDS` only,
+        no ``null`` anywhere in the line (so an absent column is absent), an ``operation``
+        of :data:`_BULK_OPERATIONS`, a Postgres position (``lsn``, ``sequence``), a
+        plain UTC ``timestamp`` and values whose wire string is their text. Every other line
+        goes through :meth:`decode`."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from cdcflow.wire import BulkImages, encoded_sequences, mask, pg_lsn_numbers
+
+        lines = read_lines(data, ("timestamp",), self._bulk_schema)
+        if lines is None:
+            return None
+        t = lines.table
+        self._bulk_schema = known_schema(t.schema)
+        n = t.num_rows
+        names = set(t.column_names)
+        if not names <= _BULK_FIELDS or not {"operation", "table", "position"} <= names:
+            return None
+
+        def column(name: str) -> pa.Array:
+            return t.column(name).combine_chunks() if name in names else pa.nulls(n)
+
+        def text_column(name: str) -> pa.Array:
+            found = column(name)
+            return pa.nulls(n, pa.string()) if pa.types.is_null(found.type) else found
+
+        texts = {f: text_column(f) for f in _BULK_TEXT}
+        if not all(pa.types.is_string(a.type) for a in texts.values()):
+            return None
+        position = t.column("position").combine_chunks()
+        if not pa.types.is_struct(position.type):
+            return None
+        parts = {position.type.field(i).name: i for i in range(position.type.num_fields)}
+        if "lsn" not in parts or not set(parts) <= {"lsn", "sequence"}:
+            return None
+        lsn = position.field(parts["lsn"])
+        number = position.field(parts["sequence"]) if "sequence" in parts else pa.nulls(n)
+        if not pa.types.is_string(lsn.type) or not (
+            pa.types.is_int64(number.type) or pa.types.is_null(number.type)
+        ):
+            return None
+        images = {i: column(i) for i in ("after", "before")}
+        if not all(pa.types.is_struct(a.type) or pa.types.is_null(a.type) for a in images.values()):
+            return None
+
+        def text(name: str) -> pa.Array:
+            found = texts[name]
+            return pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)
+
+        op, table, schema = texts["operation"], texts["table"], text("schema")
+        timestamp = texts["timestamp"]
+        is_delete = pc.fill_null(pc.equal(op, "DELETE"), False)
+        checks = [
+            pc.is_in(op, pa.array(sorted(_BULK_OPERATIONS))),
+            pc.greater(pc.utf8_length(table), 0),
+            pc.or_(pc.invert(pc.match_substring(table, ".")), pc.is_valid(schema)),
+            pc.if_else(is_delete, pc.is_valid(images["before"]), pc.is_valid(images["after"])),
+            pc.is_valid(position),
+            pc.match_substring_regex(lsn, _BULK_LSN),
+            pc.or_(pc.is_null(number), pc.greater_equal(number, 0)),
+            pc.or_(pc.is_null(timestamp), pc.match_substring_regex(timestamp, _BULK_UTC)),
+        ]
+        if b"null" in data:
+            # a null value or an absent one look alike in Arrow's columns: such lines are read
+            # one by one
+            checks.append(pc.invert(pc.match_substring(lines.texts, "null")))
+        ok = np.ones(n, dtype=bool)
+        for check in checks:
+            ok &= mask(check)
+        # the ordering tuple (LSN as one number, sequence) and the position's JSON text
+        lsn = pc.if_else(pa.array(ok), lsn, "0/0")
+        number_digits = pc.cast(pc.fill_null(number, 0), pa.string())
+        seq = encoded_sequences(pg_lsn_numbers(lsn), number_digits)
+        written = pc.if_else(
+            pc.is_null(number),
+            pc.binary_join_element_wise('{"lsn":"', lsn, '"}', ""),
+            pc.binary_join_element_wise('{"lsn":"', lsn, '","sequence":', number_digits, "}", ""),
+        )
+        source = pc.fill_null(text("source"), "postgres")
+        columns: dict[str, list[Any]] = {}
+        rows: list[Any] = []
+        groups = pa.table({"t": table, "s": schema, "src": source, "i": pa.array(np.arange(n))})
+        groups = groups.filter(pa.array(ok))
+        grouped = groups.group_by(["t", "s", "src"]).aggregate([("i", "list")]).to_pylist()
+        for group in grouped:
+            # one table (the usual file) is read on the whole arrays, several one by one
+            index = None if len(grouped) == 1 else pa.array(group["i_list"], pa.int64())
+            try:
+                declared = self.declared_types(
+                    group["t"], group["s"], partial(source_type, group["src"]), mapper=group["src"]
+                )
+            except DecodeError:
+                continue
+            bulk = BulkImages(
+                {k: v if index is None else v.take(index) for k, v in images.items()},
+                declared,
+                self.key_names(group["t"], group["s"]),
+                is_delete if index is None else is_delete.take(index),
             )
-        return {n: image[n] for n in names}
+            if index is None:
+                keep = pa.array(ok & bulk.ok)
+                picked = pa.array(np.flatnonzero(ok & bulk.ok))
+            else:
+                keep = pa.array(bulk.ok)
+                picked = index.filter(keep)
+            part = {
+                "operation": op,
+                "table": table,
+                "schema": schema,
+                "source": source,
+                "id": text("id"),
+                "transaction_id": text("transaction_id"),
+                "timestamp": timestamp,
+                "sequence": seq,
+                "position": written,
+            }
+            every = bool(np.all(bulk.ok)) and (index is not None or bool(np.all(ok)))
+            for name, values in part.items():
+                if index is None:
+                    values = values if every else values.filter(keep)
+                else:
+                    values = values.take(picked)
+                columns.setdefault(name, []).append(values)
+            for name, values in (*bulk.maps.items(), ("key", bulk.key), ("types", bulk.types)):
+                columns.setdefault(name, []).append(values if every else values.filter(keep))
+            rows.append(picked.to_numpy())
+        if not rows or not sum(len(r) for r in rows):
+            return None
+        out = {name: pa.concat_arrays(parts) for name, parts in columns.items()}
+        out["timestamp"] = pc.cast(out["timestamp"], pa.timestamp("us", tz="UTC"))
+        out["id"] = self._bulk_ids(out)
+        return Columnar(lines, np.concatenate(rows), out)
+
+    def _bulk_ids(self, columns: dict[str, Any]) -> Any:
+        """Event ids: the message's ``id``, else the hash of the event's identity."""
+        import pyarrow as pa
+
+        if columns["id"].null_count == 0:
+            return columns["id"]
+        ids = columns["id"].to_pylist()
+        key = columns["key"].to_pylist()
+        types = columns["types"].to_pylist()
+        table, seqs, ops = (columns[c].to_pylist() for c in ("table", "sequence", "operation"))
+        for i, found in enumerate(ids):
+            if not found:
+                kinds = dict(types[i] or [])
+                hashed = (
+                    None if key[i] is None else {c: wire_json(v, kinds.get(c)) for c, v in key[i]}
+                )
+                ids[i] = event_id(self.name, table[i], hashed, seqs[i], ops[i])
+        return pa.array(ids, pa.string())
 
 
-# ---------------------------------------------------------------------- helpers
+def _score(doc: Mapping[str, Any]) -> float:
+    if "batch_id" in doc and isinstance(doc.get("events"), list):
+        return 0.95
+    op = doc.get("operation")
+    if isinstance(op, str) and op.upper() in OPERATIONS:
+        # CloudEvents and Debezium carry other markers; the unified format is flat
+        return 0.1 if "specversion" in doc or "payload" in doc else 0.9
+    typ = doc.get("type")
+    if isinstance(typ, str) and typ.upper() in OPERATIONS and "table" in doc:
+        return 0.7 if "specversion" not in doc else 0.0
+    return 0.0
 
 
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
-        type(v), "a number" if isinstance(v, (int, float)) else type(v).__name__
-    )
-
-
-def _opt_str(doc: Mapping[str, Any], name: str) -> str | None:
+def _text(doc: Mapping[str, Any], name: str) -> str | None:
     v = doc.get(name)
     if v is None or v == "":
         return None
     if isinstance(v, str):
         return v
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if isinstance(v, int | float) and not isinstance(v, bool):
         return str(v)
-    raise DecodeError(f"'{name}' must be text, got {_kind(v)}", code="BAD_FIELD")
+    raise Dialect.fail("BAD_FIELD", f"'{name}' must be text, got {kind(v)}")
 
 
 def _image(doc: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     v = doc.get(name)
-    if v is None:
-        return None
-    if not isinstance(v, dict):
-        raise DecodeError(
-            f"'{name}' must be an object or null, got {_kind(v)}", code="BAD_ROW_IMAGE"
-        )
-    return v
-
-
-def _declared(declared: Mapping[str, str], col: str, source: str | None) -> str | None:
-    native = declared.get(col)
-    if native is None:
-        return None
-    return source_type(source or "postgres", native)
-
-
-def _typed(
-    image: Mapping[str, Any] | None,
-    declared: Mapping[str, str],
-    source: str | None,
-    types: dict[str, str],
-) -> dict[str, Any] | None:
-    if image is None:
-        return None
-    out: dict[str, Any] = {}
-    for col, value in image.items():
-        t = types.get(col)
-        if t is None:
-            t = _declared(declared, col, source) if declared else None
-            if t is None:
-                t = infer_type(value)
-            if t is not None:
-                types[col] = t
-        if t is None or value is None:
-            out[col] = value
-            continue
-        try:
-            out[col] = convert(value, t)
-        except ValueTypeError as e:
-            if col in declared:
-                raise ValueTypeError(f"column {col!r} ({declared[col]}): {e}") from None
-            # inferred types can disagree between images (e.g. a number then text): keep the
-            # value as text, which the engine's schema check will judge
-            types[col] = "string"
-            out[col] = convert(value, "string")
-    return out
+    if v is None or isinstance(v, dict):
+        return v
+    raise Dialect.fail("BAD_ROW_IMAGE", f"'{name}' must be an object or null, got {kind(v)}")
 
 
 def _ddl_columns(command: str, source: str | None) -> dict[str, str]:
@@ -525,7 +537,7 @@ def _ddl_columns(command: str, source: str | None) -> dict[str, str]:
         return found
     for m in _ADD_COLUMN.finditer(command):
         name = m.group(1).strip('"`')
-        if name.upper() in ("CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "INDEX", "KEY", "CHECK"):
+        if name.upper() in _NOT_COLUMNS:
             continue
         native = _COLUMN_CONSTRAINTS.sub("", m.group(2).strip()).strip()
         last_error: ValueTypeError | None = None

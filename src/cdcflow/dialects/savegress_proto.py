@@ -1,10 +1,6 @@
-"""The unified format's gRPC ``CDCEvent`` protobuf message: decode, encode, and framing.
+"""The unified format's gRPC ``CDCEvent`` protobuf message: decode and encode.
 
-Protobuf messages carry no length of their own, so files and streams of them are
-*length-delimited*: each message is preceded by its size as a base-128 varint (the framing of
-``writeDelimitedTo`` in the protobuf libraries). :func:`split_delimited` and
-:func:`write_delimited` read and write that framing.
-
+Files and streams of them are length-delimited (:mod:`cdcflow.transports.protobuf`).
 :func:`event_from_proto` turns one serialized ``CDCEvent`` into the same dictionary shape as the
 JSON form, so the savegress decoder applies one set of rules to both. What protobuf cannot say
 the way JSON does, and how it is handled:
@@ -23,7 +19,7 @@ the way JSON does, and how it is handled:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -37,9 +33,6 @@ from cdcflow.types import ValueTypeError, parse_timestamp
 #: Largest integer a double (and so a ``Struct`` number) carries exactly.
 MAX_EXACT_INT = 2**53
 
-#: Largest message accepted from a length prefix: guards against reading garbage as a size.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 _OPERATIONS = {v.number: v.name for v in pb.Operation.DESCRIPTOR.values}
@@ -47,68 +40,6 @@ _OPERATIONS = {v.number: v.name for v in pb.Operation.DESCRIPTOR.values}
 
 def _corrupt(message: str) -> DecodeError:
     return DecodeError(message, code="CORRUPT_PROTOBUF")
-
-
-# ---------------------------------------------------------------- framing
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """Read a base-128 varint at ``pos``; return (value, position after it)."""
-    value = 0
-    shift = 0
-    while True:
-        if pos >= len(data):
-            raise _corrupt(f"length prefix truncated at byte {pos}")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise _corrupt(f"length prefix longer than 10 bytes at byte {pos}")
-
-
-def split_delimited(data: bytes) -> list[tuple[int, bytes]]:
-    """Split a length-delimited stream into ``(offset, message bytes)`` pairs.
-
-    The offset is the byte position of the message's length prefix. A truncated or impossible
-    length raises ``CORRUPT_PROTOBUF`` naming the byte where the stream stops making sense.
-    """
-    out: list[tuple[int, bytes]] = []
-    pos = 0
-    while pos < len(data):
-        start = pos
-        size, pos = _varint(data, pos)
-        if size > MAX_MESSAGE_BYTES:
-            raise _corrupt(
-                f"message at byte {start} claims {size} bytes (limit {MAX_MESSAGE_BYTES})"
-            )
-        end = pos + size
-        if end > len(data):
-            raise _corrupt(
-                f"message at byte {start} claims {size} bytes but only {len(data) - pos} remain"
-            )
-        out.append((start, data[pos:end]))
-        pos = end
-    return out
-
-
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def write_delimited(messages: Iterable[bytes]) -> bytes:
-    """Join serialized messages into one length-delimited stream."""
-    return b"".join(_encode_varint(len(m)) + m for m in messages)
 
 
 # ---------------------------------------------------------------- decoding

@@ -7,8 +7,8 @@ Decoders return segments of split messages as rows with ``operation`` ``SEGMENT`
    a reassembled message is dropped; a segment of a message already dead-lettered as incomplete
    is dead-lettered too (``SEGMENT_LATE``);
 2. with the segments still pending from earlier batches they are grouped, and each group is
-   judged by :func:`cdcflow.segments.assess` inside Spark (``mapInArrow``): a complete group is
-   reassembled and decoded there, into events that join the batch; a group still incomplete
+   judged by :func:`cdcflow.decode.spark.judge_groups` inside Spark (``mapInArrow``): a complete
+   group is reassembled and decoded there, into events that join the batch; a group still incomplete
    after ``segment_wait`` is dead-lettered segment by segment (``SEGMENT_MISSING``), as is a
    group whose segments contradict each other;
 3. one ``MERGE`` into the segments table (run by the caller) records the new segments and
@@ -23,17 +23,17 @@ attempt did and writes nothing twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from cdcflow.decode.spark import judge_groups
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.event import spark_schema_ddl
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.iceberg.layouts import SEGMENTS
 from cdcflow.iceberg.write import Statement
-from cdcflow.segments import Piece, assess
 from cdcflow.spark.sql import lit, view_name
 
 if TYPE_CHECKING:
@@ -280,78 +280,3 @@ class SegmentStage:
             f"DELETE FROM {self.ident} WHERE resolved_batch IS NOT NULL AND first_seen < "
             f"current_timestamp() - make_interval(0, 0, 0, 0, 0, 0, {int(retention_seconds)})"
         )
-
-
-def judge_groups(
-    batches: Iterator[Any], now: float, wait: float, options: Mapping[str, DialectOptions]
-) -> Iterator[Any]:
-    """``mapInArrow`` over groups of segments: one status row per group (``_status``), and for
-    complete groups the events (or rejections) of the reassembled message."""
-    import pyarrow as pa
-
-    from cdcflow.framing import Decoder
-    from cdcflow.spark.arrow import _add, _Columns, arrow_schema
-
-    decoders: dict[tuple[str, str], Decoder] = {}
-    schema = arrow_schema()
-    out_schema = schema.append(pa.field("_src", pa.string()))
-    out_schema = out_schema.append(pa.field("_grp", pa.string()))
-    out_schema = out_schema.append(pa.field("_status", pa.string()))
-
-    for batch in batches:
-        cols = _Columns()
-        tags: list[tuple[str, str, str | None]] = []
-        for row in batch.to_pylist():
-            src, dialect, grp = row["src"], row["dialect"], row["grp"]
-            rows = sorted(
-                row["pieces"],
-                key=lambda p: (p["batch_id"], p["origin"] or "", p["offset"] or 0),
-            )
-            pieces = [
-                Piece(
-                    p["idx"],
-                    p["final"],
-                    p["total"],
-                    p["raw"],
-                    p["origin"],
-                    p["offset"] or 0,
-                    p["line"],
-                    p["seen"] / 1_000_000,
-                )
-                for p in rows
-            ]
-            key = (src, dialect)
-            if key not in decoders:
-                decoders[key] = Decoder(dialect, options.get(src, DialectOptions()))
-            decoder = decoders[key]
-            verdict = assess(grp, pieces, now, wait, partial(decoder.reassembles, dialect))
-            cols.add_rejection(
-                verdict.code or "",
-                verdict.reason or "",
-                b"",
-                dialect,
-                None,
-                0,
-                None,
-                None,
-            )
-            # a status row is a marker, not a rejection: its error fields carry the verdict
-            if verdict.code is None:
-                cols.error_code[-1] = None
-                cols.error_message[-1] = None
-            tags.append((src, grp, verdict.status))
-            if verdict.status != "complete":
-                continue
-            first = verdict.pieces[0]
-            outcome = decoder.decode_segments(
-                dialect, [p.raw for p in verdict.pieces], first.origin, first.offset, first.line
-            )
-            before = cols.rows
-            _add(cols, outcome, src)
-            tags.extend([(src, grp, None)] * (cols.rows - before))
-        base = cols.to_batch()
-        arrays = list(base.columns)
-        arrays.append(pa.array([t[0] for t in tags], pa.string()))
-        arrays.append(pa.array([t[1] for t in tags], pa.string()))
-        arrays.append(pa.array([t[2] for t in tags], pa.string()))
-        yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)

@@ -151,7 +151,7 @@ class Pipeline:
 
     def events(self, src: SourceConfig, record: SourceRecord, session: SparkSession) -> DataFrame:
         """The decoded-events stream of one source."""
-        from cdcflow.spark.arrow import decode_dataframe, read_raw
+        from cdcflow.decode.spark import decode_dataframe, read_raw
 
         raw = read_raw(
             session, src.path, streaming=True, max_files_per_trigger=src.max_files_per_batch

@@ -41,8 +41,8 @@ import orjson
 
 from cdcflow import signing
 from cdcflow.config import parse_duration
+from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.framing import Decoder, split_file
 from cdcflow.serve.config import EndpointRuntime, Settings
 from cdcflow.serve.landing import DiskFull, LandingZone, ReplayJournal
 
@@ -414,8 +414,7 @@ class Receiver:
         if not body.strip(b" \t\r\n"):
             return self._reject(endpoint, headers, body, "EMPTY_BODY", "the body is empty", remote)
         data = landed_form(headers, body)
-        framing = endpoint.decoder.framing_dialect(None)
-        messages = list(split_file(data, None, framing))
+        messages = list(endpoint.decoder.frame(data, None))
         if not messages:
             return self._reject(
                 endpoint, headers, body, "EMPTY_BODY", "no message in the body", remote

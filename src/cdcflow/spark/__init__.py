@@ -1,1 +1,1 @@
-"""Spark integration: session builder, Arrow-batched decoding, raw readers."""
+"""Spark integration: the session builder (Iceberg runtime, Python workers, UTC)."""

@@ -557,3 +557,53 @@ def _write_resolved(
     if records:
         out.append(_write(landing / f"kafka-{seed}-resolved.jsonl", _lines(records)))
     return out
+
+
+def render_transport(
+    workload: Workload, landing: Path, transport: str, *, seed: int
+) -> RenderResult:
+    """The workload in a transport of the changefeed's own: ``csv`` (a ``format=csv``
+    initial scan of each table's final rows, one cloud-storage CSV file per table)."""
+    if transport != "csv":
+        raise ValueError(f"changefeeds have no transport {transport!r} of their own")
+    import csv
+    import io
+
+    from cdcflow.testing import oracle
+
+    state = oracle.apply(workload)
+    ts = name_timestamp(hlc(workload, len(workload.transactions) - 1, 9))
+    files: list[Path] = []
+    rows_written = 0
+    columns: dict[str, list[str]] = {}
+    for n, (table, rows) in enumerate(sorted(state.items())):
+        cols = list(workload.tables[table].columns)
+        columns[table] = cols
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        for row in oracle.rows(rows):
+            writer.writerow([_csv_text(row[c], workload.tables[table].columns[c]) for c in cols])
+            rows_written += 1
+        name = f"{ts[:4]}-{ts[4:6]}-{ts[6:8]}/{ts}-{seed:016x}-1-1-{n:08d}-{table}-1.csv"
+        files.append(_write(landing / name, out.getvalue().encode()))
+    opts = decode_options(workload)
+    options = DialectOptions(
+        table_keys=opts.table_keys,
+        column_types=opts.column_types,
+        extra={"csv_columns": columns},
+    )
+    return RenderResult(files=files, options=options, messages=rows_written)
+
+
+def _csv_text(value: Any, ctype: str) -> str:
+    """A value as CockroachDB's CSV output writes it (NULL as an empty field)."""
+    written = crdb_value(value, ctype)
+    if written is None:
+        return ""
+    if isinstance(written, orjson.Fragment):
+        return orjson.dumps(written).decode()
+    if isinstance(written, bool):
+        return "true" if written else "false"
+    if isinstance(written, dict | list):
+        return orjson.dumps(written).decode()
+    return str(written)

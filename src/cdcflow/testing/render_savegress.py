@@ -276,3 +276,27 @@ def render(
         redeliver_files=1,
         transactions=transactions,
     )
+
+
+def render_transport(
+    workload: Workload, landing: Path, transport: str, *, seed: int
+) -> RenderResult:
+    """The workload in a transport of the format's own: ``protobuf`` (the gRPC ``CDCEvent``
+    messages, length-delimited, in one ``.pb`` file). Events the message cannot carry (a
+    ``TRUNCATE``, which its Operation enum lacks) are left out."""
+    if transport != "protobuf":
+        raise ValueError(f"the unified format has no transport {transport!r} of its own")
+    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.transports.protobuf import write_delimited
+    from cdcflow.types import ValueTypeError
+
+    messages: list[bytes] = []
+    for doc in render_messages(workload):
+        try:
+            messages.append(event_to_proto(doc))
+        except ValueTypeError:
+            continue
+    landing.mkdir(parents=True, exist_ok=True)
+    path = landing / f"events-{seed}.pb"
+    path.write_bytes(write_delimited(messages))
+    return RenderResult(files=[path], options=decode_options(workload), messages=len(messages))

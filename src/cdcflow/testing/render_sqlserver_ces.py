@@ -39,6 +39,7 @@ from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.sqlserver_ces import CLOUDEVENT_AVRO_SCHEMA, DATA_AVRO_SCHEMA
 from cdcflow.testing.render_savegress import RenderResult
 from cdcflow.testing.workload import Change, Workload
+from cdcflow.transports.eventhubs import CAPTURE_SCHEMA
 
 #: Workload features the format can express.
 FEATURES = frozenset({"insert", "update", "delete", "reinsert", "pk_change", "partial"})
@@ -61,25 +62,8 @@ MSSQL_TYPES: dict[str, str] = {
 _OPS = {"insert": "INS", "update": "UPD", "delete": "DEL"}
 
 #: Event Hubs Capture's record.
-CAPTURE_AVRO_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "EventData",
-    "namespace": "Microsoft.ServiceBus.Messaging",
-    "fields": [
-        {"name": "SequenceNumber", "type": "long"},
-        {"name": "Offset", "type": "string"},
-        {"name": "EnqueuedTimeUtc", "type": "string"},
-        {
-            "name": "SystemProperties",
-            "type": {"type": "map", "values": ["long", "double", "string", "bytes"]},
-        },
-        {
-            "name": "Properties",
-            "type": {"type": "map", "values": ["long", "double", "string", "bytes", "null"]},
-        },
-        {"name": "Body", "type": ["null", "bytes"]},
-    ],
-}
+#: The Event Hubs Capture record schema (the transport's).
+CAPTURE_AVRO_SCHEMA = CAPTURE_SCHEMA
 
 
 def avro_data(data: str) -> bytes | None:

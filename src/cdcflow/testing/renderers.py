@@ -11,6 +11,10 @@ list[str]`` (the canonical operations one change becomes in the rendering withou
 formats that write some changes as several events, e.g. a key change as a delete and an
 insert).
 
+A module whose dialect declares transports of its own (beyond JSON, Kafka records, Avro and
+Event Hubs Capture, which the contract suite builds for every dialect) declares
+``render_transport(workload, landing_dir, transport, *, seed) -> RenderResult``.
+
 ``cdcflow demo`` and the property tests render every registered dialect; a new dialect plugs
 in with one line here.
 """
@@ -79,6 +83,12 @@ def renderer_event_operations(name: str) -> Callable[[Change, Workload], list[st
         return [KIND_OPERATIONS[change.kind]] if change.kind in kinds else []
 
     return one_each
+
+
+def renderer_transport(name: str) -> Callable[..., Any] | None:
+    """The ``render_transport`` function of a dialect's renderer module, if it has one."""
+    module = importlib.import_module(AVAILABLE_RENDERERS[name].partition(":")[0])
+    return getattr(module, "render_transport", None)
 
 
 def renderer_names() -> list[str]:

@@ -1,0 +1,291 @@
+"""The Arrow column builder: decoded events, rejections and segments as record batches with
+the schema of :func:`cdcflow.event.spark_schema_ddl` (pyarrow is imported when a batch is
+built).
+
+Row images are ``map<string,string>`` of wire strings (:func:`cdcflow.types.to_wire`);
+``position`` is JSON text (keys sorted); a rejection row has ``error_code``,
+``error_message`` and ``raw`` set; a segment row has ``operation`` :data:`SEGMENT`, ``id`` =
+its group, and its numbering in ``metadata`` (``segment.index``, ``segment.final``,
+``segment.total``, ``cdcflow.source``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from cdcflow.dialects.base import Columnar, Segment
+from cdcflow.event import FIELDS, SPARK_COLUMNS
+from cdcflow.types import json_bytes, json_default, to_wire
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from cdcflow.decode.decoder import Outcome
+
+#: ``operation`` of rows that are segments of a split message, not events.
+SEGMENT = "SEGMENT"
+
+#: Text columns of an event (``position`` is text too, but built from JSON).
+_SCALARS = tuple(f for f, t in SPARK_COLUMNS[: len(FIELDS)] if t == "string" and f != "position")
+_MAPS = ("key", "before", "after", "metadata", "types")
+
+
+def arrow_schema() -> pa.Schema:
+    """The decoded-events schema (:data:`cdcflow.event.SPARK_COLUMNS`) as a
+    ``pyarrow.Schema``."""
+    import pyarrow as pa
+
+    types = {
+        "string": pa.string(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "map<string,string>": pa.map_(pa.string(), pa.string()),
+        "boolean": pa.bool_(),
+        "bigint": pa.int64(),
+        "int": pa.int32(),
+        "binary": pa.binary(),
+    }
+    return pa.schema([(name, types[t]) for name, t in SPARK_COLUMNS])
+
+
+class _MapColumn:
+    """A ``map<string,string>`` column kept as flat keys/values and offsets."""
+
+    __slots__ = ("keys", "offsets", "valid", "values")
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = [0]
+        self.keys: list[str] = []
+        self.values: list[str | None] = []
+        self.valid: list[bool] = []
+
+    def add(self, value: dict[str, Any] | None, wire: bool) -> None:
+        if value is None:
+            self.offsets.append(self.offsets[-1])
+            self.valid.append(False)
+            return
+        self.keys.extend(value)
+        if wire:
+            self.values.extend(value.values())
+        else:
+            self.values.extend(map(to_wire, value.values()))
+        self.offsets.append(len(self.keys))
+        self.valid.append(True)
+
+    def add_text(self, value: dict[str, Any]) -> None:
+        """A map whose values become text (metadata: JSON for what is not text)."""
+        self.keys.extend(value)
+        self.values.extend(map(_meta_value, value.values()))
+        self.offsets.append(len(self.keys))
+        self.valid.append(True)
+
+    def array(self) -> pa.Array:
+        import pyarrow as pa
+
+        mask = None if all(self.valid) else pa.array([not v for v in self.valid], pa.bool_())
+        return pa.MapArray.from_arrays(
+            pa.array(self.offsets, pa.int32()),
+            pa.array(self.keys, pa.string()),
+            pa.array(self.values, pa.string()),
+            mask=mask,
+        )
+
+
+class Columns:
+    """Columns of one output batch: add events, rejections and segments, then
+    :meth:`to_batch`.
+
+    ``wire``: events' row images and keys already hold wire strings (a decoder in wire mode).
+    """
+
+    def __init__(self, *, wire: bool = False) -> None:
+        self.wire = wire
+        self.scalars: dict[str, list[Any]] = {f: [] for f in _SCALARS}
+        self.timestamp: list[Any] = []
+        self.position: list[str | None] = []
+        self.partial: list[bool] = []
+        self.maps: dict[str, _MapColumn] = {f: _MapColumn() for f in _MAPS}
+        self.origin: list[str | None] = []
+        self.offset: list[int] = []
+        self.line: list[int | None] = []
+        self.item: list[int | None] = []
+        self.error_code: list[str | None] = []
+        self.error_message: list[str | None] = []
+        self.raw: list[bytes | None] = []
+        self.rows = 0
+
+    def _coordinates(
+        self, origin: str | None, offset: int, line: int | None, item: int | None
+    ) -> None:
+        self.origin.append(origin)
+        self.offset.append(offset)
+        self.line.append(line)
+        self.item.append(item)
+        self.rows += 1
+
+    def add_event(
+        self, ev: dict[str, Any], origin: str | None, offset: int, line: int | None, item: int
+    ) -> None:
+        """One canonical event."""
+        scalars = self.scalars
+        for f in _SCALARS:
+            scalars[f].append(ev.get(f))
+        self.timestamp.append(ev.get("timestamp"))
+        pos = ev.get("position")
+        self.position.append(None if pos is None else _position_text(pos))
+        self.partial.append(bool(ev.get("partial")))
+        maps, wire = self.maps, self.wire
+        maps["key"].add(ev.get("key"), wire)
+        maps["before"].add(ev.get("before"), wire)
+        maps["after"].add(ev.get("after"), wire)
+        maps["metadata"].add_text(ev.get("metadata") or {})
+        maps["types"].add(ev.get("types") or {}, True)
+        self.error_code.append(None)
+        self.error_message.append(None)
+        self.raw.append(None)
+        self._coordinates(origin, offset, line, item)
+
+    def add_marker(
+        self,
+        dialect: str | None,
+        code: str | None,
+        message: str | None,
+        raw: bytes | None,
+        origin: str | None,
+        offset: int,
+        line: int | None,
+        item: int | None,
+    ) -> None:
+        """A row that is no event: a rejection (``code`` set) or a bare status row."""
+        for f in _SCALARS:
+            self.scalars[f].append(None)
+        self.scalars["dialect"][-1] = dialect
+        self.timestamp.append(None)
+        self.position.append(None)
+        self.partial.append(False)
+        for m in self.maps.values():
+            m.add(None, True)
+        self.error_code.append(code)
+        self.error_message.append(message)
+        self.raw.append(raw)
+        self._coordinates(origin, offset, line, item)
+
+    def add_rejection(
+        self,
+        code: str,
+        message: str,
+        raw: bytes,
+        dialect: str | None,
+        origin: str | None,
+        offset: int,
+        line: int | None,
+        item: int | None,
+    ) -> None:
+        """A message (or item) that could not be decoded."""
+        self.add_marker(dialect, code, message, raw, origin, offset, line, item)
+
+    def add_segment(
+        self, seg: Segment, source: str, origin: str | None, offset: int, line: int | None
+    ) -> None:
+        """A segment of a split message: ``operation`` ``SEGMENT``, ``id`` its group, the
+        numbering in ``metadata``, the segment itself in ``raw``."""
+        for f in _SCALARS:
+            self.scalars[f].append(None)
+        self.scalars["id"][-1] = seg.group
+        self.scalars["dialect"][-1] = seg.dialect
+        self.scalars["operation"][-1] = SEGMENT
+        self.timestamp.append(None)
+        self.position.append(None)
+        self.partial.append(False)
+        for name in ("key", "before", "after", "types"):
+            self.maps[name].add(None, True)
+        self.maps["metadata"].add(
+            {
+                "segment.index": str(seg.index),
+                "segment.final": None if seg.final is None else str(seg.final).lower(),
+                "segment.total": None if seg.total is None else str(seg.total),
+                "cdcflow.source": source,
+            },
+            True,
+        )
+        self.error_code.append(None)
+        self.error_message.append(None)
+        self.raw.append(seg.raw)
+        self._coordinates(origin, offset, line, seg.item)
+
+    def add_outcome(self, o: Outcome, source: str = "") -> None:
+        """Events, rejections and segments of one decoded message."""
+        m = o.message
+        offset = m.position
+        for i, ev in enumerate(o.events):
+            self.add_event(ev, m.origin, offset, m.line, i)
+        for r in o.rejections:
+            self.add_rejection(
+                r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, r.item
+            )
+        for seg in o.segments:
+            self.add_segment(seg, source, m.origin, offset, m.line)
+
+    def to_batch(self) -> pa.RecordBatch:
+        """The rows added so far as one record batch."""
+        import pyarrow as pa
+
+        schema = arrow_schema()
+        arrays: dict[str, Any] = {}
+        for f in _SCALARS:
+            arrays[f] = pa.array(self.scalars[f], pa.string())
+        arrays["timestamp"] = pa.array(self.timestamp, pa.timestamp("us", tz="UTC"))
+        arrays["position"] = pa.array(self.position, pa.string())
+        arrays["partial"] = pa.array(self.partial, pa.bool_())
+        for name, column in self.maps.items():
+            arrays[name] = column.array()
+        arrays["origin"] = pa.array(self.origin, pa.string())
+        arrays["offset"] = pa.array(self.offset, pa.int64())
+        arrays["line"] = pa.array(self.line, pa.int64())
+        arrays["item"] = pa.array(self.item, pa.int32())
+        arrays["error_code"] = pa.array(self.error_code, pa.string())
+        arrays["error_message"] = pa.array(self.error_message, pa.string())
+        arrays["raw"] = pa.array(self.raw, pa.binary())
+        return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def _position_text(position: Any) -> str:
+    """``position`` as JSON text with its keys sorted: the same text however the producer
+    ordered them."""
+    return json_bytes(position, orjson.OPT_SORT_KEYS).decode()
+
+
+def _meta_value(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return orjson.dumps(v, default=json_default).decode()
+
+
+def columnar_batch(dialect: str, found: Columnar, origin: str | None) -> pa.RecordBatch:
+    """The events a dialect read in bulk as one record batch (their lines' coordinates; item
+    0; the canonical fields the dialect did not give are null, ``metadata`` empty and
+    ``partial`` false, as the row decoder has them for such events)."""
+    import pyarrow as pa
+
+    from cdcflow.wire import constant_map
+
+    schema = arrow_schema()
+    rows = found.rows
+    n = len(rows)
+    given = found.columns
+    lines = found.lines
+    fixed: dict[str, Any] = {
+        "dialect": pa.repeat(pa.scalar(dialect, pa.string()), n),
+        "metadata": constant_map([], [], n),
+        "partial": pa.repeat(pa.scalar(False), n),
+        "origin": pa.repeat(pa.scalar(origin, pa.string()), n),
+        "offset": pa.array(lines.offsets[rows], pa.int64()),
+        "line": pa.array(lines.numbers[rows], pa.int64()),
+        "item": pa.repeat(pa.scalar(0, pa.int32()), n),
+    }
+    arrays = []
+    for field in schema:
+        found_array = given.get(field.name, fixed.get(field.name))
+        arrays.append(pa.nulls(n, field.type) if found_array is None else found_array)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

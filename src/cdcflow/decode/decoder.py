@@ -1,0 +1,217 @@
+"""The decoder: raw messages and files → canonical events, with one dialect or by detection.
+
+The one place where bytes become events, for ``cdcflow inspect``, the HTTP receiver and Spark
+workers alike. It never raises for bad input: every problem is a coded rejection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdcflow.decode.detect import AutoDetector
+from cdcflow.decode.framing import frame_file
+from cdcflow.dialects import get_dialect
+from cdcflow.dialects.base import Columnar, Dialect, DialectOptions, Rejection, Segment
+from cdcflow.errors import DecodeError
+from cdcflow.transports import AVRO, JSON, KAFKA, kafka, transport_of_file
+from cdcflow.transports.json import parse
+from cdcflow.transports.message import Framed, RawMessage, Unreadable
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What decoding one message gave: events, rejections and segments of split messages,
+    with the message (and its coordinates)."""
+
+    message: RawMessage
+    events: list[dict[str, Any]]
+    rejections: list[Rejection]
+    segments: list[Segment] = field(default_factory=list)
+
+
+class Decoder:
+    """Decodes raw messages with one dialect, or detects the dialect per message (``auto``).
+
+    ``wire``: row images, keys and metadata values as wire strings (the Spark side), instead of
+    typed Python values (``cdcflow inspect``, the receiver).
+    """
+
+    def __init__(
+        self, dialect: str = "auto", options: DialectOptions | None = None, *, wire: bool = False
+    ) -> None:
+        self.dialect_name = dialect
+        self.options = options or DialectOptions()
+        self.wire = wire
+        self.fixed: Dialect | None = None
+        self.detector: AutoDetector | None = None
+        if dialect == "auto":
+            self.detector = AutoDetector(options, wire=wire)
+            self.dialects: list[Dialect] = list(self.detector.dialects)
+        else:
+            self.fixed = get_dialect(dialect, options, wire=wire)
+            self.dialects = [self.fixed]
+        self._kafka = any(KAFKA in d.capabilities.transports for d in self.dialects)
+
+    # ------------------------------------------------------------------ files
+
+    def frame(self, data: bytes, origin: str | None) -> Iterator[Framed]:
+        """The messages (and unreadable parts) of one file or body."""
+        return frame_file(data, origin, self.dialects)
+
+    def decode_file(self, data: bytes, origin: str | None) -> Iterator[Outcome]:
+        """Decode every message of one file."""
+        for framed in self.frame(data, origin):
+            yield self.decode(framed)
+
+    def bulk(self, data: bytes, origin: str | None) -> Columnar | None:
+        """The file's plain events read in bulk by the decoder's dialect (wire strings, for
+        the Spark side), when it has a fixed dialect that reads this file so, else ``None``.
+        The lines not in the result are decoded one by one with :meth:`decode`."""
+        d = self.fixed
+        if d is None or not self.wire or transport_of_file(origin) != JSON:
+            return None
+        try:
+            if d.frame_file(data, origin) is not None:
+                return None
+            return d.columnar(data)
+        except Exception:  # the row decoder reads the file and names any problem
+            return None
+
+    # ------------------------------------------------------------------ messages
+
+    def decode(self, msg: Framed) -> Outcome:
+        """Decode one message (an unreadable part gives its rejection); never raises for bad
+        input."""
+        if isinstance(msg, Unreadable):
+            name = self.fixed.name if self.fixed is not None else None
+            rej = Rejection(msg.code, msg.message, msg.data, dialect=name)
+            return Outcome(msg.as_message(), [], [rej])
+        dialect = self.fixed
+        try:
+            carried = self.carried(msg)
+            if dialect is None:
+                dialect = self._detect(carried)
+            results = dialect.decode(carried)
+        except DecodeError as e:
+            name = dialect.name if dialect is not None else None
+            return Outcome(msg, [], [Rejection(e.code, e.message, msg.data, dialect=name)])
+        except Exception as e:  # one poison message must not stop a pipeline
+            name = dialect.name if dialect is not None else None
+            problem = f"the decoder failed on this message ({type(e).__name__}: {e})"
+            return Outcome(msg, [], [Rejection("INTERNAL_ERROR", problem, msg.data, dialect=name)])
+        return _outcome(msg, results)
+
+    def carried(self, msg: RawMessage) -> RawMessage:
+        """The message a transport record carries (a Kafka record written as JSON), else
+        ``msg`` itself."""
+        if not self._kafka or msg.form != "json":
+            return msg
+        doc = _peek(msg)
+        record = kafka.record_fields(doc) if isinstance(doc, dict) else None
+        if record is None:
+            return msg
+        return kafka.unwrap(msg, record, self.options.schema_dir)
+
+    def _detect(self, msg: RawMessage) -> Dialect:
+        assert self.detector is not None
+        doc: Any = None
+        problem: DecodeError | None = None
+        if msg.form == "avro" and msg.avro is not None:
+            doc = msg.avro.value
+        elif msg.form == "json":
+            if msg.parsed:
+                doc = msg.doc
+            else:
+                try:
+                    doc = parse(msg.data)
+                    msg.doc, msg.parsed = doc, True
+                except DecodeError as e:
+                    problem = e
+        try:
+            return self.detector.detect(msg, doc)
+        except DecodeError:
+            # a message that is not even JSON (or Avro) is reported as such
+            if problem is not None:
+                raise problem from None
+            if msg.form == "bytes" and transport_of_file(msg.origin) == AVRO:
+                raise DecodeError(
+                    "neither an Avro object-container file nor a schemaless Avro record of a "
+                    "registered dialect",
+                    code="CORRUPT_AVRO",
+                ) from None
+            raise
+
+    # ------------------------------------------------------------------ split messages
+
+    def dialect_named(self, name: str) -> Dialect:
+        """The decoder's instance of a dialect (with this decoder's options)."""
+        for d in self.dialects:
+            if d.name == name:
+                return d
+        found = get_dialect(name, self.options, wire=self.wire)
+        self.dialects.append(found)
+        return found
+
+    def decode_segments(
+        self,
+        dialect: str,
+        segments: list[bytes],
+        origin: str | None,
+        offset: int = 0,
+        line: int | None = None,
+    ) -> Outcome:
+        """Reassemble a complete split message (segments in order) and decode it."""
+        d = self.dialect_named(dialect)
+        try:
+            msg = d.reassemble(segments, origin)
+            msg.offset, msg.line = offset, line
+        except DecodeError as e:
+            raw = b"".join(segments)
+            msg = RawMessage(data=raw, origin=origin, offset=offset, line=line)
+            return Outcome(msg, [], [Rejection(e.code, e.message, raw, dialect=d.name)])
+        try:
+            out = _outcome(msg, d.decode(msg))
+        except DecodeError as e:
+            rej = Rejection(code=e.code, message=e.message, raw=msg.data, dialect=d.name)
+            return Outcome(msg, [], [rej])
+        if out.segments:
+            rej = Rejection(
+                "BAD_SEGMENT", "a reassembled message is itself a segment", msg.data, dialect=d.name
+            )
+            return Outcome(msg, out.events, [*out.rejections, rej])
+        return out
+
+    def reassembles(self, dialect: str, pieces: Sequence[Any]) -> bool:
+        """Whether segments (objects with ``raw``, in order) join into a readable message."""
+        try:
+            self.dialect_named(dialect).reassemble([p.raw for p in pieces], None)
+        except DecodeError:
+            return False
+        return True
+
+
+def _peek(msg: RawMessage) -> Any:
+    """The message's JSON value when it parses (cached), else ``None``."""
+    if not msg.parsed:
+        try:
+            msg.doc = parse(msg.data)
+        except DecodeError:
+            return None
+        msg.parsed = True
+    return msg.doc
+
+
+def _outcome(msg: RawMessage, results: list[Any]) -> Outcome:
+    events: list[dict[str, Any]] = []
+    rejections: list[Rejection] = []
+    segments: list[Segment] = []
+    for r in results:
+        if type(r) is dict:
+            events.append(r)
+        elif isinstance(r, Rejection):
+            rejections.append(r)
+        else:
+            segments.append(r)
+    return Outcome(msg, events, rejections, segments)
