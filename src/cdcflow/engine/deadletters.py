@@ -16,11 +16,15 @@ from cdcflow.spark.sql import lit
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-#: The canonical event as JSON, for the ``raw`` of events rejected after decoding.
+#: How timestamps are written in an event's JSON form (microseconds kept).
+TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+
+#: The canonical event as JSON, for the ``raw`` of events rejected after decoding (read back
+#: by a replay with the same timestamp format).
 EVENT_JSON = (
     "CAST(to_json(struct(id, dialect, source, database, schema, `table`, operation, "
     "timestamp, transaction_id, sequence, position, key, before, after, partial, metadata, "
-    "ddl_type, ddl_command, types)) AS binary)"
+    f"ddl_type, ddl_command, types), map('timestampFormat', {lit(TIMESTAMP_FORMAT)})) AS binary)"
 )
 
 

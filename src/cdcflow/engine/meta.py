@@ -154,6 +154,12 @@ class TableMeta:
         """Row events (inserts, updates, deletes, upserts, snapshot reads)."""
         return sum(n for op, n in self.ops.items() if op in ROW_OPERATIONS)
 
+    @property
+    def keyed_events(self) -> int:
+        """Events that need the table's keys: row events and ``TRUNCATE`` (a truncate of a
+        table whose keys are unknown waits with its rows, so a replay applies both in order)."""
+        return self.row_events + self.ops.get("TRUNCATE", 0)
+
 
 @dataclass
 class BatchMeta:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _ROW_OPS = "(" + ", ".join(lit(o) for o in ROW_OPERATIONS) + ")"
+_KEYED_OPS = "(" + ", ".join(lit(o) for o in (*ROW_OPERATIONS, "TRUNCATE")) + ")"
 _NO_MAP = "CAST(NULL AS map<string,string>)"
 _EMPTY_MAP = "CAST(map() AS map<string,string>)"
 
@@ -213,10 +214,10 @@ class BatchStage:
             rules.append(
                 (" OR ".join(parts), "TYPE_CONFLICT", f"CASE _target {' '.join(msgs)} END")
             )
-        unknown = [p for p in self.plans.values() if p.key_problem and p.meta.row_events]
+        unknown = [p for p in self.plans.values() if p.key_problem and p.meta.keyed_events]
         if unknown:
             targets = string_array(p.target for p in unknown)
-            cond = f"array_contains({targets}, _target) AND operation IN {_ROW_OPS}"
+            cond = f"array_contains({targets}, _target) AND operation IN {_KEYED_OPS}"
             msg = string_map({p.target: lit(p.key_problem or "") for p in unknown})
             rules.append((cond, "KEY_UNKNOWN", f"element_at({msg}, _target)"))
         if self.merge:
@@ -443,8 +444,8 @@ class BatchStage:
                 live=int(r["live"]),
             )
         for p in others:
-            if p.key_problem and p.meta.row_events and p.target not in counted:
-                rejected.setdefault(p.target, {})["KEY_UNKNOWN"] = p.meta.row_events
+            if p.key_problem and p.meta.keyed_events and p.target not in counted:
+                rejected.setdefault(p.target, {})["KEY_UNKNOWN"] = p.meta.keyed_events
         for target, codes in rejected.items():
             base = out.get(target, TableStats())
             out[target] = TableStats(

@@ -111,7 +111,10 @@ class BatchRunner:
         shared: Shared,
         on_report: Callable[[BatchReport], None] | None = None,
         adaptive: bool = True,
+        replay: bool = False,
     ) -> None:
+        """``replay``: the batches are replayed dead letters (late events by nature): no
+        split-message segments are judged and no transaction is held back."""
         self.cfg = cfg
         self.adaptive = adaptive
         self.record = record
@@ -137,11 +140,13 @@ class BatchRunner:
             {record.id: source_options(src)},
             source=record.id,
         )
+        if replay:
+            self.segment_stage.pending = False
         self.hold_stage = (
             HoldStage(
                 self.catalog, self.internal, self.pipeline_id, cfg.consistency, source=record.id
             )
-            if cfg.consistency != "none"
+            if cfg.consistency != "none" and not replay
             else None
         )
 

@@ -289,6 +289,10 @@ class Checkpoint:
         """Spark's checkpoint folder of one source's query."""
         return f"{self.store.root}/sources/{record.id}/query"
 
+    def records(self) -> dict[str, SourceRecord]:
+        """The sources the checkpoint remembers, by name (nothing is created)."""
+        return self._records()
+
     def _records(self) -> dict[str, SourceRecord]:
         out: dict[str, SourceRecord] = {}
         for sid in self.store.children("sources"):

@@ -1,0 +1,164 @@
+"""Replaying dead letters once their cause is fixed: keys configured after ``KEY_UNKNOWN``,
+what still fails stays (with its new reason), a second replay does nothing, and a replay killed
+half-way is completed by the next one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdcflow.config import load_config_file
+from cdcflow.errors import ConfigError
+from cdcflow.pipeline.query import Pipeline
+from cdcflow.pipeline.replay import DeadLetterFilter, list_dead_letters, replay_dead_letters
+from cdcflow.testing import oracle
+from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.render_savegress import render_to_landing
+from cdcflow.testing.workload import Workload, generate
+
+
+def _write_config(
+    root: Path, warehouse: str, name: str, keys: dict[str, list[str]], types: dict[str, Any]
+) -> Path:
+    doc = {
+        "pipeline": name,
+        "checkpoint": str(root / "checkpoint"),
+        "namespace": name,
+        "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+        "sources": [
+            {"name": "s", "path": str(root / "landing"), "dialect": "savegress", "types": types}
+        ],
+    }
+    if keys:
+        doc["sources"][0]["keys"] = keys  # type: ignore[index]
+    path = root / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _landing(root: Path, seed: int) -> tuple[Workload, dict[str, list[str]], dict[str, Any]]:
+    w = generate(seed, tables=2, transactions=30)
+    res = render_to_landing(w, root / "landing", seed=seed, files=3, duplicates=0.2)
+    res.files[0].write_bytes(res.files[0].read_bytes() + b"this line is not json\n")
+    keys = {t: list(k) for t, k in res.options.table_keys.items()}
+    return w, keys, {t: dict(c) for t, c in res.options.column_types.items()}
+
+
+def _assert_replicas(spark: Any, w: Workload, namespace: str) -> None:
+    expected = oracle.apply(w)
+    for name, table in w.tables.items():
+        cols = list(table.columns)
+        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
+        d = diff_table(name, list(expected[name].values()), actual, cols)
+        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+
+
+def _open(spark: Any, namespace: str) -> dict[str, int]:
+    rows = spark.sql(
+        f"SELECT error_code, count(*) AS n FROM cdc.{namespace}__cdcflow.dead_letters "
+        "WHERE replayed_at IS NULL GROUP BY error_code"
+    ).collect()
+    return {r["error_code"]: r["n"] for r in rows}
+
+
+@pytest.mark.spark
+def test_keys_configured_later_then_replay_equals_oracle(spark: Any, tmp_path: Path) -> None:
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    w, keys, types = _landing(tmp_path, 21)
+    ns = "replay_keys"
+    first = Pipeline(
+        load_config_file(_write_config(tmp_path, warehouse, ns, {}, types)), spark
+    ).run()
+    assert first.exit_status == 3
+    unknown = _open(spark, ns)
+    assert unknown["KEY_UNKNOWN"] > 0 and unknown["NOT_JSON"] == 1
+
+    cfg = load_config_file(_write_config(tmp_path, warehouse, ns, keys, types))
+    again = Pipeline(cfg, spark).run()
+    assert again.events == 0  # nothing new: the dead letters are not read again by a run
+
+    only_keys = DeadLetterFilter(codes=("KEY_UNKNOWN",))
+    result = replay_dead_letters(cfg, spark, only_keys)
+    assert result.claimed == {"s": unknown["KEY_UNKNOWN"]}
+    assert result.exit_status == 0, result.summary()
+    _assert_replicas(spark, w, ns)
+    assert _open(spark, ns) == {"NOT_JSON": 1}
+
+    # a second replay finds nothing; the replicas do not move
+    assert replay_dead_letters(cfg, spark, only_keys).summary() == "replay: nothing to replay"
+
+    # what still fails is dead-lettered again with its reason, the old letter marked replayed
+    rest = replay_dead_letters(cfg, spark, DeadLetterFilter())
+    assert rest.claimed == {"s": 1} and rest.exit_status == 3
+    assert _open(spark, ns) == {"NOT_JSON": 1}
+    columns, rows = list_dead_letters(cfg, spark, DeadLetterFilter(), 10)
+    assert [r[columns.index("error_code")] for r in rows] == ["NOT_JSON"]
+    columns, rows = list_dead_letters(cfg, spark, DeadLetterFilter(include_replayed=True), 100)
+    replayed = [r for r in rows if r[columns.index("replayed_at")] is not None]
+    assert len(replayed) == unknown["KEY_UNKNOWN"] + 1
+    _assert_replicas(spark, w, ns)
+
+
+@pytest.mark.spark
+def test_replay_killed_half_way_is_completed_by_the_next(spark: Any, tmp_path: Path) -> None:
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    w, keys, types = _landing(tmp_path, 22)
+    ns = "replay_crash"
+    Pipeline(load_config_file(_write_config(tmp_path, warehouse, ns, {}, types)), spark).run()
+    config = _write_config(tmp_path, warehouse, ns, keys, types)
+    env = {**os.environ, "CDCFLOW_CRASH_AFTER": "merge@1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "cdcflow", "dead-letters", str(config), "--replay"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 137, proc.stdout + proc.stderr
+    cfg = load_config_file(config)
+    result = replay_dead_letters(cfg, spark, DeadLetterFilter(codes=("KEY_UNKNOWN",)))
+    assert result.resumed == ["s"], result.summary()
+    assert result.exit_status == 3  # the claimed batch holds the bad line too
+    _assert_replicas(spark, w, ns)
+    assert _open(spark, ns) == {"NOT_JSON": 1}
+    history = spark.sql(
+        f"SELECT batch_id, count(*) AS n FROM cdc.{ns}__cdcflow.batches "
+        "WHERE pipeline LIKE '%/replay' GROUP BY batch_id"
+    ).collect()
+    assert [(r["batch_id"], r["n"]) for r in history] == [(1, 1)]
+
+
+@pytest.mark.parametrize(
+    ("chosen", "ids", "expected"),
+    [
+        (DeadLetterFilter(), None, "replayed_at IS NULL"),
+        (DeadLetterFilter(include_replayed=True), None, "true"),
+        (
+            DeadLetterFilter(codes=("KEY_UNKNOWN",), tables=("o'rders",), sources=("pg",)),
+            ["pg"],
+            "replayed_at IS NULL AND error_code IN ('KEY_UNKNOWN') AND `table` IN ('o\\'rders') "
+            "AND source IN ('pg')",
+        ),
+        (
+            DeadLetterFilter(since="2026-11-20", include_replayed=True),
+            None,
+            "first_seen >= timestamp '2026-11-20 00:00:00'",
+        ),
+    ],
+)
+def test_dead_letter_filter_as_sql(
+    chosen: DeadLetterFilter, ids: list[str] | None, expected: str
+) -> None:
+    assert chosen.where(ids) == expected
+
+
+def test_dead_letter_filter_refuses_a_time_that_is_not_iso() -> None:
+    with pytest.raises(ConfigError, match="ISO-8601"):
+        DeadLetterFilter(since="last tuesday").where()
