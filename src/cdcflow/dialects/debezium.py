@@ -103,6 +103,8 @@ _CONNECT: dict[str, str] = {
     "int16": "int",
     "int32": "int",
     "int64": "bigint",
+    "float": "float",
+    "double": "double",
     "float32": "float",
     "float64": "double",
     "boolean": "boolean",
@@ -119,9 +121,9 @@ def connect_field(f: Mapping[str, Any]) -> Field:
     """A Connect schema field → (canonical type, semantic name, Connect type)."""
     name, ctype = str(f.get("name") or ""), str(f.get("type") or "")
     params = f.get("parameters") if isinstance(f.get("parameters"), dict) else {}
-    native = str(params.get("__debezium.source.column.type", "")).upper()
+    native = str(params.get("__debezium.source.column.type", "")).upper().split(" ")[0]
     if name == "org.apache.kafka.connect.data.Decimal" or (
-        ctype == "string" and not name and native in ("DECIMAL", "NUMERIC")
+        ctype == "string" and not name and native in ("DECIMAL", "NUMERIC", "FIXED")
     ):
         p = params.get("connect.decimal.precision", params.get("__debezium.source.column.length"))
         s = params.get("scale", params.get("__debezium.source.column.scale", 0))
@@ -242,9 +244,7 @@ class DebeziumDialect(Dialect):
     """Decoder for Debezium change events."""
 
     name: ClassVar[str] = "debezium"
-    capabilities = Capabilities(
-        orders_events=True, before_images=True, carries_types=True, exact_numbers=True
-    )
+    capabilities = Capabilities(orders_events=True, before_images=True, exact_numbers=True)
 
     # ------------------------------------------------------------------ recognition
 
@@ -263,10 +263,10 @@ class DebeziumDialect(Dialect):
         if isinstance(source, dict):
             if source.get("origin") == "cockroachdb" or "ts_hlc" in source:
                 return 0.0  # CockroachDB's enriched envelope looks alike
-            if payload.get("op") in (*OPS, "t", "m") or "historyRecord" in payload:
+            if _text(payload.get("op")) in (*OPS, "t", "m") or "historyRecord" in payload:
                 return 0.95
             return 0.8 if "ddl" in payload or "tableChanges" in payload else 0.0
-        if payload.get("status") in STATUS and "data_collections" in payload:
+        if _text(payload.get("status")) in STATUS and "data_collections" in payload:
             return 0.95
         return 0.85 if any(str(k).startswith("__") for k in payload) and _flat(payload) else 0.0
 
@@ -278,6 +278,15 @@ class DebeziumDialect(Dialect):
     # ------------------------------------------------------------------ messages
 
     def event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
+        try:
+            return self._event(doc, item)
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+            # a field of the wrong shape deep inside a message is that message's problem
+            raise self.fail(
+                "BAD_FIELD", f"a field has the wrong shape ({type(e).__name__}: {e})"
+            ) from None
+
+    def _event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
         if doc is None:
             return self.skip("tombstone")
         if not isinstance(doc, dict):
@@ -293,13 +302,13 @@ class DebeziumDialect(Dialect):
             return self.skip("heartbeat")
         if name.endswith(".Key"):
             return self.skip("key")
-        if payload.get("status") in STATUS:
+        if _text(payload.get("status")) in STATUS:
             return self._marker(payload, item)
         if "historyRecord" in payload or "ddl" in payload or "tableChanges" in payload:
             return self._schema_change(payload, item)
         if "op" not in payload and "source" not in payload:
             return self._flattened(payload, schema, item)
-        op = payload.get("op")
+        op = _text(payload.get("op"))
         if op == "m":
             return self.skip("message")
         if op not in OPS and op != "t":
@@ -387,7 +396,7 @@ class DebeziumDialect(Dialect):
         meta = {k[2:]: row.pop(k) for k in list(row) if isinstance(k, str) and k.startswith("__")}
         src = {k.removeprefix("source_"): v for k, v in meta.items() if k != "op"}
         deleted = str(meta.get("deleted", "")).lower() == "true"
-        op = "d" if deleted else meta.get("op")
+        op = "d" if deleted else _text(meta.get("op"))
         if op is None and "deleted" in meta:
             op = "UPSERT"  # rewrite mode without __op: the row exists, insert or update
         elif op is None:
@@ -411,7 +420,7 @@ class DebeziumDialect(Dialect):
         return self._image_event(op, where, order, before, after, fields, connector, item)
 
     def _marker(self, doc: Mapping[str, Any], item: Item) -> Decoded:
-        op = STATUS[doc["status"]]
+        op = STATUS[str(doc["status"])]
         collections = doc.get("data_collections")
         if op == "COMMIT":
             item.meta["event_count"] = doc.get("event_count")
@@ -674,7 +683,7 @@ def _millis(value: Any) -> dt.datetime | None:
 
 
 def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return None if value is None or isinstance(value, dict | list) else str(value)
 
 
 def _json_text(value: Any) -> str:
