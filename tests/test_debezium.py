@@ -56,7 +56,9 @@ def as_kafka_records(data: bytes, topic: str = "server.db.t") -> bytes:
     lines = [line for line in data.splitlines() if line.strip()]
     records = [
         orjson.dumps({"topic": topic, "partition": 0, "offset": i, "key": k.decode(), "value": v})
-        for i, (k, v) in enumerate(zip(lines[::2], [orjson.loads(v) for v in lines[1::2]]))
+        for i, (k, v) in enumerate(
+            zip(lines[::2], [orjson.loads(v) for v in lines[1::2]], strict=True)
+        )
     ]
     return b"\n".join(records)
 

@@ -19,6 +19,7 @@ import orjson
 
 from cdcflow import positions, sequence
 from cdcflow.dialects.base import Capabilities, Decoded, Dialect, Item, Order, Where
+from cdcflow.errors import DecodeError
 from cdcflow.transports.json import kind, parse_exact
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import ValueTypeError, decimal_type, infer_type, json_bytes, source_type
@@ -120,7 +121,8 @@ Field = tuple[str, str, str]
 def connect_field(f: Mapping[str, Any]) -> Field:
     """A Connect schema field → (canonical type, semantic name, Connect type)."""
     name, ctype = str(f.get("name") or ""), str(f.get("type") or "")
-    params = f.get("parameters") if isinstance(f.get("parameters"), dict) else {}
+    found = f.get("parameters")
+    params: Mapping[str, Any] = found if isinstance(found, dict) else {}
     native = str(params.get("__debezium.source.column.type", "")).upper().split(" ")[0]
     if name == "org.apache.kafka.connect.data.Decimal" or (
         ctype == "string" and not name and native in ("DECIMAL", "NUMERIC", "FIXED")
@@ -199,17 +201,17 @@ def _pg(src: Mapping[str, Any]) -> tuple[int, ...]:
 ORDER: dict[str, Callable[[Mapping[str, Any]], tuple[int, ...]]] = {
     "postgresql": _pg,
     "mysql": lambda s: (
-        *positions.mysql_binlog(s.get("file"), s.get("pos")),
+        *positions.mysql_binlog(str(s.get("file") or ""), s.get("pos") or 0),
         _int(s.get("row") or 0),
     ),
     "sqlserver": lambda s: (
-        positions.mssql_lsn(s.get("commit_lsn") or s.get("change_lsn")),
-        positions.mssql_lsn(s.get("change_lsn")),
+        positions.mssql_lsn(str(s.get("commit_lsn") or s.get("change_lsn") or "")),
+        positions.mssql_lsn(str(s.get("change_lsn") or s.get("commit_lsn") or "")),
         _int(s.get("event_serial_no") or 0),
     ),
     "oracle": lambda s: (
-        positions.oracle_scn(s.get("commit_scn") or s.get("scn")),
-        positions.oracle_scn(s.get("scn")),
+        positions.oracle_scn(s.get("commit_scn") or s.get("scn") or ""),
+        positions.oracle_scn(s.get("scn") or s.get("commit_scn") or ""),
         *_rs_id(s.get("rs_id")),
         _int(s.get("ssn") or 0),
     ),
@@ -439,11 +441,12 @@ class DebeziumDialect(Dialect):
         if isinstance(record, str):
             try:
                 record = parse_exact(record.encode())
-            except Exception:
+            except DecodeError:
                 raise self.fail("BAD_DDL", "historyRecord is not JSON text") from None
         body = {**doc, **record} if isinstance(record, dict) else doc
         ddl = body.get("ddl")
-        src = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        found = doc.get("source")
+        src: Mapping[str, Any] = found if isinstance(found, dict) else {}
         changes = [c for c in body.get("tableChanges") or [] if isinstance(c, dict)]
         ident: list[str] = []
         ddl_type = None
@@ -591,7 +594,7 @@ class DebeziumDialect(Dialect):
             return None
         try:
             doc = parse_exact(msg.key)
-        except Exception:
+        except DecodeError:
             raise self.fail("BAD_KEY", "the Kafka key is not JSON") from None
         schema, payload = _unwrap(doc) if isinstance(doc, dict) else (None, doc)
         if not isinstance(payload, dict):
