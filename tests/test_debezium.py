@@ -612,3 +612,10 @@ def test_avro_values_take_types_from_the_connect_names(tmp_path: Path) -> None:
     assert e["types"] == {"id": "int", "price": "decimal(10,2)", "day": "date", "w": "double"}
     assert e["after"]["price"] == Decimal("12.50") and e["after"]["day"].isoformat() == "2023-03-23"
     assert e["metadata"]["schema_id"] == 5 and "payload_disagrees_with_schema" not in e["metadata"]
+
+
+def test_inspect_counts_skipped_messages(tmp_path: Path) -> None:
+    data = conf("docs_sqlserver_key_with_schema.json") + b"\n" + conf("dbz_serde_mysql_update.json")
+    rc, lines, err = inspect(tmp_path, "k.json", data, "--dialect", DIALECT)
+    assert rc == 0 and len(lines) == 1
+    assert "skipped messages that carry no change: key=1" in err
