@@ -336,12 +336,18 @@ def test_toast_marker_makes_a_partial_event_and_keys_stay() -> None:
     doc = {
         "op": "u",
         "before": None,
-        "after": {"id": 1, "note": "__debezium_unavailable_value", "n": 2},
+        "after": {
+            "id": 1,
+            "note": "__debezium_unavailable_value",
+            "blob": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
+            "tags": ["__debezium_unavailable_value"],
+            "n": 2,
+        },
         "source": {"connector": "postgresql", "table": "t", "schema": "public", "lsn": 100},
     }
     (e,), _ = decode(doc, table_keys={"t": ("id",)})
     assert e["partial"] is True and e["after"] == {"id": 1, "n": 2}
-    assert e["metadata"]["unavailable_columns"] == ["note"]
+    assert e["metadata"]["unavailable_columns"] == ["blob", "note", "tags"]
 
 
 def test_mongodb_update_description_is_a_partial_patch() -> None:

@@ -58,6 +58,12 @@ _DDL_TABLE = re.compile(
 )
 #: PostgreSQL's placeholder for an unchanged TOAST column.
 UNAVAILABLE = "__debezium_unavailable_value"
+#: The placeholder as text, as base64 text (bytea in JSON) and as bytes (bytea in Avro).
+_UNAVAILABLE_FORMS = (
+    UNAVAILABLE,
+    base64.b64encode(UNAVAILABLE.encode()).decode(),
+    UNAVAILABLE.encode(),
+)
 #: Connect semantic type name → canonical type (``None``: decided by the field's parameters).
 SEMANTIC: dict[str, str | None] = {
     "org.apache.kafka.connect.data.Decimal": None,
@@ -562,7 +568,9 @@ class DebeziumDialect(Dialect):
         out: dict[str, Any] = {}
         for col, v in image.items():
             col = str(col)
-            if v == UNAVAILABLE or (isinstance(v, list) and UNAVAILABLE in v):
+            if (isinstance(v, str | bytes) and v in _UNAVAILABLE_FORMS) or (
+                isinstance(v, list) and UNAVAILABLE in v
+            ):
                 unavailable.append(col)
                 continue
             field = fields.get(col)
