@@ -6,7 +6,10 @@ oracle."""
 from __future__ import annotations
 
 import base64
+import os
 import re
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -25,11 +28,26 @@ from cdcflow.testing.workload import generate
 from cdcflow.transports.message import KafkaCoordinates, RawMessage
 from tests.conftest_shared import shared_path
 from tests.golden import check_golden
-from tests.test_savegress import inspect
 
 DIALECT = "debezium"
 #: The Apache license header some fixture files start with (not part of any message).
 LICENSE = re.compile(rb"\A\s*/\*.*?\*/\s*", re.S)
+
+
+def inspect(tmp_path: Path, name: str, data: bytes, *args: str) -> tuple[int, list[bytes], str]:
+    """Run `cdcflow inspect` of this repository on one file (relative name, so delivery
+    sequences are stable)."""
+    (tmp_path / name).write_bytes(data)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "cdcflow", "inspect", *args, name],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
+    return proc.returncode, proc.stdout.splitlines(), proc.stderr.decode()
 
 
 def conf(name: str) -> bytes:
