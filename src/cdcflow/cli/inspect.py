@@ -85,7 +85,9 @@ def inspect_cmd(
     [CODE] message with their file and line; the exit status is then 1. Segments of split
     messages are reassembled across all the inputs; their events are printed last. Events
     whose key columns the message does not name are printed with their key values in
-    metadata.key_values, and one warning per table says how to name them (--key)."""
+    metadata.key_values, and one warning per table says how to name them (--key). Messages
+    that carry no change on purpose (Kafka tombstones, key messages, heartbeats) are counted
+    on stderr."""
     options = DialectOptions(table_keys=_parse_keys(keys), column_types=_parse_types(types))
     decoder = Decoder(dialect, options)
     failures = 0
@@ -136,6 +138,13 @@ def inspect_cmd(
         else:
             echo_err(f"[{verdict.code}] {verdict.reason} ({where})")
     out.flush()
+    skipped: dict[str, int] = {}
+    for d in decoder.dialects:
+        for why, n in d.skipped.items():
+            skipped[why] = skipped.get(why, 0) + n
+    if skipped:
+        counts = ", ".join(f"{why}={n}" for why, n in sorted(skipped.items()))
+        echo_err(f"skipped messages that carry no change: {counts}")
     for table, n in unnamed.items():
         echo_err(
             f"warning: {n} event(s) of table {table!r} carry key values without column names "

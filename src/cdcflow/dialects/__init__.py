@@ -16,6 +16,7 @@ from cdcflow.errors import UnknownDialectError
 AVAILABLE_DIALECTS: dict[str, str] = {
     "cockroachdb": "cdcflow.dialects.cockroachdb:CockroachDbDialect",
     "datastream": "cdcflow.dialects.datastream:DatastreamDialect",
+    "debezium": "cdcflow.dialects.debezium:DebeziumDialect",
     "savegress": "cdcflow.dialects.savegress:SavegressDialect",
     "sqlserver_ces": "cdcflow.dialects.sqlserver_ces:SqlServerCesDialect",
 }

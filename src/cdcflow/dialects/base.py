@@ -22,6 +22,7 @@ and one line in :data:`cdcflow.dialects.AVAILABLE_DIALECTS`.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -239,6 +240,8 @@ class Dialect:
         #: instead of typed Python values.
         self.wire = wire
         self._declared: dict[tuple[Any, ...], dict[str, str]] = {}
+        #: Messages decoded to no event on purpose (see :meth:`skip`), by reason.
+        self.skipped: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ vendor hooks
 
@@ -488,6 +491,12 @@ class Dialect:
         item.meta["sequence_source"] = why
         msg = item.msg
         return sequence.delivery_sequence(msg.origin or "", msg.position, item.number)
+
+    def skip(self, why: str) -> list[Decoded]:
+        """No event for a message that carries no change on purpose (a Kafka tombstone, a key
+        message, a heartbeat): counted under ``why`` in :attr:`skipped`, never an error."""
+        self.skipped[why] += 1
+        return []
 
     def reject(self, code: str, message: str, raw: bytes, item: int | None = None) -> Rejection:
         """A rejection attributed to this dialect."""

@@ -40,6 +40,7 @@ KIND_OPERATIONS: dict[str, str] = {
 AVAILABLE_RENDERERS: dict[str, str] = {
     "cockroachdb": "cdcflow.testing.render_cockroachdb:render",
     "datastream": "cdcflow.testing.render_datastream:render",
+    "debezium": "cdcflow.testing.render_debezium:render",
     "savegress": "cdcflow.testing.render_savegress:render",
     "sqlserver_ces": "cdcflow.testing.render_sqlserver_ces:render",
 }

@@ -1,0 +1,733 @@
+"""The ``debezium`` dialect: Debezium change events (Kafka Connect JSON with or without
+schema, Avro, the flattened ``ExtractNewRecordState`` form), transaction metadata and schema
+changes, for the PostgreSQL, MySQL/MariaDB, SQL Server, Oracle, Db2 and MongoDB connectors.
+
+The mapping, ordering per connector, Connect types and partial rows:
+``docs/dialects/debezium.md``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import re
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import Any, ClassVar
+
+import orjson
+
+from cdcflow import positions, sequence
+from cdcflow.dialects.base import Capabilities, Decoded, Dialect, Item, Order, Where
+from cdcflow.errors import DecodeError
+from cdcflow.transports.json import kind, parse_exact
+from cdcflow.transports.message import RawMessage
+from cdcflow.types import ValueTypeError, decimal_type, infer_type, json_bytes, source_type
+
+#: ``op`` → canonical operation (``m``, a logical decoding message, is skipped).
+OPS: dict[str, str] = {"c": "INSERT", "u": "UPDATE", "d": "DELETE", "r": "SNAPSHOT"}
+#: Transaction metadata ``status`` → marker operation.
+STATUS: dict[str, str] = {"BEGIN": "BEGIN", "END": "COMMIT"}
+#: ``source.connector`` → canonical source engine (and type table).
+CONNECTORS: dict[str, str] = {
+    "postgresql": "postgres",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "sqlserver": "sqlserver",
+    "oracle": "oracle",
+    "mongodb": "mongodb",
+    "db2": "db2",
+    "informix": "informix",
+    "vitess": "mysql",
+    "spanner": "spanner",
+}
+#: Source fields that tell a connector apart when ``connector`` is missing (Oracle's docs).
+_SOURCE_HINTS: tuple[tuple[str, str], ...] = (
+    ("commit_scn", "oracle"),
+    ("change_lsn", "sqlserver"),
+    ("ord", "mongodb"),
+    ("file", "mysql"),
+    ("lsn", "postgresql"),
+)
+#: ``tableChanges[].type`` → ``ddl_type``.
+DDL_TYPES: dict[str, str] = {"CREATE": "CREATE_TABLE", "ALTER": "ALTER_TABLE", "DROP": "DROP_TABLE"}
+_DDL_TABLE = re.compile(
+    r"^\s*(CREATE|ALTER|DROP|TRUNCATE|RENAME)\s+(?:TEMPORARY\s+)?TABLE\s+"
+    r"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?([`\"\[\]\w.]+)",
+    re.IGNORECASE,
+)
+#: PostgreSQL's placeholder for an unchanged TOAST column.
+UNAVAILABLE = "__debezium_unavailable_value"
+#: The placeholder as text, as base64 text (bytea in JSON) and as bytes (bytea in Avro).
+_UNAVAILABLE_FORMS = (
+    UNAVAILABLE,
+    base64.b64encode(UNAVAILABLE.encode()).decode(),
+    UNAVAILABLE.encode(),
+)
+#: Connect semantic type name → canonical type (``None``: decided by the field's parameters).
+SEMANTIC: dict[str, str | None] = {
+    "org.apache.kafka.connect.data.Decimal": None,
+    "io.debezium.data.VariableScaleDecimal": "decimal(38,18)",
+    "org.apache.kafka.connect.data.Date": "date",
+    "io.debezium.time.Date": "date",
+    "org.apache.kafka.connect.data.Time": "time",
+    "io.debezium.time.Time": "time",
+    "io.debezium.time.MicroTime": "time",
+    "io.debezium.time.NanoTime": "time",
+    "io.debezium.time.ZonedTime": "string",
+    "org.apache.kafka.connect.data.Timestamp": "timestamp",
+    "io.debezium.time.Timestamp": "timestamp_ntz",
+    "io.debezium.time.MicroTimestamp": "timestamp_ntz",
+    "io.debezium.time.NanoTimestamp": "timestamp_ntz",
+    "io.debezium.time.ZonedTimestamp": "timestamp",
+    "io.debezium.time.IsoTimestamp": "timestamp",
+    "io.debezium.time.Year": "int",
+    "io.debezium.time.MicroDuration": "bigint",
+    "io.debezium.time.Interval": "string",
+    "io.debezium.data.Json": "json",
+    "io.debezium.data.Uuid": "uuid",
+    "io.debezium.data.Bits": "binary",
+    "io.debezium.data.Enum": "string",
+    "io.debezium.data.EnumSet": "string",
+    "io.debezium.data.Xml": "string",
+    "io.debezium.data.geometry.Geometry": "json",
+    "io.debezium.data.geometry.Geography": "json",
+    "io.debezium.data.geometry.Point": "json",
+}
+#: Units per second of the integer time types.
+_UNITS: dict[str, int] = {
+    "org.apache.kafka.connect.data.Time": 1000,
+    "io.debezium.time.Time": 1000,
+    "io.debezium.time.MicroTime": 1_000_000,
+    "io.debezium.time.NanoTime": 1_000_000_000,
+    "org.apache.kafka.connect.data.Timestamp": 1000,
+    "io.debezium.time.Timestamp": 1000,
+    "io.debezium.time.MicroTimestamp": 1_000_000,
+    "io.debezium.time.NanoTimestamp": 1_000_000_000,
+}
+_CONNECT: dict[str, str] = {
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "bigint",
+    "float": "float",
+    "double": "double",
+    "float32": "float",
+    "float64": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "binary",
+}
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_DAY = dt.date(1970, 1, 1)
+#: A field's type info: (canonical type, semantic name, Connect type).
+Field = tuple[str, str, str]
+
+
+def connect_field(f: Mapping[str, Any]) -> Field:
+    """A Connect schema field → (canonical type, semantic name, Connect type)."""
+    name, ctype = str(f.get("name") or ""), str(f.get("type") or "")
+    found = f.get("parameters")
+    params: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    native = str(params.get("__debezium.source.column.type", "")).upper().split(" ")[0]
+    if name == "org.apache.kafka.connect.data.Decimal" or (
+        ctype == "string" and not name and native in ("DECIMAL", "NUMERIC", "FIXED")
+    ):
+        p = params.get("connect.decimal.precision", params.get("__debezium.source.column.length"))
+        s = params.get("scale", params.get("__debezium.source.column.scale", 0))
+        try:
+            return decimal_type(min(int(p or 38), 38), int(s or 0)), name, ctype
+        except ValueError:
+            return "decimal(38,18)", name, ctype
+    found = SEMANTIC.get(name)
+    if found is not None:
+        return found, name, ctype
+    return _CONNECT.get(ctype, "json"), name, ctype
+
+
+def schema_fields(schema: Any) -> dict[str, Field]:
+    """Row columns of a value (``before``/``after``) or key schema, with their types."""
+    if not isinstance(schema, dict):
+        return {}
+    fields = [f for f in schema.get("fields") or [] if isinstance(f, dict)]
+    rows = [f for f in fields if f.get("field") in ("after", "before")]
+    if rows:
+        fields = [c for r in rows for c in r.get("fields") or [] if isinstance(c, dict)]
+    return {str(c["field"]): connect_field(c) for c in fields if isinstance(c.get("field"), str)}
+
+
+_AVRO_CONNECT: dict[str, str] = {"int": "int32", "long": "int64", "float": "float32"}
+
+
+def avro_fields(schema: Any) -> dict[str, Field]:
+    """Row columns of an Avro converter's value schema: the Connect field each Avro field
+    stands for (``connect.name``, ``connect.parameters``)."""
+    if not isinstance(schema, dict):
+        return {}
+    columns: list[dict[str, Any]] = []
+    for f in schema.get("fields") or []:
+        branches = f.get("type") if isinstance(f.get("type"), list) else [f.get("type")]
+        for b in branches:
+            if isinstance(b, dict) and f.get("name") in ("after", "before"):
+                columns.extend(c for c in b.get("fields") or [] if isinstance(c, dict))
+    out: dict[str, Field] = {}
+    for c in columns:
+        t = c.get("type")
+        t = next((b for b in t if b != "null"), None) if isinstance(t, list) else t
+        t = t if isinstance(t, dict) else {"type": t}
+        avro_type = str(t.get("type"))
+        connect = {
+            "type": _AVRO_CONNECT.get(avro_type, "float64" if avro_type == "double" else avro_type),
+            "name": t.get("connect.name"),
+            "parameters": t.get("connect.parameters"),
+        }
+        out.setdefault(str(c.get("name")), connect_field(connect))
+    return out
+
+
+def ejson(value: Any) -> Any:
+    """MongoDB Extended JSON → plain values (``$oid`` → hex text, ``$numberLong`` → int,
+    ``$date`` → UTC instant, ``$numberDecimal`` → Decimal)."""
+    if isinstance(value, list):
+        return [ejson(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        ((k, v),) = value.items()
+        if k == "$oid":
+            return str(v)
+        if k in ("$numberLong", "$numberInt"):
+            return int(v)
+        if k in ("$numberDecimal", "$numberDouble"):
+            return Decimal(str(v))
+        if k == "$date":
+            v = ejson(v)
+            if isinstance(v, int):
+                return dt.datetime.fromtimestamp(v / 1000, dt.UTC)
+            return v
+    return {k: ejson(v) for k, v in value.items()}
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"not an integer: {value!r}")
+    return int(value)
+
+
+def _rs_id(value: Any) -> tuple[int, int, int]:
+    text = str(value or "").strip()
+    return positions.oracle_rs_id(text if not text or text.startswith("0x") else "0x" + text)
+
+
+def _pg(src: Mapping[str, Any]) -> tuple[int, ...]:
+    seq = src.get("sequence")
+    if isinstance(seq, str) and seq.strip():
+        pair = orjson.loads(seq)
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"sequence must be [commit_lsn, change_lsn], got {seq!r}")
+        change = _int(pair[1]) if pair[1] is not None else _int(src.get("lsn"))
+        return (_int(pair[0]) if pair[0] is not None else 0, change)
+    lsn = src.get("lsn")
+    n = positions.pg_lsn(lsn) if isinstance(lsn, str) and "/" in lsn else _int(lsn)
+    return n, n
+
+
+#: Connector → the ``source`` fields that order its events.
+ORDER: dict[str, Callable[[Mapping[str, Any]], tuple[int, ...]]] = {
+    "postgresql": _pg,
+    "mysql": lambda s: (
+        *positions.mysql_binlog(str(s.get("file") or ""), s.get("pos") or 0),
+        _int(s.get("row") or 0),
+    ),
+    "sqlserver": lambda s: (
+        positions.mssql_lsn(str(s.get("commit_lsn") or s.get("change_lsn") or "")),
+        positions.mssql_lsn(str(s.get("change_lsn") or s.get("commit_lsn") or "")),
+        _int(s.get("event_serial_no") or 0),
+    ),
+    "oracle": lambda s: (
+        positions.oracle_scn(s.get("commit_scn") or s.get("scn") or ""),
+        positions.oracle_scn(s.get("scn") or s.get("commit_scn") or ""),
+        *_rs_id(s.get("rs_id")),
+        _int(s.get("ssn") or 0),
+    ),
+    "mongodb": lambda s: (_int(s.get("ts_ms")), _int(s.get("ord") or 0)),
+    "db2": lambda s: (
+        int(str(s.get("commit_lsn")).replace(":", ""), 16),
+        int(str(s.get("change_lsn")).replace(":", ""), 16),
+    ),
+}
+ORDER["mariadb"] = ORDER["vitess"] = ORDER["mysql"]
+#: Connector → the ``source`` field without which it has no position (e.g. Flink CDC's
+#: MySQL source writes ``"file": ""``): such events fall back to delivery order.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "postgresql": ("lsn", "sequence"),
+    "mysql": ("file",),
+    "mariadb": ("file",),
+    "vitess": ("file",),
+    "sqlserver": ("change_lsn", "commit_lsn"),
+    "oracle": ("scn", "commit_scn"),
+    "mongodb": ("ord",),
+    "db2": ("change_lsn",),
+}
+#: ``source`` fields kept in ``position``.
+POSITION_FIELDS: tuple[str, ...] = (
+    "lsn", "sequence", "txId", "xmin", "file", "pos", "row", "gtid", "server_id",
+    "change_lsn", "commit_lsn", "event_serial_no", "scn", "commit_scn", "rs_id", "ssn",
+    "redo_thread", "ord", "lsid", "txnNumber",
+)  # fmt: skip
+
+
+class DebeziumDialect(Dialect):
+    """Decoder for Debezium change events."""
+
+    name: ClassVar[str] = "debezium"
+    capabilities = Capabilities(orders_events=True, before_images=True, exact_numbers=True)
+
+    # ------------------------------------------------------------------ recognition
+
+    def recognise(self, msg: RawMessage, doc: Any) -> float:
+        if doc is None:
+            return 0.6 if msg.kafka is not None and not msg.data.strip() else 0.0
+        if not isinstance(doc, dict):
+            return 0.0
+        schema, payload = _unwrap(doc)
+        if not isinstance(payload, dict):
+            return 0.9 if payload is None and "schema" in doc else 0.0
+        name = str(schema.get("name") or "") if isinstance(schema, dict) else ""
+        if name.endswith((".Envelope", ".Key", "Heartbeat", ".SchemaChangeValue")):
+            return 0.95
+        source = payload.get("source")
+        if isinstance(source, dict):
+            if source.get("origin") == "cockroachdb" or "ts_hlc" in source:
+                return 0.0  # CockroachDB's enriched envelope looks alike
+            if _text(payload.get("op")) in (*OPS, "t", "m") or "historyRecord" in payload:
+                return 0.95
+            return 0.8 if "ddl" in payload or "tableChanges" in payload else 0.0
+        if _text(payload.get("status")) in STATUS and "data_collections" in payload:
+            return 0.95
+        return 0.85 if any(str(k).startswith("__") for k in payload) and _flat(payload) else 0.0
+
+    def document(self, msg: RawMessage) -> Any:
+        if msg.kafka is not None and msg.form == "json" and not msg.data.strip():
+            return None  # a Kafka tombstone
+        return super().document(msg)
+
+    # ------------------------------------------------------------------ messages
+
+    def event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
+        try:
+            return self._event(doc, item)
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+            # a field of the wrong shape deep inside a message is that message's problem
+            raise self.fail(
+                "BAD_FIELD", f"a field has the wrong shape ({type(e).__name__}: {e})"
+            ) from None
+
+    def _event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
+        if doc is None:
+            return self.skip("tombstone")
+        if not isinstance(doc, dict):
+            raise self.fail("NOT_AN_EVENT", f"a Debezium message is an object, got {kind(doc)}")
+        schema, payload = _unwrap(doc)
+        if payload is None:
+            return self.skip("tombstone")
+        if not isinstance(payload, dict):
+            raise self.fail("NOT_AN_EVENT", f"'payload' must be an object, got {kind(payload)}")
+        name = str(schema.get("name") or "") if isinstance(schema, dict) else ""
+        topic = item.msg.kafka.topic if item.msg.kafka is not None else None
+        if name.endswith("Heartbeat") or (topic or "").startswith("__debezium-heartbeat"):
+            return self.skip("heartbeat")
+        if name.endswith(".Key"):
+            return self.skip("key")
+        if _text(payload.get("status")) in STATUS:
+            return self._marker(payload, item)
+        if "historyRecord" in payload or "ddl" in payload or "tableChanges" in payload:
+            return self._schema_change(payload, item)
+        if "op" not in payload and "source" not in payload:
+            return self._flattened(payload, schema, item)
+        op = _text(payload.get("op"))
+        if op == "m":
+            return self.skip("message")
+        if op not in OPS and op != "t":
+            raise self.fail("UNKNOWN_OPERATION", f"op {op!r} is not one of c, u, d, r, t, m")
+        source = payload.get("source")
+        if not isinstance(source, dict):
+            raise self.fail("BAD_SOURCE", f"'source' must be an object, got {kind(source)}")
+        if not (source.get("table") or source.get("collection")) and name.endswith(".Envelope"):
+            # Oracle's source names no table: the envelope is <prefix>.<schema>.<table>.Envelope
+            parts = name.split(".")
+            source = {**source, "schema": source.get("schema") or parts[-3], "table": parts[-2]}
+        avro = item.msg.avro
+        fields = avro.schema.memo("debezium", avro_fields) if avro else schema_fields(schema)
+        return self._row(op, payload, source, fields, item)
+
+    def _row(
+        self,
+        op: str,
+        payload: Mapping[str, Any],
+        src: Mapping[str, Any],
+        fields: Mapping[str, Field],
+        item: Item,
+    ) -> Decoded:
+        connector = _connector(src)
+        where = self._where(src, item)
+        order = self._order(connector, src, payload, item)
+        if op == "t":
+            return self.make_event(
+                "TRUNCATE", where, order, item, source=CONNECTORS.get(connector or "")
+            )
+        before, after = payload.get("before"), payload.get("after")
+        if connector == "mongodb":
+            before, after = _mongo(before, "before"), _mongo(after, "after")
+            patch = payload.get("updateDescription")
+            if after is None and op == "u" and isinstance(patch, dict):
+                after = _mongo(patch.get("updatedFields"), "updateDescription") or {}
+                after.update(dict.fromkeys(patch.get("removedFields") or []))
+                item.meta["patch"] = True
+        for what, image in (("before", before), ("after", after)):
+            if image is not None and not isinstance(image, dict):
+                raise self.fail("BAD_IMAGE", f"'{what}' must be an object, got {kind(image)}")
+        return self._image_event(OPS[op], where, order, before, after, fields, connector, item)
+
+    def _image_event(
+        self,
+        op: str,
+        where: Where,
+        order: Order,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        fields: Mapping[str, Field],
+        connector: str | None,
+        item: Item,
+    ) -> Decoded:
+        database, schema, table = where
+        source = CONNECTORS.get(connector or "")
+        declared = self.declared_types(
+            table, schema, lambda n: source_type(source or "postgres", n), database=database,
+            mapper=source or "",
+        )  # fmt: skip
+        types: dict[str, str] = {}
+        unavailable: list[str] = []
+        mismatch: list[str] = []
+        typed_before = self._typed(before, fields, declared, types, unavailable, mismatch)
+        typed_after = self._typed(after, fields, declared, types, unavailable, mismatch)
+        if mismatch and item.msg.avro is None:  # Avro decodes its decimals itself
+            item.meta["payload_disagrees_with_schema"] = sorted(set(mismatch))
+        partial = bool(unavailable) or bool(item.meta.get("patch"))
+        if unavailable:
+            item.meta["unavailable_columns"] = sorted(set(unavailable))
+        key = self._key(where, connector, typed_before, typed_after, types, item)
+        if op == "DELETE" and key is None and typed_before is None:
+            raise self.fail(
+                "KEY_MISSING",
+                f"a delete of table {table!r} carries no before image (REPLICA IDENTITY DEFAULT "
+                "or no pre-images) and no Kafka key: read the topic with its keys",
+            )
+        if partial and typed_after is not None and key is not None:
+            typed_after = {**key, **typed_after}
+        return self.make_event(
+            op, where, order, item, source=source, key=key, before=typed_before,
+            after=typed_after, partial=partial and op != "DELETE", types=types,
+        )  # fmt: skip
+
+    def _flattened(self, row: dict[str, Any], schema: Any, item: Item) -> Decoded:
+        """An ``ExtractNewRecordState`` row: columns plus ``__``-prefixed metadata."""
+        meta = {k[2:]: row.pop(k) for k in list(row) if isinstance(k, str) and k.startswith("__")}
+        src = {k.removeprefix("source_"): v for k, v in meta.items() if k != "op"}
+        deleted = str(meta.get("deleted", "")).lower() == "true"
+        op = "d" if deleted else _text(meta.get("op"))
+        if op is None and "deleted" in meta:
+            op = "UPSERT"  # rewrite mode without __op: the row exists, insert or update
+        elif op is None:
+            op = self.options.extra.get("operation")
+            if op not in ("INSERT", "UPSERT", "SNAPSHOT"):
+                raise self.fail(
+                    "OPERATION_UNKNOWN",
+                    "a flattened row without __op or __deleted: add 'op' to the transform's "
+                    "add.fields, or set the source option operation (INSERT, UPSERT or SNAPSHOT)",
+                )
+        elif op in ("m", "t") or op not in OPS:
+            raise self.fail("UNKNOWN_OPERATION", f"__op {op!r} is not one of c, u, d, r")
+        else:
+            op = OPS[op]
+        item.meta["flattened"] = True
+        connector = _connector(src)
+        where = self._where(src, item)
+        order = self._order(connector, src, src, item)
+        before, after = (row, None) if op == "DELETE" else (None, row)
+        fields = schema_fields(schema)
+        return self._image_event(op, where, order, before, after, fields, connector, item)
+
+    def _marker(self, doc: Mapping[str, Any], item: Item) -> Decoded:
+        op = STATUS[str(doc["status"])]
+        collections = doc.get("data_collections")
+        if op == "COMMIT":
+            item.meta["event_count"] = doc.get("event_count")
+            if isinstance(collections, list):
+                item.meta["data_collections"] = {
+                    str(c.get("data_collection")): c.get("event_count")
+                    for c in collections
+                    if isinstance(c, dict)
+                }
+        ts = _millis(doc.get("ts_ms"))
+        order = Order(self.delivery_order(item), None, ts, _text(doc.get("id")))
+        return self.make_event(op, (None, None, None), order, item)
+
+    def _schema_change(self, doc: dict[str, Any], item: Item) -> Decoded | list[Decoded]:
+        record = doc.get("historyRecord")
+        if isinstance(record, str):
+            try:
+                record = parse_exact(record.encode())
+            except DecodeError:
+                raise self.fail("BAD_DDL", "historyRecord is not JSON text") from None
+        body = {**doc, **record} if isinstance(record, dict) else doc
+        ddl = body.get("ddl")
+        found = doc.get("source")
+        src: Mapping[str, Any] = found if isinstance(found, dict) else {}
+        changes = [c for c in body.get("tableChanges") or [] if isinstance(c, dict)]
+        ident: list[str] = []
+        ddl_type = None
+        types: dict[str, str] = {}
+        if changes:
+            ident = _ident(str(changes[0].get("id", "")))
+            ddl_type = DDL_TYPES.get(str(changes[0].get("type")))
+            table_def = changes[0].get("table") or {}
+            connector = _connector(src)
+            for c in table_def.get("columns") or []:
+                try:
+                    native = str(c.get("typeName"))
+                    if c.get("length") and "(" not in native:
+                        native += f"({c['length']}" + (f",{c['scale']})" if c.get("scale") else ")")
+                    types[str(c["name"])] = source_type(
+                        CONNECTORS.get(connector or "", "mysql"), native
+                    )
+                except (ValueTypeError, KeyError, TypeError):
+                    continue
+        elif isinstance(ddl, str) and (m := _DDL_TABLE.match(ddl)):
+            ident, ddl_type = _ident(m.group(2)), f"{m.group(1).upper()}_TABLE"
+        if not ident:
+            return self.skip("schema_change")
+        database = (
+            body.get("databaseName") or src.get("db") or (ident[0] if len(ident) > 1 else None)
+        )
+        schema = body.get("schemaName") or (ident[-2] if len(ident) == 3 else None)
+        where = (_text(database), _text(schema), ident[-1])
+        order = self._order(_connector(src), src, doc, item)
+        return self.make_event(
+            "DDL", where, order, item, source=CONNECTORS.get(_connector(src) or ""),
+            ddl_type=ddl_type, ddl_command=_text(ddl), types=types,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ fields
+
+    def _where(self, src: Mapping[str, Any], item: Item) -> Where:
+        table = src.get("table") or src.get("collection")
+        if not table and item.msg.kafka is not None and item.msg.kafka.topic:
+            table = item.msg.kafka.topic.rsplit(".", 1)[-1]
+        table = table or self.options.extra.get("table")
+        if not isinstance(table, str) or not table:
+            raise self.fail(
+                "MISSING_TABLE",
+                "no source.table, Kafka topic or source option table names the table",
+            )
+        schema = src.get("schema")
+        return _text(src.get("db")), _text(schema), table
+
+    def _order(
+        self, connector: str | None, src: Mapping[str, Any], payload: Mapping[str, Any], item: Item
+    ) -> Order:
+        position = {k: src[k] for k in POSITION_FIELDS if src.get(k) is not None}
+        ts = _millis(src.get("ts_ms") or payload.get("ts_ms"))
+        transaction = payload.get("transaction")
+        txid = _text(transaction.get("id")) if isinstance(transaction, dict) else None
+        native = ORDER.get(connector or "")
+        if native is None or not any(src.get(f) for f in REQUIRED[connector or ""]):
+            return Order(self.delivery_order(item), position or None, ts, txid)
+        try:
+            parts = native(src)
+        except (ValueError, TypeError) as e:
+            raise self.fail("BAD_POSITION", f"{connector} source position: {e}") from None
+        # snapshot reads sort below streamed changes of the same key
+        snap = str(src.get("snapshot", "false")).lower()
+        streamed = 0 if snap in ("true", "last", "first", "first_in_data_collection",
+                                 "last_in_data_collection") else 1  # fmt: skip
+        item.meta["sequence_source"] = f"source.{connector}"
+        return Order(sequence.encode((streamed, *parts)), position or None, ts, txid)
+
+    def _typed(
+        self,
+        image: Mapping[str, Any] | None,
+        fields: Mapping[str, Field],
+        declared: Mapping[str, str],
+        types: dict[str, str],
+        unavailable: list[str],
+        mismatch: list[str],
+    ) -> dict[str, Any] | None:
+        if image is None:
+            return None
+        out: dict[str, Any] = {}
+        for col, v in image.items():
+            col = str(col)
+            if (isinstance(v, str | bytes) and v in _UNAVAILABLE_FORMS) or (
+                isinstance(v, list) and UNAVAILABLE in v
+            ):
+                unavailable.append(col)
+                continue
+            field = fields.get(col)
+            t = field[0] if field is not None else declared.get(col)
+            if t is None:
+                t = "timestamp" if isinstance(v, dt.datetime) else infer_type(v)
+                if t is not None:
+                    types.setdefault(col, t)
+                out[col] = self.keep(_json_text(v) if isinstance(v, dict | list) else v)
+                continue
+            types.setdefault(col, t)
+            if field is not None and field[2] == "bytes" and not isinstance(v, str | None):
+                # the payload disagrees with its schema (a number where bytes are declared):
+                # the value is taken as written
+                mismatch.append(col)
+            out[col] = self.value(col, _connect_value(v, field, t), t)
+        return out
+
+    def _key(
+        self,
+        where: Where,
+        connector: str | None,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+        types: dict[str, str],
+        item: Item,
+    ) -> dict[str, Any] | None:
+        database, schema, table = where
+        kafka_key = self._kafka_key(item)
+        if kafka_key is not None:
+            fields = schema_fields(kafka_key[0])
+            values = kafka_key[1]
+            if connector == "mongodb" and set(values) == {"id"}:
+                raw = values["id"]
+                values = {"_id": ejson(orjson.loads(raw)) if isinstance(raw, str) else raw}
+            key: dict[str, Any] = {}
+            for col, v in values.items():
+                t = fields[col][0] if col in fields else types.get(col) or infer_type(v)
+                key[col] = (
+                    self.keep(v)
+                    if t is None
+                    else self.value(col, _connect_value(v, fields.get(col), t), t)
+                )
+            return key
+        names = self.key_names(table, schema, database)
+        if names is None and connector == "mongodb":
+            names = ("_id",)
+        image = after if after is not None else before
+        if names and image is not None and all(n in image for n in names):
+            return {n: image[n] for n in names}
+        if names and before is not None:
+            return self.key_from_image(names, before, "before", table)
+        return None
+
+    def _kafka_key(self, item: Item) -> tuple[Any, dict[str, Any]] | None:
+        msg = item.msg
+        if msg.key_avro is not None and isinstance(msg.key_avro.value, dict):
+            return None, dict(msg.key_avro.value)
+        if not msg.key or msg.key.strip() in (b"", b"null"):
+            return None
+        try:
+            doc = parse_exact(msg.key)
+        except DecodeError:
+            raise self.fail("BAD_KEY", "the Kafka key is not JSON") from None
+        schema, payload = _unwrap(doc) if isinstance(doc, dict) else (None, doc)
+        if not isinstance(payload, dict):
+            raise self.fail("BAD_KEY", f"a Debezium key is an object, got {kind(payload)}")
+        return schema, payload
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _unwrap(doc: Mapping[str, Any]) -> tuple[Any, Any]:
+    """(schema, payload) of a ``{"schema", "payload"}`` envelope, else (None, doc)."""
+    if set(doc) == {"schema", "payload"} and (
+        doc["schema"] is None or isinstance(doc["schema"], dict)
+    ):
+        return doc["schema"], doc["payload"]
+    return None, doc
+
+
+def _flat(doc: Mapping[str, Any]) -> bool:
+    return any(
+        k in doc for k in ("__op", "__deleted", "__table", "__source_ts_ms", "__lsn", "__db")
+    )
+
+
+def _connector(src: Mapping[str, Any]) -> str | None:
+    found = src.get("connector")
+    if isinstance(found, str) and found:
+        return found.lower()
+    for field, connector in _SOURCE_HINTS:
+        if src.get(field) is not None:
+            return connector
+    return None
+
+
+def _mongo(image: Any, what: str) -> dict[str, Any] | None:
+    """A MongoDB image (Extended JSON text, or an object) → plain values; nested documents and
+    arrays as JSON text."""
+    if image is None:
+        return None
+    if isinstance(image, str):
+        try:
+            image = orjson.loads(image)
+        except orjson.JSONDecodeError:
+            raise DebeziumDialect.fail("BAD_IMAGE", f"'{what}' is not Extended JSON text") from None
+    if not isinstance(image, dict):
+        raise DebeziumDialect.fail("BAD_IMAGE", f"'{what}' must be a document, got {kind(image)}")
+    out = ejson(image)
+    return {k: _json_text(v) if isinstance(v, dict | list) else v for k, v in out.items()}
+
+
+def _connect_value(value: Any, field: Field | None, t: str) -> Any:
+    """A Connect-encoded value → the value of canonical type ``t``."""
+    if value is None or field is None:
+        return value
+    _, name, ctype = field
+    if t.startswith("decimal") and isinstance(value, str) and ctype == "bytes":
+        raw = base64.b64decode(value)
+        return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-int(t.split(",")[1][:-1]))
+    if name == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
+        raw = value.get("value", b"")
+        raw = raw if isinstance(raw, bytes) else base64.b64decode(str(raw))
+        return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-int(value.get("scale", 0)))
+    if t == "date" and isinstance(value, int):
+        return _EPOCH_DAY + dt.timedelta(days=value)
+    if name in _UNITS and isinstance(value, int):
+        unit = _UNITS[name]
+        micros = value * 1_000_000 // unit
+        if t == "time":
+            return (_EPOCH + dt.timedelta(microseconds=micros)).time().isoformat()
+        instant = _EPOCH + dt.timedelta(microseconds=micros)
+        return instant.replace(tzinfo=dt.UTC) if t == "timestamp" else instant
+    if t == "json" and isinstance(value, dict):
+        return _json_text(value)
+    return value
+
+
+def _ident(text: str) -> list[str]:
+    """``"db"."table"`` / ``db.schema.table`` / ``[dbo].[t]`` → its parts, unquoted."""
+    parts = re.findall(r'"([^"]+)"|`([^`]+)`|\[([^\]]+)\]|([^."`\[\]]+)', text.strip())
+    return [next(p for p in g if p) for g in parts]
+
+
+def _millis(value: Any) -> dt.datetime | None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if value > 10**15:  # nanoseconds written as ts_ms (SQL Server docs example)
+        value //= 1_000_000
+    return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or isinstance(value, dict | list) else str(value)
+
+
+def _json_text(value: Any) -> str:
+    return json_bytes(value).decode()

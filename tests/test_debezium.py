@@ -1,0 +1,645 @@
+"""The debezium dialect: one test per conformance file (fixed dialect and auto-detection),
+goldens of the documentation examples through ``cdcflow inspect``, envelopes, operations,
+ordering per connector, Connect types, partial rows, bad input, and the renderer against the
+oracle."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from cdcflow import sequence
+from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects import get_dialect
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.testing import oracle
+from cdcflow.testing.render_debezium import render
+from cdcflow.testing.renderers import renderer_features
+from cdcflow.testing.workload import generate
+from cdcflow.transports.message import KafkaCoordinates, RawMessage
+from tests.conftest_shared import shared_path
+from tests.golden import check_golden
+
+DIALECT = "debezium"
+#: The Apache license header some fixture files start with (not part of any message).
+LICENSE = re.compile(rb"\A\s*/\*.*?\*/\s*", re.S)
+
+
+def inspect(tmp_path: Path, name: str, data: bytes, *args: str) -> tuple[int, list[bytes], str]:
+    """Run `cdcflow inspect` of this repository on one file (relative name, so delivery
+    sequences are stable)."""
+    (tmp_path / name).write_bytes(data)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "cdcflow", "inspect", *args, name],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
+    return proc.returncode, proc.stdout.splitlines(), proc.stderr.decode()
+
+
+def conf(name: str) -> bytes:
+    return LICENSE.sub(b"", shared_path("conformance", "debezium", name).read_bytes())
+
+
+def decode_bytes(
+    data: bytes, origin: str = "m.jsonl", dialect: str = DIALECT, **options: Any
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    events: list[dict[str, Any]] = []
+    rejections: list[Any] = []
+    for out in Decoder(dialect, DialectOptions(**options)).decode_file(data, origin):
+        events.extend(out.events)
+        rejections.extend(out.rejections)
+    return events, rejections
+
+
+def decode(doc: Any, **kw: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    return decode_bytes(orjson.dumps(doc), "m.json", **kw)
+
+
+def as_kafka_records(data: bytes, topic: str = "server.db.t") -> bytes:
+    """Alternating key and value lines (as the fixtures print a topic) → Kafka records."""
+    lines = [line for line in data.splitlines() if line.strip()]
+    records = [
+        orjson.dumps({"topic": topic, "partition": 0, "offset": i, "key": k.decode(), "value": v})
+        for i, (k, v) in enumerate(
+            zip(lines[::2], [orjson.loads(v) for v in lines[1::2]], strict=True)
+        )
+    ]
+    return b"\n".join(records)
+
+
+# ---------------------------------------------------------------- conformance, one per file
+
+#: file → (operations, table, rejection codes): every file decodes, or is rejected for a reason
+#: of its own.
+CONFORMANCE: dict[str, tuple[list[str], str | None, list[str]]] = {
+    "dbz_serde_mysql_unknown_property.json": (["UPDATE"], "customers", []),
+    "dbz_serde_mysql_update.json": (["UPDATE"], "customers", []),
+    "dbz_serde_mysql_with_schema.json": (["INSERT"], "customers", []),
+    "dbz_serde_mysql_without_schema.json": (["INSERT"], "customers", []),
+    # a flattened row without any metadata: the operation must come from configuration
+    "dbz_serde_unwrapped_row.json": ([], None, ["OPERATION_UNKNOWN"]),
+    "docs_oracle_create_with_schema.json": (["INSERT"], "CUSTOMERS", []),
+    "docs_postgresql_create_with_schema.json": (["INSERT"], "customers", []),
+    "docs_postgresql_transaction_begin_end.txt": (["BEGIN", "COMMIT"], None, []),
+    "docs_sqlserver_create_with_schema.json": (["INSERT"], "customers", []),
+    # a key message alone carries no change
+    "docs_sqlserver_key_with_schema.json": ([], None, []),
+    "docs_sqlserver_transaction_begin_end.txt": (["BEGIN", "COMMIT"], None, []),
+    # REPLICA IDENTITY DEFAULT: the delete names its row only in the Kafka key, absent here
+    "flink_postgres_replica_identity_default.ndjson": (
+        ["SNAPSHOT"] * 9 + ["UPDATE", "UPDATE", "INSERT", "INSERT", "UPDATE", "UPDATE"],
+        "products",
+        ["KEY_MISSING"],
+    ),
+    "flinkcdc_pipeline_debezium_json_minimal_source.txt": (
+        ["INSERT"] * 13 + ["UPDATE"] * 2 + ["INSERT"] * 2 + ["UPDATE"] * 2 + ["DELETE"],
+        None,
+        [],
+    ),
+    # key lines read alone look like flattened rows without metadata (see the Kafka tests)
+    "paimon_mongodb_delete_keyed.txt": (
+        ["DELETE"],
+        "sync_test_table",
+        [
+            "OPERATION_UNKNOWN",
+            "KEY_MISSING",
+            "OPERATION_UNKNOWN",
+            "KEY_MISSING",
+            "OPERATION_UNKNOWN",
+        ],
+    ),
+    "paimon_mongodb_insert_keyed.txt": (["INSERT"], "sync_test_table", ["OPERATION_UNKNOWN"]),
+    "paimon_mongodb_update_keyed.txt": (
+        ["UPDATE", "UPDATE"],
+        "sync_test_table",
+        ["OPERATION_UNKNOWN"] * 2,
+    ),
+    "paimon_mysql_alltypes_avro_keyvalue_json.txt": (["INSERT", "INSERT"], "all_types_table", []),
+    "paimon_mysql_alltypes_with_schema.txt": (["SNAPSHOT"], "all_types_table", []),
+    "paimon_mysql_multi_table_topic.txt": (["INSERT"] * 4, None, []),
+    "paimon_mysql_nested_row.txt": (["INSERT"], "product", []),
+    "paimon_mysql_schema_change_history_record.json": (["DDL"], "t1", []),
+    "paimon_mysql_schema_null_delete.txt": (["DELETE"], "product", []),
+    "paimon_mysql_schemaevolution_partial_before.txt": (
+        ["INSERT", "DELETE", "UPDATE", "INSERT"],
+        "product",
+        [],
+    ),
+}
+
+
+def test_conformance_list_is_complete() -> None:
+    folder = shared_path("conformance", "debezium")
+    assert {p.name for p in folder.iterdir()} == set(CONFORMANCE)
+
+
+@pytest.mark.parametrize("dialect", [DIALECT, "auto"])
+@pytest.mark.parametrize("name", sorted(CONFORMANCE))
+def test_conformance_file(name: str, dialect: str) -> None:
+    ops, table, codes = CONFORMANCE[name]
+    events, rejections = decode_bytes(conf(name), name, dialect)
+    if dialect == "auto":
+        # auto-detection leaves alone what no dialect claims (a row without metadata)
+        codes = [c.replace("OPERATION_UNKNOWN", "DIALECT_UNDETECTED") for c in codes]
+    assert [e["operation"] for e in events] == ops
+    assert [r.code for r in rejections] == codes
+    assert {e["dialect"] for e in events} <= {DIALECT}
+    if table is not None:
+        assert {e["table"] for e in events} == {table}
+    for e in events:
+        if e["operation"] not in ("BEGIN", "COMMIT"):
+            assert e["sequence"] and e["metadata"]["sequence_source"]
+
+
+def test_mysql_fixture_fields() -> None:
+    (e,) = decode_bytes(conf("dbz_serde_mysql_update.json"), "u.json")[0]
+    assert (e["source"], e["database"], e["table"]) == ("mysql", "inventory", "customers")
+    assert e["before"]["first_name"] == "Anne-Marie" and e["after"]["first_name"] == "Anne"
+    assert e["position"] == {"file": "mysql-bin.000003", "pos": 154, "row": 0, "server_id": 0}
+    assert sequence.decode(e["sequence"]) == (1, 3, 154, 0)
+    (typed,) = decode_bytes(conf("dbz_serde_mysql_with_schema.json"), "w.json")[0]
+    assert typed["types"] == dict.fromkeys(("first_name", "last_name", "email"), "string") | {
+        "id": "int"
+    }
+    (untyped,) = decode_bytes(conf("dbz_serde_mysql_without_schema.json"), "w.json")[0]
+    assert untyped["after"] == typed["after"] and untyped["types"]["id"] == "bigint"
+
+
+def test_postgres_sequence_is_commit_then_change_lsn_and_snapshot_sorts_first() -> None:
+    (e,) = decode_bytes(conf("docs_postgresql_create_with_schema.json"), "p.json")[0]
+    assert sequence.decode(e["sequence"]) == (0, 24023119, 24023128)  # a snapshot read
+    assert e["position"]["sequence"] == '["24023119","24023128"]'
+    assert e["timestamp"].isoformat() == "2019-05-28T08:58:24.863000+00:00"
+    events, _ = decode_bytes(conf("flink_postgres_replica_identity_default.ndjson"))
+    seqs = [e["sequence"] for e in events]
+    snapshots = [s for e, s in zip(events, seqs, strict=True) if e["operation"] == "SNAPSHOT"]
+    assert max(snapshots) < min(s for s in seqs if s not in snapshots)
+    update = events[9]
+    assert update["before"] is None and update["after"]["id"] == 106  # REPLICA IDENTITY DEFAULT
+
+
+def test_sqlserver_oracle_mongodb_order_fields() -> None:
+    (ms,) = decode_bytes(conf("docs_sqlserver_create_with_schema.json"), "s.json")[0]
+    _, commit, change, serial = sequence.decode(ms["sequence"])
+    assert (commit - change, serial) == (2, 1)  # ...:0005 then ...:0003, event_serial_no "1"
+    assert ms["timestamp"].isoformat() == "2019-06-05T10:11:08.470000+00:00"
+    (ora,) = decode_bytes(conf("docs_oracle_create_with_schema.json"), "o.json")[0]
+    assert (ora["source"], ora["schema"], ora["table"]) == ("oracle", "DEBEZIUM", "CUSTOMERS")
+    assert sequence.decode(ora["sequence"]) == (1, 2122185, 2122185, 0x1234, 0x12345, 0x124, 1)
+    (mongo,) = decode_bytes(as_kafka_records(conf("paimon_mongodb_insert_keyed.txt")))[0]
+    assert sequence.decode(mongo["sequence"]) == (1, 1739321992000, 28)
+
+
+def test_transaction_metadata_markers() -> None:
+    events, _ = decode_bytes(conf("docs_sqlserver_transaction_begin_end.txt"))
+    begin, commit = events
+    assert begin["transaction_id"] == commit["transaction_id"] == "00000025:00000d08:0025"
+    assert commit["metadata"]["event_count"] == 2
+    assert commit["metadata"]["data_collections"] == {
+        "testDB.dbo.testDB.tablea": 1,
+        "testDB.dbo.testDB.tableb": 1,
+    }
+
+
+def test_row_events_carry_the_transaction_block_id() -> None:
+    doc = orjson.loads(conf("dbz_serde_mysql_without_schema.json"))
+    doc["transaction"] = {"id": "571:53195832", "total_order": 1, "data_collection_order": 1}
+    (e,), _ = decode(doc)
+    assert e["transaction_id"] == "571:53195832"
+
+
+def test_schema_change_history_record_is_ddl_with_column_types() -> None:
+    (e,) = decode_bytes(conf("paimon_mysql_schema_change_history_record.json"))[0]
+    assert (e["operation"], e["database"], e["table"]) == ("DDL", "tinyint1_not_bool_test", "t1")
+    assert e["ddl_type"] == "ALTER_TABLE"
+    assert e["ddl_command"].startswith("ALTER TABLE t1 ADD COLUMN _new_tinyint1")
+    assert "_new_tinyint1" in e["types"]
+
+
+def test_schema_change_without_a_table_is_skipped_and_counted() -> None:
+    d = get_dialect(DIALECT)
+    doc = {
+        "source": {"connector": "mysql", "file": "b.000001", "pos": 4},
+        "ddl": "CREATE DATABASE x",
+    }
+    assert d.decode(RawMessage(orjson.dumps(doc))) == []
+    assert d.skipped == {"schema_change": 1}
+    ddl = {**doc, "ddl": "DROP TABLE IF EXISTS `inv`.`orders`", "databaseName": "inv"}
+    (e,) = d.decode(RawMessage(orjson.dumps(ddl)))
+    assert (e["operation"], e["database"], e["table"], e["ddl_type"]) == (
+        "DDL",
+        "inv",
+        "orders",
+        "DROP_TABLE",
+    )
+
+
+# ---------------------------------------------------------------- Kafka records and keys
+
+
+def test_mongodb_keyed_fixtures_as_kafka_records() -> None:
+    events, rej = decode_bytes(as_kafka_records(conf("paimon_mongodb_delete_keyed.txt")))
+    assert not rej
+    assert [e["key"] for e in events] == [{"_id": "67ab25755c0d5ac87eb8c632"}] * 3
+    assert [e["operation"] for e in events] == ["DELETE"] * 3
+    ins, _ = decode_bytes(as_kafka_records(conf("paimon_mongodb_insert_keyed.txt")))
+    after = ins[0]["after"]
+    assert after["_id"] == "67ab25755c0d5ac87eb8c632" and after["created_at"] == 1736207571013
+    assert after["tags"] == '["pending"]' and after["updated_at"].year == 2025
+    assert ins[0]["metadata"]["kafka_topic"] == "server.db.t"
+    upd, rej = decode_bytes(as_kafka_records(conf("paimon_mongodb_update_keyed.txt")))
+    assert not rej and [e["before"] is None for e in upd] == [True, False]
+
+
+def test_alltypes_key_and_value_pairs_as_kafka_records() -> None:
+    events, rej = decode_bytes(
+        as_kafka_records(conf("paimon_mysql_alltypes_avro_keyvalue_json.txt"))
+    )
+    assert not rej and [e["key"] for e in events] == [{"_id": 1}, {"_id": 2}]
+    e = events[0]
+    assert e["metadata"]["sequence_source"] == "source.mysql"
+    assert e["position"]["gtid"].startswith("b8642e5a")
+    # decimal.handling.mode=string: the source column type says DECIMAL
+    assert e["types"]["_numeric_unsigned"] == "decimal(8,3)"
+    assert e["after"]["_numeric_unsigned"] == Decimal("12345.220")
+
+
+def test_replica_identity_default_delete_takes_its_key_from_the_kafka_key() -> None:
+    lines = conf("flink_postgres_replica_identity_default.ndjson").splitlines()
+    record = {
+        "topic": "fullfillment.inventory.products",
+        "key": {"id": 111},
+        "value": lines[-1].decode(),
+    }
+    (e,), rej = decode_bytes(orjson.dumps(record))
+    assert not rej and (e["operation"], e["key"], e["before"]) == ("DELETE", {"id": 111}, None)
+
+
+def test_tombstones_keys_heartbeats_and_messages_are_skipped_with_counts() -> None:
+    d = get_dialect(DIALECT)
+    kafka = KafkaCoordinates(topic="server.db.t", partition=0, offset=1)
+    assert d.decode(RawMessage(b"", key=b'{"id": 1}', kafka=kafka)) == []
+    assert d.decode(RawMessage(conf("docs_sqlserver_key_with_schema.json"))) == []
+    beat = {"schema": {"type": "struct", "name": "io.debezium.connector.common.Heartbeat"}}
+    assert d.decode(RawMessage(orjson.dumps({**beat, "payload": {"ts_ms": 1}}))) == []
+    doc = orjson.loads(conf("dbz_serde_mysql_without_schema.json"))
+    assert d.decode(RawMessage(orjson.dumps({**doc, "op": "m"}))) == []
+    assert d.decode(RawMessage(b'{"schema": null, "payload": null}')) == []
+    assert d.skipped == {"tombstone": 2, "key": 1, "heartbeat": 1, "message": 1}
+
+
+# ---------------------------------------------------------------- envelopes and operations
+
+
+def _mysql(**changes: Any) -> dict[str, Any]:
+    doc = {
+        "op": "c",
+        "before": None,
+        "after": {"id": 1, "name": "a"},
+        "source": {"connector": "mysql", "db": "inv", "table": "t", "file": "bin.000002"},
+    }
+    doc["source"] = {**doc["source"], "pos": changes.pop("pos", 10), "row": changes.pop("row", 0)}
+    return {**doc, **changes}
+
+
+def test_truncate_snapshot_and_unknown_operations() -> None:
+    (t,), _ = decode(_mysql(op="t", after=None))
+    assert (t["operation"], t["table"], t["key"]) == ("TRUNCATE", "t", None)
+    (r,), _ = decode({**_mysql(op="r"), "source": {**_mysql()["source"], "snapshot": "true"}})
+    assert r["operation"] == "SNAPSHOT" and sequence.decode(r["sequence"])[0] == 0
+    _, (rej,) = decode(_mysql(op="x"))
+    assert rej.code == "UNKNOWN_OPERATION" and "'x'" in rej.message
+
+
+def test_mysql_binlog_order_is_numeric_and_file_first() -> None:
+    (a,), _ = decode(_mysql(pos=999, row=3))
+    later = _mysql(pos=4)
+    later["source"]["file"] = "bin.000010"
+    (b,), _ = decode(later)
+    assert a["sequence"] < b["sequence"]
+
+
+def test_flattened_rows() -> None:
+    row = {"id": 7, "name": "x", "__op": "u", "__table": "t", "__db": "inv", "__source_ts_ms": 5}
+    (e,), _ = decode(row)
+    assert (e["operation"], e["table"], e["after"]) == ("UPDATE", "t", {"id": 7, "name": "x"})
+    assert e["metadata"]["flattened"] is True and e["metadata"]["sequence_source"] == "delivery"
+    (d,), _ = decode({"id": 7, "__deleted": "true", "__table": "t"}, table_keys={"t": ("id",)})
+    assert (d["operation"], d["key"], d["before"]) == ("DELETE", {"id": 7}, {"id": 7})
+    (u,), _ = decode({"id": 7, "__deleted": "false", "__table": "t"})
+    assert u["operation"] == "UPSERT"
+    (p,), _ = decode({"id": 7, "__lsn": 1234, "__table": "t", "__op": "c"})
+    assert sequence.decode(p["sequence"]) == (1, 1234, 1234)
+    _, (rej,) = decode({"id": 1}, extra={"table": "t"})
+    assert rej.code == "OPERATION_UNKNOWN" and "operation" in rej.message
+    (c,), _ = decode({"id": 1}, extra={"table": "t", "operation": "UPSERT"})
+    assert (c["operation"], c["table"]) == ("UPSERT", "t")
+
+
+def test_toast_marker_makes_a_partial_event_and_keys_stay() -> None:
+    doc = {
+        "op": "u",
+        "before": None,
+        "after": {
+            "id": 1,
+            "note": "__debezium_unavailable_value",
+            "blob": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
+            "tags": ["__debezium_unavailable_value"],
+            "n": 2,
+        },
+        "source": {"connector": "postgresql", "table": "t", "schema": "public", "lsn": 100},
+    }
+    (e,), _ = decode(doc, table_keys={"t": ("id",)})
+    assert e["partial"] is True and e["after"] == {"id": 1, "n": 2}
+    assert e["metadata"]["unavailable_columns"] == ["blob", "note", "tags"]
+
+
+def test_mongodb_update_description_is_a_partial_patch() -> None:
+    doc = {
+        "op": "u",
+        "after": None,
+        "updateDescription": {
+            "updatedFields": '{"n": {"$numberLong": "5"}}',
+            "removedFields": ["x"],
+        },
+        "source": {"connector": "mongodb", "db": "d", "collection": "c", "ts_ms": 1000, "ord": 2},
+    }
+    record = {"topic": "s.d.c", "key": {"id": '{"$oid": "abc"}'}, "value": doc}
+    (e,), rej = decode_bytes(orjson.dumps(record))
+    assert not rej and e["partial"] is True
+    assert (e["key"], e["after"]) == ({"_id": "abc"}, {"_id": "abc", "n": 5, "x": None})
+
+
+def _with_schema(after_fields: list[dict[str, Any]], after: dict[str, Any]) -> dict[str, Any]:
+    row = {"type": "struct", "fields": after_fields, "optional": True, "field": "after"}
+    schema = {"type": "struct", "fields": [row], "name": "s.db.t.Envelope"}
+    source = {"connector": "postgresql", "table": "t", "lsn": 1}
+    return {"schema": schema, "payload": {"op": "c", "after": after, "source": source}}
+
+
+def test_connect_semantic_types() -> None:
+    dec = "org.apache.kafka.connect.data.Decimal"
+    fields = [
+        {"field": "d", "type": "bytes", "name": dec, "parameters": {"scale": "2"}},
+        {"field": "v", "type": "struct", "name": "io.debezium.data.VariableScaleDecimal"},
+        {"field": "day", "type": "int32", "name": "io.debezium.time.Date"},
+        {"field": "t", "type": "int64", "name": "io.debezium.time.MicroTime"},
+        {"field": "ts", "type": "int64", "name": "io.debezium.time.Timestamp"},
+        {"field": "zt", "type": "string", "name": "io.debezium.time.ZonedTimestamp"},
+        {"field": "u", "type": "string", "name": "io.debezium.data.Uuid"},
+        {"field": "j", "type": "string", "name": "io.debezium.data.Json"},
+        {"field": "b", "type": "bytes"},
+        {"field": "f", "type": "float"},
+    ]
+    after = {
+        "d": base64.b64encode((-12345).to_bytes(2, "big", signed=True)).decode(),
+        "v": {"scale": 3, "value": base64.b64encode(b"\x01\x00").decode()},
+        "day": 19439,
+        "t": 36_000_500_000,
+        "ts": 1_700_000_000_123,
+        "zt": "2023-03-23T22:00:10.123456Z",
+        "u": "6D3D3C1B-0000-4000-8000-000000000001",
+        "j": '{"a": 1}',
+        "b": base64.b64encode(b"\x00\xff").decode(),
+        "f": 1.5,
+    }
+    (e,), rej = decode(_with_schema(fields, after))
+    assert not rej
+    a, types = e["after"], e["types"]
+    assert (a["d"], types["d"]) == (Decimal("-123.45"), "decimal(38,2)")
+    assert a["v"] == Decimal("0.256")
+    assert a["day"].isoformat() == "2023-03-23" and types["day"] == "date"
+    assert a["t"] == "10:00:00.500000" and types["t"] == "time"
+    assert a["ts"].isoformat() == "2023-11-14T22:13:20.123000" and types["ts"] == "timestamp_ntz"
+    assert a["zt"].isoformat() == "2023-03-23T22:00:10.123456+00:00"
+    assert a["u"] == "6d3d3c1b-0000-4000-8000-000000000001" and types["u"] == "uuid"
+    assert (a["j"], types["j"]) == ('{"a": 1}', "json")
+    assert a["b"] == b"\x00\xff" and types["f"] == "float"
+
+
+def test_payload_that_disagrees_with_its_schema_is_taken_as_written() -> None:
+    (e,) = decode_bytes(conf("paimon_mysql_alltypes_with_schema.txt"))[0]
+    assert e["types"]["_decimal"] == "decimal(8,0)" and e["after"]["_decimal"] == Decimal("11111")
+    assert "_decimal" in e["metadata"]["payload_disagrees_with_schema"]
+    assert e["after"]["_date"].isoformat() == "2023-03-23"
+    assert e["after"]["_point"].startswith('{"x":1.0,"y":1.0,"wkb"')
+
+
+# ---------------------------------------------------------------- detection and bad input
+
+
+@pytest.mark.parametrize(
+    ("folder", "name"),
+    [
+        ("cockroachdb", "docs_enriched_schema.json"),
+        ("cockroachdb", "docs_enriched_source.json"),
+        ("other", "savegress_ddl_alter_table.json"),
+    ],
+)
+def test_auto_detection_leaves_look_alikes_to_their_dialect(folder: str, name: str) -> None:
+    data = shared_path("conformance", folder, name).read_bytes()
+    events, rejections = decode_bytes(data, name, "auto")
+    claimed = {e["dialect"] for e in events} | {r.dialect for r in rejections}
+    assert claimed and DIALECT not in claimed
+
+
+@pytest.mark.parametrize(
+    ("doc", "code"),
+    [
+        ({"op": "c", "after": {"id": 1}, "source": "mysql"}, "BAD_SOURCE"),
+        ({"op": [], "source": {}}, "UNKNOWN_OPERATION"),
+        ({"op": "c", "after": [1], "source": {"table": "t"}}, "BAD_IMAGE"),
+        ({"op": "c", "after": {"id": 1}, "source": {"connector": "x"}}, "MISSING_TABLE"),
+        (
+            {"op": "c", "after": {}, "source": {"connector": "mysql", "table": "t", "file": "b"}},
+            "BAD_POSITION",
+        ),
+        ({"schema": None, "payload": [1]}, "NOT_AN_EVENT"),
+        ({"source": {}, "historyRecord": "{"}, "BAD_DDL"),
+        ({"source": {"table": "t"}, "tableChanges": 5}, "BAD_FIELD"),
+    ],
+)
+def test_bad_input_codes(doc: Any, code: str) -> None:
+    events, rejections = decode(doc)
+    assert not events and [r.code for r in rejections] == [code]
+
+
+# ---------------------------------------------------------------- goldens
+
+
+DOC_EXAMPLES = [
+    "dbz_serde_mysql_with_schema.json",
+    "docs_oracle_create_with_schema.json",
+    "docs_postgresql_create_with_schema.json",
+    "docs_postgresql_transaction_begin_end.txt",
+    "docs_sqlserver_create_with_schema.json",
+    "docs_sqlserver_transaction_begin_end.txt",
+]
+
+
+@pytest.mark.parametrize("name", DOC_EXAMPLES)
+def test_documentation_example_golden(tmp_path: Path, name: str) -> None:
+    rc, lines, err = inspect(tmp_path, name, conf(name), "--dialect", DIALECT)
+    assert rc == 0, err
+    check_golden(DIALECT, "docs_" + name.rsplit(".", 1)[0].removeprefix("docs_"), lines)
+
+
+# ---------------------------------------------------------------- renderer vs oracle
+
+
+def replay(events: list[dict[str, Any]], keys: dict[str, tuple[str, ...]]) -> dict[str, dict]:
+    """Events applied by sequence, as the engine does (partial rows merge, truncates clear
+    older rows)."""
+    out: dict[str, dict[tuple, tuple[str, dict[str, Any] | None]]] = {t: {} for t in keys}
+    ordered = sorted(events, key=lambda e: e["sequence"])
+    for e in ordered:
+        rows = out.setdefault(e["table"], {})
+        if e["operation"] == "TRUNCATE":
+            for k in [k for k, (s, _) in rows.items() if s < e["sequence"]]:
+                rows[k] = (e["sequence"], None)
+            continue
+        key = tuple(e["key"][k] for k in keys[e["table"]])
+        old = rows.get(key, ("", None))
+        if old[0] > e["sequence"]:
+            continue
+        if e["operation"] == "DELETE":
+            rows[key] = (e["sequence"], None)
+        elif e["partial"] and old[1] is not None:
+            rows[key] = (e["sequence"], {**old[1], **e["after"]})
+        else:
+            rows[key] = (e["sequence"], dict(e["after"]))
+    return {t: {k: r for k, (_, r) in rows.items() if r is not None} for t, rows in out.items()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rendered_faults_replay_to_the_oracle(tmp_path: Path, seed: int) -> None:
+    w = generate(seed, tables=3, transactions=60, features=renderer_features(DIALECT))
+    n = len(w.transactions)
+    events: list[dict[str, Any]] = []
+    for i, part in enumerate((slice(0, n // 2), slice(max(0, n // 2 - 5), n))):
+        res = render(w, tmp_path, seed=seed + i, transactions=part)
+        for f in res.files:
+            evs, rej = decode_bytes(
+                f.read_bytes(),
+                str(f),
+                **{"table_keys": res.options.table_keys, "column_types": res.options.column_types},
+            )
+            assert not rej, rej[:2]
+            events.extend(e for e in evs if e["table"] is not None)
+    ops = {e["operation"] for e in events}
+    assert ops >= {"SNAPSHOT", "INSERT", "UPDATE", "DELETE"}
+    assert any(e["partial"] for e in events), "TOAST markers make partial updates"
+    expected = oracle.apply(w)
+    actual = replay(events, {t: d.key for t, d in w.tables.items()})
+    for name, d in w.tables.items():
+        rows = {k: {c: r.get(c) for c in d.columns} for k, r in actual[name].items()}
+        assert rows == expected[name], name
+
+
+@pytest.mark.spark
+def test_transactions_consistency_crash_then_rerun_equals_oracle(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Rendered with every fault (snapshot overlap, transaction metadata, tombstones, TOAST
+    markers, redelivery, shuffled files), applied with ``consistency: transactions``: the
+    process dies after the held-events commit of batch 1 and after a merge of batch 2; the
+    rerun converges to the oracle with nothing left held."""
+    from tests.test_crash import _check, _config, _run
+
+    w = generate(17, tables=3, transactions=50, features=renderer_features(DIALECT))
+    res = render(w, tmp_path / "landing", seed=17)
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = _config(
+        tmp_path, warehouse, res.options, "crash_dbz", DIALECT, consistency="transactions"
+    )
+    for crash in ("hold@1", "merge@2"):
+        rc, lines = _run(config, None, crash_after=crash)
+        assert rc == 137, (crash, lines)
+    rc, lines = _run(config, None)
+    assert rc == 0, lines
+    _check(spark, w, "crash_dbz")
+    waiting = spark.sql(
+        "SELECT count(*) AS n FROM cdc.crash_dbz__cdcflow.held WHERE released_batch IS NULL"
+    ).collect()[0]["n"]
+    assert waiting == 0
+
+
+def test_avro_values_take_types_from_the_connect_names(tmp_path: Path) -> None:
+    """A Confluent-framed Avro value as Debezium's Avro converter writes it: the
+    ``connect.name`` of each field gives its type."""
+    import io
+
+    import fastavro
+
+    dec = {
+        "type": "bytes",
+        "logicalType": "decimal",
+        "precision": 10,
+        "scale": 2,
+        "connect.name": "org.apache.kafka.connect.data.Decimal",
+        "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+    }
+    row = {
+        "type": "record",
+        "name": "Value",
+        "fields": [
+            {"name": "id", "type": "int"},
+            {"name": "price", "type": ["null", dec]},
+            {"name": "day", "type": {"type": "int", "connect.name": "io.debezium.time.Date"}},
+            {"name": "w", "type": "double"},
+        ],
+    }
+    source = {
+        "type": "record",
+        "name": "Source",
+        "fields": [{"name": n, "type": "string"} for n in ("connector", "db", "table", "file")]
+        + [{"name": "pos", "type": "long"}],
+    }
+    schema = {
+        "type": "record",
+        "name": "Envelope",
+        "fields": [
+            {"name": "before", "type": ["null", row]},
+            {"name": "after", "type": ["null", "Value"]},
+            {"name": "source", "type": source},
+            {"name": "op", "type": "string"},
+        ],
+    }
+    value = {
+        "before": None,
+        "after": {"id": 1, "price": Decimal("12.50"), "day": 19439, "w": 0.5},
+        "source": {"connector": "mysql", "db": "inv", "table": "t", "file": "b.000003", "pos": 7},
+        "op": "c",
+    }
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "5.avsc").write_bytes(orjson.dumps(schema))
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), value)
+    framed = b"\x00" + (5).to_bytes(4, "big") + body.getvalue()
+    record = {"topic": "inv.t", "offset": 1, "value_base64": base64.b64encode(framed).decode()}
+    (e,), rej = decode_bytes(orjson.dumps(record), extra={"schema_dir": str(tmp_path / "schemas")})
+    assert not rej
+    assert e["types"] == {"id": "int", "price": "decimal(10,2)", "day": "date", "w": "double"}
+    assert e["after"]["price"] == Decimal("12.50") and e["after"]["day"].isoformat() == "2023-03-23"
+    assert e["metadata"]["schema_id"] == 5 and "payload_disagrees_with_schema" not in e["metadata"]
+
+
+def test_inspect_counts_skipped_messages(tmp_path: Path) -> None:
+    data = conf("docs_sqlserver_key_with_schema.json") + b"\n" + conf("dbz_serde_mysql_update.json")
+    rc, lines, err = inspect(tmp_path, "k.json", data, "--dialect", DIALECT)
+    assert rc == 0 and len(lines) == 1
+    assert "skipped messages that carry no change: key=1" in err
