@@ -14,10 +14,11 @@
     pipeline (steady state) and as the batch of a new run, vs the hand-written per-table
     pipeline (parse once, then per table ``row_number`` + one ``MERGE``, sequential, warm).
 (f) small continuous batches: the same for one table.
+(g) parallel_tables: the steady batch of (e) with 1, 2 and 4 tables written at a time.
 
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png``. Sizes scale with the
 environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench PART...`` runs some cases
-(decode, e2e, growth, receiver, many, small); the others' figures in bench.json are kept.
+(decode, e2e, growth, receiver, many, small, parallel); the others' figures in bench.json are kept.
 """
 
 from __future__ import annotations
@@ -315,7 +316,9 @@ def write_tables(
     return lsn
 
 
-def _multi_cfg(root: Path, name: str, landing: Path, tables: int, follow: str = "1s") -> Any:
+def _multi_cfg(
+    root: Path, name: str, landing: Path, tables: int, follow: str = "1s", parallel: int = 2
+) -> Any:
     from cdcflow.config import load_config
 
     names = [f"t{t:03d}" for t in range(tables)]
@@ -326,6 +329,7 @@ def _multi_cfg(root: Path, name: str, landing: Path, tables: int, follow: str = 
             "namespace": name,
             "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
             "follow_interval": follow,
+            "parallel_tables": parallel,
             "sources": [
                 {
                     "name": "s",
@@ -400,7 +404,7 @@ class _Follow:
 
     def _query(self) -> Any:
         for _ in range(600):
-            active = self.spark.streams.active
+            active = [q for q in self.pipeline.queries if q.isActive]
             if active:
                 return active[0]
             time.sleep(0.1)
@@ -482,8 +486,43 @@ def bench_shape(
         "ratio_steady": steady_s / hand_s,
         "ratio_new_run": new_run_s / hand_s,
         "slowest_stage": getattr(report, "slowest_stage", None),
+        "steady_stages": dict(getattr(report, "stages", {}) or {}),
+        "new_run_stages": dict(new_reports[-1].stages) if new_reports else {},
         "new_run_batches": len(new_reports),
     }
+
+
+def _copier(src: Path, landing: Path) -> Callable[[], None]:
+    return lambda: shutil.copy(src, landing / src.name)
+
+
+def bench_parallel(
+    spark: Any, root: Path, tables: int, events: int, keys: int, choices: tuple[int, ...]
+) -> dict[str, Any]:
+    """(g) the steady-state batch of (e) with ``parallel_tables`` set to each of ``choices``
+    (how the default was chosen)."""
+    files = root / "par_files"
+    lsn = write_tables(files / "0.jsonl", max(events, tables * keys), tables, keys, 1, 1, True)
+    batches = []
+    for b in range(1, 3):
+        path = files / f"{b}.jsonl"
+        lsn = write_tables(path, events, tables, keys, seed=b + 20, first_lsn=lsn)
+        batches.append(path)
+    out: dict[str, Any] = {"tables": tables, "events": events, "steady_seconds": {}}
+    for p in choices:
+        landing = root / f"par_landing_{p}"
+        landing.mkdir(parents=True)
+        cfg = _multi_cfg(root, f"bench_par{p}", landing, tables, parallel=p)
+        follow = _Follow(spark, cfg)
+        try:
+            for src in (files / "0.jsonl", batches[0]):
+                follow.batch(_copier(src, landing))
+            steady_s, _ = follow.batch(_copier(batches[1], landing))
+        finally:
+            follow.stop()
+        out["steady_seconds"][str(p)] = steady_s
+        print(f"    parallel_tables={p}: {steady_s:.1f}s", flush=True)
+    return out
 
 
 def _shape_line(tag: str, r: dict[str, Any]) -> str:
@@ -778,7 +817,7 @@ def receiver_only() -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-PARTS = ("decode", "e2e", "growth", "receiver", "many", "small")
+PARTS = ("decode", "e2e", "growth", "receiver", "many", "small", "parallel")
 
 
 def _decode_line(d: dict[str, Any]) -> str:
@@ -858,6 +897,11 @@ def _run_spark_parts(spark: Any, root: Path, chosen: set[str], results: dict[str
             spark, root, "small", tables=1, events=int(20_000 * SCALE), keys=5_000
         )
         print(_shape_line("f", f), flush=True)
+    if "parallel" in chosen:
+        print("(g) the steady batch of (e) by parallel_tables:", flush=True)
+        results["parallel_tables"] = bench_parallel(
+            spark, root, tables=100, events=int(20_000 * SCALE), keys=50, choices=(1, 2, 4)
+        )
 
 
 if __name__ == "__main__":

@@ -206,3 +206,19 @@ def test_foreign_tables_are_left_out_of_the_plan_and_named_in_the_refusal() -> N
     assert plan.properties[IDENTITY_PROPERTY] == identity_json(plan.identity)
     assert plan.foreign_problem is not None
     assert "crdb:db2.users" in plan.foreign_problem and "crdb:db1.users" in plan.foreign_problem
+
+
+def test_columns_keep_the_producers_order_not_the_alphabets() -> None:
+    from cdcflow.engine.stage import create_replica_columns
+
+    seen = {"zeta": {"string"}, "id": {"bigint"}, "alpha": {"int"}}
+    plan = decide("t", "t", "merge", meta({"INSERT": 1}, seen), None, configured_keys=["id"])
+    assert list(plan.schema.types) == ["zeta", "id", "alpha"]
+    columns = create_replica_columns(plan, "struct<x:int>")
+    assert columns == "`zeta` string, `id` bigint, `alpha` int, _cdc struct<x:int>"
+    # a later batch's new column follows the existing ones
+    state = TableState({"zeta": "string", "id": "bigint", "alpha": "int"}, {KEY_PROPERTY: "id"})
+    later = decide(
+        "t", "t", "merge", meta({"UPDATE": 1}, {"beta": {"int"}, "id": {"bigint"}}), state
+    )
+    assert list(later.schema.types) == ["zeta", "id", "alpha", "beta"]

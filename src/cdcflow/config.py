@@ -214,7 +214,7 @@ class PipelineConfig(_Model):
     segment_wait: str = "1h"
     consistency: Literal["none", "transactions", "resolved"] = "none"
     follow_interval: str = "10s"
-    parallel_tables: int = 2
+    parallel_tables: int = Field(default=4, ge=1)
     outputs: list[OutputConfig] = Field(default_factory=list)
 
     @field_validator("sources")

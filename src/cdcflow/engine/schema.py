@@ -60,9 +60,11 @@ class SchemaPlan:
 def plan_schema(
     existing: Mapping[str, str] | None, seen: Mapping[str, Iterable[str]]
 ) -> SchemaPlan:
-    """Decide column additions, widenings and conflicts for the types seen in a batch."""
+    """Decide column additions, widenings and conflicts for the types seen in a batch.
+    Columns keep the order they are seen in (the producer's column order); new ones follow
+    the existing ones."""
     plan = SchemaPlan(types=dict(existing or {}))
-    for col, vtypes in sorted(seen.items()):
+    for col, vtypes in seen.items():
         for vt in sorted(set(vtypes)):
             cur = plan.types.get(col)
             if cur is None:

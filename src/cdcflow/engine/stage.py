@@ -392,13 +392,11 @@ class BatchStage:
         table's identifier when it exists). They are checkpointed locally: every later query
         of the batch (one per table) starts from them instead of re-analysing the whole plan."""
         rows = view(self.spark.sql(self.rows_sql()), "rows")
-        collapsed = self.spark.sql(self.collapsed_sql(rows)).localCheckpoint(eager=True)
-        self._checkpoints.append(collapsed)
-        staged = self.spark.sql(self.staged_sql(view(collapsed, "collapsed"), tombstones))
-        if tombstones is not None:
-            # the tombstone look-up runs once, not once per table
-            staged = staged.localCheckpoint(eager=True)
-            self._checkpoints.append(staged)
+        collapsed = view(self.spark.sql(self.collapsed_sql(rows)), "collapsed")
+        # one job: the collapse and the tombstone look-up (which reads the collapsed keys
+        # twice, through one reused exchange) run once, not once per table
+        staged = self.spark.sql(self.staged_sql(collapsed, tombstones)).localCheckpoint(eager=True)
+        self._checkpoints.append(staged)
         self.staged = staged
         self.staged_view = view(staged, "staged")
         return staged
@@ -705,10 +703,11 @@ def expire_tombstones_sql(ident: str, retention_seconds: int) -> str:
 
 
 def create_replica_columns(plan: TablePlan, cdc_struct: str) -> str:
-    """Column list of a new replica: keys first, then the other columns, then ``_cdc``."""
+    """Column list of a new replica: the columns in the producer's order (key columns it did
+    not send first), then ``_cdc``."""
     assert plan.keys is not None
     types = plan.schema.types
-    ordered = [*plan.keys, *[c for c in types if c not in set(plan.keys)]]
+    ordered = [*[k for k in plan.keys if k not in types], *types]
     cols = [f"{q(c)} {spark_type(types.get(c, 'string'))}" for c in ordered]
     return ", ".join([*cols, f"_cdc {cdc_struct}"])
 

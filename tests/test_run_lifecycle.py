@@ -1,0 +1,115 @@
+"""One run at a time, and runs that stop when asked: the run lock (a second run refused at
+once, a lock left by a killed run taken over) and ``--follow`` stopped by SIGTERM after the
+batch in progress, without a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdcflow.cli.main import main
+from cdcflow.config import load_config_file
+from cdcflow.pipeline.checkpoint import LOCK_FILE, Checkpoint, PipelineBusy
+from cdcflow.testing.render_savegress import render_to_landing
+from cdcflow.testing.workload import generate
+
+pytestmark = pytest.mark.spark
+
+
+def _config(root: Path, warehouse: str, name: str) -> Path:
+    w = generate(31, tables=2, transactions=10)
+    res = render_to_landing(w, root / "landing", seed=31, files=2, duplicates=0.0)
+    doc = {
+        "pipeline": name,
+        "checkpoint": str(root / "checkpoint"),
+        "namespace": name,
+        "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+        "follow_interval": "1s",
+        "sources": [
+            {
+                "name": "s",
+                "path": str(root / "landing"),
+                "dialect": "savegress",
+                "keys": {t: list(k) for t, k in res.options.table_keys.items()},
+                "types": {t: dict(c) for t, c in res.options.column_types.items()},
+            }
+        ],
+    }
+    path = root / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_second_run_is_refused_at_once_and_a_dead_runs_lock_is_taken_over(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = _config(tmp_path, warehouse, "lock_once")
+    cfg = load_config_file(config)
+    holder = Checkpoint(spark, cfg)
+    holder.pipeline_id()
+    holder.acquire()  # a live run of this pipeline (this process)
+    try:
+        started = time.monotonic()
+        rc = main(["run", str(config)])
+        err = capsys.readouterr().err
+        assert rc == 2, err
+        assert "is already running" in err and f"process {os.getpid()}" in err
+        assert time.monotonic() - started < 30
+        with pytest.raises(PipelineBusy):
+            Checkpoint(spark, cfg).acquire()
+    finally:
+        holder.release()
+    # a lock left by a process that is gone (SIGKILL leaves it behind) does not block
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
+                          capture_output=True, check=True)  # fmt: skip
+    lock = {
+        "run": "killed",
+        "host": socket.gethostname(),
+        "pid": int(dead.stdout),
+        "started": time.time(),
+        "heartbeat": time.time(),
+    }
+    (tmp_path / "checkpoint" / LOCK_FILE).write_text(json.dumps(lock))
+    rc = main(["run", str(config)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.out + captured.err
+    assert captured.out.splitlines()[-1].startswith("done: 1 batch(es)")
+    assert not (tmp_path / "checkpoint" / LOCK_FILE).exists()  # given back at the end
+
+
+def test_follow_stops_cleanly_on_sigterm(spark: Any, tmp_path: Path) -> None:
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = _config(tmp_path, warehouse, "lock_term")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow", "run", str(config), "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    out: list[str] = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("batch "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest, err = proc.communicate(timeout=300)
+    out.append(rest)
+    text = "".join(out)
+    assert proc.returncode == 0, text + err
+    assert "stopped" in text.splitlines()[-1]
+    assert "Traceback" not in err and "reentrant" not in err
+    assert "stopping after the batch in progress" in err
+    assert not (tmp_path / "checkpoint" / LOCK_FILE).exists()
