@@ -520,7 +520,7 @@ def to_wire(value: Any) -> str | None:
             return "Infinity" if value > 0 else "-Infinity"
         return repr(value)
     if isinstance(value, Decimal):
-        return format(value, "f")
+        return decimal_text(value)
     if isinstance(value, dt.datetime):
         return _fmt_ts(value)
     if isinstance(value, dt.date):
@@ -623,10 +623,25 @@ def wire_json(text: str | None, t: str | None) -> Any:
     return text
 
 
+def decimal_text(value: Decimal) -> str:
+    """A decimal written out in full (``1.50``), or in exponent form (``1E+500``) when its
+    exponent is so large that the full form would be huge."""
+    exponent = value.as_tuple().exponent
+    if isinstance(exponent, int) and abs(exponent) > _FULL_EXPONENT:
+        return str(value)
+    return format(value, "f")
+
+
+#: Decimals whose exponent is larger are written in exponent form (see :func:`decimal_text`).
+_FULL_EXPONENT = 1000
+
+
 def json_default(value: Any) -> Any:
     """orjson ``default`` for typed values: exact decimals, ISO timestamps, base64 bytes."""
     if isinstance(value, Decimal):
-        return orjson.Fragment(format(value, "f"))
+        if not value.is_finite():
+            raise TypeError(f"not JSON serializable: {value}")
+        return orjson.Fragment(decimal_text(value))
     if isinstance(value, dt.datetime):
         return _fmt_ts(value)
     if isinstance(value, dt.date):

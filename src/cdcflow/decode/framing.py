@@ -4,6 +4,8 @@ Extensions pick the binary transports (``.avro``, ``.pb``/``.protobuf``/``.pbd``
 when a dialect in play declares them; everything else is JSON. An Avro file is read once,
 whatever dialect its records belong to (Event Hubs Capture files give their bodies); a dialect
 may own a file form beyond its transports (:meth:`~cdcflow.dialects.base.Dialect.frame_file`).
+A file with nothing in it is an ``EMPTY_FILE`` rejection (a dead letter), never skipped
+silently, unless a dialect owns it (a CockroachDB ``.RESOLVED`` file is its name).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def frame_file(data: bytes, origin: str | None, dialects: Iterable[Dialect]) -> 
         if own is not None:
             yield from own
             return
+    if not data:
+        yield Unreadable("EMPTY_FILE", "the file holds no message (zero bytes)", data, origin)
+        return
     carried: set[str] = set()
     for d in dialects:
         carried |= d.capabilities.transports
@@ -52,8 +57,6 @@ def frame_file(data: bytes, origin: str | None, dialects: Iterable[Dialect]) -> 
 
 
 def _avro_file(data: bytes, origin: str | None, capture: bool) -> Iterator[Framed]:
-    if not data:
-        return
     if not data.startswith(avro.OCF_MAGIC):
         # one schemaless record: its dialect knows the schema
         yield RawMessage(data=data, origin=origin, form="bytes")

@@ -176,7 +176,7 @@ def _console(text: str) -> tuple[Any, Any] | None:
         return None
     try:
         key, end = decoder.raw_decode(s, 0)
-    except (json.JSONDecodeError, RecursionError):
+    except (json.JSONDecodeError, RecursionError, ValueError):
         return None
     rest = s[end:]
     if not isinstance(key, list | dict):
@@ -191,7 +191,7 @@ def _console(text: str) -> tuple[Any, Any] | None:
         return key, None
     try:
         value, end = decoder.raw_decode(rest, 0)
-    except (json.JSONDecodeError, RecursionError):
+    except (json.JSONDecodeError, RecursionError, ValueError):
         return None
     if rest[end:].strip() or not isinstance(value, dict):
         return None
@@ -1116,7 +1116,10 @@ def _json_nulls(value: Any) -> Any:
 
 
 def _wall_time(wall_ns: int) -> dt.datetime:
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=wall_ns // 1000)
+    try:
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=wall_ns // 1000)
+    except OverflowError:
+        raise Dialect.fail("BAD_HLC", f"HLC wall time {wall_ns} ns is out of range") from None
 
 
 def _short(value: Any) -> str:

@@ -287,6 +287,7 @@ class SqlServerCesDialect(Dialect):
         final: bool | None = None
         if "segmentindex" in doc or "finalsegment" in doc:
             index = _seg_int(doc.get("segmentindex"), "segmentindex")
+            self.segment_numbers(index, None)
             final = _seg_bool(doc.get("finalsegment"))
             # one segment: final at index 0 (the docs' numbering)
             if final is True and index in (0, None):
@@ -304,6 +305,7 @@ class SqlServerCesDialect(Dialect):
         elif "splitindex" in doc or "splittotalcnt" in doc:
             index = _seg_int(doc.get("splitindex"), "splitindex")
             total = _seg_int(doc.get("splittotalcnt"), "splittotalcnt")
+            self.segment_numbers(index, total)
             if total in (0, 1, None) and index in (0, 1, None):
                 return None, _UNPARSED
             if total is not None and index is not None and not 0 <= index <= total:
