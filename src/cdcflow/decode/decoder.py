@@ -79,7 +79,7 @@ class Decoder:
 
     def frame(self, data: bytes, origin: str | None) -> Iterator[Framed]:
         """The messages (and unreadable parts) of one file or body."""
-        return frame_file(data, origin, self.dialects)
+        return frame_file(data, origin, self.dialects, self.limits)
 
     def decode_file(self, data: bytes, origin: str | None) -> Iterator[Outcome]:
         """Decode every message of one file; a framing failure nobody foresaw rejects what is

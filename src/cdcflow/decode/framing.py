@@ -26,11 +26,15 @@ from cdcflow.transports import (
     protobuf,
     transport_of_file,
 )
+from cdcflow.transports.limits import LIMITS, Limits
 from cdcflow.transports.message import Framed, RawMessage, Unreadable
 
 
-def frame_file(data: bytes, origin: str | None, dialects: Iterable[Dialect]) -> Iterator[Framed]:
-    """The messages (and unreadable parts) of one file, for the dialects in play."""
+def frame_file(
+    data: bytes, origin: str | None, dialects: Iterable[Dialect], limits: Limits = LIMITS
+) -> Iterator[Framed]:
+    """The messages (and unreadable parts) of one file, for the dialects in play, within
+    ``limits``."""
     dialects = list(dialects)
     for d in dialects:
         own = d.frame_file(data, origin)
@@ -45,7 +49,7 @@ def frame_file(data: bytes, origin: str | None, dialects: Iterable[Dialect]) -> 
         carried |= d.capabilities.transports
     transport = transport_of_file(origin)
     if transport not in carried:
-        yield from json.split(data, origin)
+        yield from json.split(data, origin, limits)
     elif transport == AVRO:
         yield from _avro_file(data, origin, EVENTHUBS in carried)
     elif transport == PROTOBUF:
@@ -53,7 +57,7 @@ def frame_file(data: bytes, origin: str | None, dialects: Iterable[Dialect]) -> 
     elif transport == CSV:
         yield from csv.rows(data, origin)
     else:
-        yield from json.split(data, origin)
+        yield from json.split(data, origin, limits)
 
 
 def _avro_file(data: bytes, origin: str | None, capture: bool) -> Iterator[Framed]:

@@ -40,7 +40,9 @@ def decode_files(
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function over ``binaryFile`` batches (path, content, ...). ``bulk``:
     plain JSON-lines files are read in bulk where the dialect can (the row decoder reads
-    every other line, and every line when ``bulk`` is false)."""
+    every other line, and every line when ``bulk`` is false). Never raises for bad input: a
+    message nothing foresaw is a ``DECODER_ERROR`` row, a zero-byte file an ``EMPTY_FILE``
+    row."""
     decoder = Decoder(dialect, options, wire=True)
     cols = Columns(wire=True)
     for batch in batches:
@@ -48,8 +50,14 @@ def decode_files(
         contents = batch.column("content").to_pylist()
         for path, content in zip(paths, contents, strict=True):
             found = decoder.bulk(content or b"", path) if bulk else None
+            read = None
             if found is not None:
-                yield columnar_batch(decoder.dialect_name, found, path)
+                try:
+                    read = columnar_batch(decoder.dialect_name, found, path)
+                except Exception:  # the row decoder reads the file and names any problem
+                    found = None
+            if found is not None and read is not None:
+                yield read
                 outcomes = _the_rest(decoder, found, path)
             else:
                 outcomes = decoder.decode_file(content or b"", path)
@@ -144,7 +152,14 @@ def judge_groups(
             if key not in decoders:
                 decoders[key] = Decoder(dialect, options.get(src, DialectOptions()), wire=True)
             decoder = decoders[key]
-            verdict = assess(grp, pieces, now, wait, partial(decoder.reassembles, dialect))
+            verdict = assess(
+                grp,
+                pieces,
+                now,
+                wait,
+                partial(decoder.reassembles, dialect),
+                decoder.limits.max_segments,
+            )
             # a status row is a marker, not a rejection: its error fields carry the verdict
             cols.add_marker(dialect, verdict.code, verdict.reason, b"", None, 0, None, None)
             tags.append((src, grp, verdict.status))

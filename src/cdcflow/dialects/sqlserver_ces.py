@@ -499,7 +499,8 @@ def _texts(attrs: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(v, bytes):
             v = v.decode("utf-8", "replace")
         if k in ("segmentindex", "splitindex", "splittotalcnt") and isinstance(v, str):
-            v = int(v) if v.strip().lstrip("-").isdigit() else v
+            # a number too long to be an index stays text; _seg_int rejects it
+            v = int(v) if v.strip().lstrip("-").isdigit() and len(v.strip()) <= 18 else v
         if k == "finalsegment" and isinstance(v, str):
             v = v.strip().lower() == "true"
         out[k] = v
@@ -584,6 +585,8 @@ def _seg_int(value: Any, name: str) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if len(value.strip()) > 18:
+            raise Dialect.fail("SEGMENT_OUT_OF_RANGE", f"'{name}' {value[:40]!r} is out of range")
         return int(value)
     raise Dialect.fail("BAD_SEGMENT", f"'{name}' must be an integer, got {value!r}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json as pyjson
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,13 +33,18 @@ _MISSING = object()
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 #: Bytes that start a line of spaces only (space, tab, carriage return).
 _SPACES = (32, 9, 13)
+#: A JSON number (where a parser stopped).
+_NUMBER = re.compile(rb"-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
 #: The UTF-8 byte-order mark some writers put at the start of a file.
 BOM = b"\xef\xbb\xbf"
 
 
-def json_error(data: bytes, exc: pyjson.JSONDecodeError | ValueError) -> DecodeError:
+def json_error(
+    data: bytes, exc: pyjson.JSONDecodeError | ValueError, limits: Limits = LIMITS
+) -> DecodeError:
     """A stable code for why ``data`` is not a JSON document: ``NOT_JSON`` (empty or not
-    JSON), ``BAD_UTF8`` or ``TRUNCATED_JSON`` (it stops inside a value)."""
+    JSON), ``BAD_UTF8``, ``TRUNCATED_JSON`` (it stops inside a value) or
+    ``NUMBER_TOO_LARGE`` (a number over the limits where the parser stopped)."""
     if not data.strip(_WS):
         return DecodeError("empty message", code="NOT_JSON")
     try:
@@ -49,6 +55,17 @@ def json_error(data: bytes, exc: pyjson.JSONDecodeError | ValueError) -> DecodeE
             code="BAD_UTF8",
         )
     pos = getattr(exc, "pos", None)
+    number = _NUMBER.match(data, pos) if isinstance(pos, int) else None
+    if number is not None:
+        text = number.group().decode()
+        try:
+            check_number(text, limits)
+        except DecodeError as e:
+            return e
+        if math.isinf(float(text)):
+            return DecodeError(
+                f"the number {text!r} is out of the range of a double", code="NUMBER_TOO_LARGE"
+            )
     stripped = data.rstrip(_WS)
     if (
         isinstance(pos, int)
@@ -87,6 +104,21 @@ def has_inexact_numbers(data: bytes) -> bool:
     return _RISKY_NUMBER.search(data) is not None
 
 
+def exact_decoder(limits: Limits = LIMITS) -> pyjson.JSONDecoder:
+    """A stdlib JSON decoder reading fractions as ``Decimal`` and integers exactly, with the
+    number limits checked before a number is converted (``NUMBER_TOO_LARGE``)."""
+
+    def exact_int(text: str) -> int:
+        check_number(text, limits)
+        return int(text)
+
+    def exact_decimal(text: str) -> Decimal:
+        check_number(text, limits)
+        return Decimal(text)
+
+    return pyjson.JSONDecoder(parse_float=exact_decimal, parse_int=exact_int)
+
+
 def loads_exact(data: bytes | str, limits: Limits = LIMITS) -> Any:
     """JSON with exact numbers: numbers with a fraction become ``Decimal`` and integers stay
     integers (orjson turns both into floats), within ``limits``. Raises
@@ -96,16 +128,8 @@ def loads_exact(data: bytes | str, limits: Limits = LIMITS) -> Any:
     if _RISKY_NUMBER.search(raw):
         check_document(raw, doc, limits)
 
-        def exact_int(text: str) -> int:
-            check_number(text, limits)
-            return int(text)
-
-        def exact_decimal(text: str) -> Decimal:
-            check_number(text, limits)
-            return Decimal(text)
-
         try:
-            doc = pyjson.loads(raw.decode("utf-8"), parse_float=exact_decimal, parse_int=exact_int)
+            doc = exact_decoder(limits).decode(raw.decode("utf-8"))
         except RecursionError:
             raise orjson.JSONDecodeError(
                 "nested too deeply", raw.decode("utf-8", "replace"), 0
@@ -214,32 +238,22 @@ def _concatenated(data: bytes) -> list[tuple[int, int]] | None:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    spans = _spans(text, 0, None)
+    spans = _spans(text)
     if spans is None or len(spans) < 2:
         return None
     return _byte_spans(text, spans)
 
 
-def _spans(text: str, start: int, separator: str | None) -> list[tuple[int, int]] | None:
-    """Character ranges of JSON values written one after another from ``start`` (with
-    ``separator`` between them, up to a closing ``]``, when one is given), else ``None``."""
+def _spans(text: str) -> list[tuple[int, int]] | None:
+    """Character ranges of JSON documents written one after another, else ``None``."""
     decoder = pyjson.JSONDecoder()
     spans: list[tuple[int, int]] = []
-    i, n = start, len(text)
+    i, n = 0, len(text)
     while True:
         while i < n and text[i].isspace():
             i += 1
         if i >= n:
             break
-        if separator is not None:
-            if text[i] == "]":
-                break
-            if spans:
-                if text[i] != separator:
-                    return None
-                i += 1
-                while i < n and text[i].isspace():
-                    i += 1
         try:
             _, end = decoder.raw_decode(text, i)
         except (pyjson.JSONDecodeError, RecursionError, ValueError):
@@ -264,11 +278,70 @@ def _byte_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]
     return out
 
 
-def _element_spans(data: bytes) -> list[tuple[int, int]] | None:
-    """Byte ranges of the elements of a file that is one JSON array, else ``None``."""
-    text = data.decode("utf-8")
-    spans = _spans(text, text.find("[") + 1, ",")
-    return None if spans is None else _byte_spans(text, spans)
+class _NotOneArray(Exception):
+    """The text is not one JSON array the stdlib scanner can read element by element."""
+
+
+def _array_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Character ranges of the elements of ``text``, one JSON array, one at a time; raises
+    :class:`_NotOneArray` where it turns out not to be one."""
+    decoder = pyjson.JSONDecoder()
+    n = len(text)
+    i = text.find("[") + 1
+    if i == 0 or text[: i - 1].strip():
+        raise _NotOneArray
+    first = True
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            raise _NotOneArray
+        if text[i] == "]":
+            if text[i + 1 :].strip():
+                raise _NotOneArray
+            return
+        if not first:
+            if text[i] != ",":
+                raise _NotOneArray
+            i += 1
+            while i < n and text[i].isspace():
+                i += 1
+        first = False
+        try:
+            _, end = decoder.raw_decode(text, i)
+        except (pyjson.JSONDecodeError, RecursionError, ValueError):
+            raise _NotOneArray from None
+        yield i, end
+        i = end
+
+
+def _one_array(data: bytes) -> str | None:
+    """The text of ``data`` when it is one JSON array (read through once, keeping nothing),
+    else ``None``."""
+    stripped = data.lstrip(_WS)
+    if stripped[:1] != b"[":
+        return None
+    try:
+        text = data.decode("utf-8")
+        for _ in _array_spans(text):
+            pass
+    except (UnicodeDecodeError, _NotOneArray):
+        return None
+    return text
+
+
+def _element_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Byte ranges of the elements of ``text`` (one JSON array, see :func:`_one_array`)."""
+    if text.isascii():
+        yield from _array_spans(text)
+        return
+    at, byte_at = 0, 0
+    for i, end in _array_spans(text):
+        byte_at += len(text[at:i].encode())
+        start = byte_at
+        byte_at += len(text[i:end].encode())
+        at = end
+        yield start, byte_at
 
 
 def split(data: bytes, origin: str | None, limits: Limits = LIMITS) -> Iterator[Framed]:
@@ -282,6 +355,10 @@ def split(data: bytes, origin: str | None, limits: Limits = LIMITS) -> Iterator[
     body = data[skip:] if skip else data
     if not body.strip(_WS):
         yield Unreadable("EMPTY_FILE", "the file holds no message", data, origin)
+        return
+    text = _one_array(body)
+    if text is not None:
+        yield from _elements(body, text, origin, limits)
         return
     try:
         doc = orjson.loads(body)
@@ -315,21 +392,31 @@ def split(data: bytes, origin: str | None, limits: Limits = LIMITS) -> Iterator[
         yield RawMessage(data=body[start:end], origin=origin, offset=skip + start, line=line)
 
 
+def _elements(body: bytes, text: str, origin: str | None, limits: Limits) -> Iterator[Framed]:
+    """The elements of a file that is one JSON array, each parsed from its bytes as written
+    when it is reached: memory stays proportional to the file, not to its parsed form, and
+    numbers stay as written for dialects that read them exactly."""
+    i = -1
+    for i, (a, b) in enumerate(_element_spans(text)):
+        raw = body[a:b]
+        try:
+            element = parse(raw, limits)
+        except DecodeError as e:
+            yield Unreadable(e.code, f"item {i}: {e.message}", raw, origin, index=i)
+            continue
+        yield RawMessage(data=raw, origin=origin, index=i, doc=element, parsed=True)
+    if i < 0:
+        yield Unreadable("EMPTY_FILE", "the file is an empty JSON array", body, origin)
+
+
 def _array(body: bytes, doc: list[Any], origin: str | None, limits: Limits) -> Iterator[Framed]:
-    """The elements of a file that is one JSON array, each with its bytes as written (no
-    re-serialised copy; numbers stay as written for dialects that read them exactly)."""
-    spans = _element_spans(body)
-    if spans is not None and len(spans) != len(doc):
-        spans = None
+    """The elements of a JSON array the stdlib scanner cannot read (nested too deeply for
+    it), from the parsed document."""
     for i, element in enumerate(doc):
         raw = b""
         try:
-            if spans is None:
-                check_depth(element, limits)  # before re-serialising it
-                raw = dumps(element)
-            else:
-                a, b = spans[i]
-                raw = body[a:b]
+            check_depth(element, limits)  # before re-serialising it
+            raw = dumps(element)
             check_document(raw, element, limits)
         except DecodeError as e:
             yield Unreadable(e.code, f"item {i}: {e.message}", raw, origin, index=i)
