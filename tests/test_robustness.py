@@ -137,6 +137,28 @@ def test_4_enriched_schema_fields_of_the_wrong_type() -> None:
         b'{"payload":{"after":{"id":1},"op":"c","source":{"table_name":"t"}},"schema":{"fields":7}}'
     )
     assert codes(outcomes(doc, dialect="cockroachdb")) == ["BAD_SCHEMA"]
+    odd = (
+        b'{"payload":{"after":{"id":1},"op":"c","source":{"table_name":"t",'
+        b'"primary_keys":["id"]}},"schema":{"fields":[{"field":"after","fields":[{"field":"id",'
+        b'"name":"decimal","parameters":"38"}]}]}}'
+    )
+    (ev,) = events(outcomes(odd, dialect="cockroachdb"))
+    assert ev["types"]["id"] == "decimal(38,18)"
+
+
+@pytest.mark.parametrize("dialect", ["cockroachdb", "datastream"])
+def test_3_integers_beyond_64_bits_inside_json_values(dialect: str) -> None:
+    data = {
+        "cockroachdb": b'{"after":{"id":1,"doc":{"n":18446744073709551616}},"key":[1]}',
+        "datastream": DS % b'1, "doc": {"n": 18446744073709551616}',
+    }[dialect]
+    origin = "202301020304050000000000000000000-0123456789abcdef-1-2-00000000-t-1.ndjson"
+    for wire in (False, True):
+        outs = outcomes(data, origin, dialect, wire)
+        assert codes(outs) == []
+        (ev,) = events(outs)
+        if dialect == "cockroachdb":  # reads numbers exactly
+            assert "18446744073709551616" in ev["after"]["doc"]
 
 
 @pytest.mark.parametrize("dialect", ["auto", "cockroachdb"])

@@ -33,7 +33,7 @@ from cdcflow.transports.avro import canonical_type, record_fields
 from cdcflow.transports.json import dumps, exact_decoder, kind, loads_exact
 from cdcflow.transports.limits import check_depth
 from cdcflow.transports.message import CsvRow, RawMessage
-from cdcflow.types import cockroachdb_type, decimal_type, infer_type, json_default
+from cdcflow.types import cockroachdb_type, decimal_type, infer_type, json_bytes
 
 #: Source option values of ``envelope``.
 ENVELOPES: tuple[str, ...] = ("auto", "wrapped", "bare", "row", "key_only", "enriched")
@@ -1078,7 +1078,8 @@ _CONNECT_TYPES: dict[str, str] = {
 def _connect_type(col: Mapping[str, Any]) -> str:
     name = str(col.get("name", "")).lower()
     if name == "decimal":
-        params = col.get("parameters") or {}
+        params = col.get("parameters")
+        params = params if isinstance(params, dict) else {}
         try:
             return decimal_type(int(params.get("precision", 38)), int(params.get("scale", 18)))
         except (TypeError, ValueError):
@@ -1111,7 +1112,7 @@ def decimal_literal_type(value: Decimal) -> str:
 
 
 def _json_text(value: Any) -> str:
-    return orjson.dumps(_json_nulls(value), default=json_default).decode()
+    return json_bytes(_json_nulls(value)).decode()
 
 
 def _json_nulls(value: Any) -> Any:

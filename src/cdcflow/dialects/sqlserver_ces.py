@@ -20,7 +20,7 @@ from cdcflow.errors import DecodeError
 from cdcflow.transports.avro import read_schemaless
 from cdcflow.transports.json import dumps, header_map, kind
 from cdcflow.transports.message import RawMessage
-from cdcflow.types import ValueTypeError, source_type
+from cdcflow.types import ValueTypeError, json_bytes, source_type
 
 #: CES ``operation`` → canonical operation.
 OPERATIONS: dict[str, str] = {"INS": "INSERT", "UPD": "UPDATE", "DEL": "DELETE"}
@@ -355,7 +355,7 @@ class SqlServerCesDialect(Dialect):
         whole = {k: v for k, v in docs[0].items() if k not in _SEGMENT_FIELDS}
         whole["data"] = data
         return RawMessage(
-            data=orjson.dumps(whole), origin=origin, doc=whole, parsed=True, segments=len(docs)
+            data=json_bytes(whole), origin=origin, doc=whole, parsed=True, segments=len(docs)
         )
 
     # ------------------------------------------------------------------ parts
