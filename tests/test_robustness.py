@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import resource
 import tracemalloc
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -381,3 +382,12 @@ def test_every_limit_is_documented_with_its_default() -> None:
     for f in fields(Limits):
         default = getattr(LIMITS, f.name)
         assert f"| `{f.name}` | {default:,} |" in doc, f.name
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, 2**5000, Decimal("1e5000")])
+def test_3_integers_of_any_size_are_value_type_errors(value: Any) -> None:
+    from cdcflow.types import ValueTypeError, convert, wire_value
+
+    for fn in (convert, wire_value):
+        with pytest.raises(ValueTypeError, match="does not fit 64 bits"):
+            fn(value, "bigint")

@@ -238,6 +238,8 @@ def _to_int(value: Any, bits: int) -> int:
     if isinstance(value, int):
         n = value
     elif isinstance(value, str) and _INT_RE.match(value):
+        if len(value) > 40:  # no 64-bit integer has that many digits
+            raise ValueTypeError(f"integer of {len(value.strip())} digits does not fit {bits} bits")
         n = int(value)
     elif isinstance(value, float) and value.is_integer():
         n = int(value)
@@ -247,7 +249,8 @@ def _to_int(value: Any, bits: int) -> int:
         raise ValueTypeError(f"expected an integer, got {value!r}")
     limit = 1 << (bits - 1)
     if not -limit <= n < limit:
-        raise ValueTypeError(f"integer {n} does not fit {bits} bits")
+        shown = str(n) if n.bit_length() < 256 else f"of {n.bit_length()} bits"
+        raise ValueTypeError(f"integer {shown} does not fit {bits} bits")
     return n
 
 

@@ -111,8 +111,11 @@ class BatchRunner:
         shared: Shared,
         on_report: Callable[[BatchReport], None] | None = None,
         adaptive: bool = True,
+        checkpoint: str | None = None,
     ) -> None:
         self.cfg = cfg
+        #: Spark's checkpoint of the source's query (its file log names zero-byte files).
+        self.checkpoint = checkpoint
         self.adaptive = adaptive
         self.record = record
         self.src = src
@@ -180,11 +183,12 @@ class BatchRunner:
             ):
                 self.first_batch = False
                 return
-        decoded = self._columns(df).persist()
+        cached = self._columns(df).persist()
         try:
+            decoded = self._with_empty_files(spark, cached, batch_id)
             report = self._process(spark, decoded, batch_id, check, started)
         finally:
-            decoded.unpersist()
+            cached.unpersist()
         self.first_batch = False
         self.reports.append(report)
         self.shared.reports.append(report)
@@ -192,6 +196,26 @@ class BatchRunner:
             self.expire(spark)
         if self.on_report:
             self.on_report(report)
+
+    def _with_empty_files(
+        self, spark: SparkSession, decoded: DataFrame, batch_id: int
+    ) -> DataFrame:
+        """The batch with the rows of its zero-byte files, which Spark's scan never reads."""
+        if self.checkpoint is None:
+            return decoded
+        from cdcflow.decode.spark import empty_files
+
+        seen = {r[0] for r in decoded.select("origin").distinct().collect()}
+        found = empty_files(
+            spark,
+            self.checkpoint,
+            batch_id,
+            seen,
+            self.src.dialect,
+            source_options(self.src),
+            self.source,
+        )
+        return decoded if found is None else decoded.unionByName(self._columns(found))
 
     def _columns(self, df: DataFrame) -> DataFrame:
         return with_batch_columns(df, self.source, self.record.replica_name)
