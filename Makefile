@@ -25,7 +25,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark"
 
-# The long fuzz run: 10,000 mutated files per dialect and auto (the suite runs 300).
+# The long fuzz run: 10,000 mutated files per dialect and auto (the suite runs 1,000).
 fuzz: $(STAMP)
 	CDCFLOW_FUZZ_EXAMPLES=10000 $(PY) -m pytest -q -s tests/test_fuzz.py
 
