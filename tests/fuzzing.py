@@ -12,6 +12,7 @@ import functools
 import os
 import tempfile
 import time
+import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,12 +185,38 @@ class Tally:
     rejections: dict[str, int] = field(default_factory=dict)
     slowest: float = 0.0
     largest: int = 0
+    #: Trace each file's memory (slower); ``peak``: the highest traced peak of one file.
+    trace: bool = False
+    peak: int = 0
+    peak_size: int = 0
 
 
 def check(dialect: str, name: str, data: bytes, wire: bool, tally: Tally | None = None) -> None:
     """Decode one file as the Spark workers (``wire``) or ``inspect``/the receiver do, build
     its Arrow batch, judge its split messages: every message ends in events or coded
     rejections, none a ``DECODER_ERROR``."""
+    traced = tally is not None and tally.trace
+    if traced:
+        tracemalloc.start()
+    try:
+        _check(dialect, name, data, wire, tally)
+    finally:
+        if traced:
+            assert tally is not None
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            if peak > tally.peak:
+                tally.peak, tally.peak_size = peak, len(data)
+            assert peak <= MEMORY_BOUND + MEMORY_PER_BYTE * len(data), (name, peak, len(data))
+
+
+#: What decoding one file may allocate at its peak: a fixed part (decoder, dialect tables,
+#: an Arrow batch) and a part proportional to the file.
+MEMORY_BOUND = 8 << 20
+MEMORY_PER_BYTE = 64
+
+
+def _check(dialect: str, name: str, data: bytes, wire: bool, tally: Tally | None) -> None:
     started = time.perf_counter()
     decoder = Decoder(dialect, wire=wire)
     cols = Columns(wire=True) if wire else None

@@ -16,9 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzzing import SHARED, TARGETS, Tally, check, mutated
+from tests.fuzzing import SHARED, TARGETS, Tally, check, mutated, seed_files
 
 EXAMPLES = int(os.environ.get("CDCFLOW_FUZZ_EXAMPLES", "1000"))
+#: Trace each file's memory against the bound of :mod:`tests.fuzzing` (``make fuzz``).
+TRACE = os.environ.get("CDCFLOW_FUZZ_MEMORY", "") == "1"
 _TALLIES: dict[str, Tally] = {}
 
 
@@ -26,7 +28,10 @@ _TALLIES: dict[str, Tally] = {}
 def test_mutated_messages_end_in_events_or_coded_rejections(dialect: str) -> None:
     if not (SHARED / "conformance").is_dir():
         pytest.skip(f"{SHARED} is absent: fuzzing seeds from renderer output only")
-    tally = _TALLIES.setdefault(dialect, Tally())
+    tally = _TALLIES.setdefault(dialect, Tally(trace=TRACE))
+    for wire in (False, True):  # first use imports and caches: not the memory of a message
+        for name, data in seed_files(dialect)[:3]:
+            check(dialect, name, data, wire)
     started = time.perf_counter()
 
     @settings(
@@ -47,6 +52,13 @@ def test_mutated_messages_end_in_events_or_coded_rejections(dialect: str) -> Non
             f"\nfuzz {dialect}: {tally.files} mutated files, {tally.messages} messages, "
             f"{tally.events} events, 0 exceptions, {time.perf_counter() - started:.0f}s, "
             f"slowest file {tally.slowest * 1000:.0f} ms, largest {tally.largest} bytes, "
-            f"process peak RSS {peak:.0f} MiB\n  rejections: {codes}",
+            f"process peak RSS {peak:.0f} MiB"
+            + (
+                f", highest traced peak of one file {tally.peak / 1024:.0f} KiB "
+                f"({tally.peak_size} bytes)"
+                if tally.trace
+                else ""
+            )
+            + f"\n  rejections: {codes}",
             file=sys.stderr,
         )
