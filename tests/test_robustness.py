@@ -284,18 +284,16 @@ def test_decoder_error_names_the_exception_and_keeps_the_bytes(
     assert r.message == "the decoder failed on this message (_Broken: (no message))"
 
 
-def test_a_framing_failure_rejects_the_rest_of_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_framing_failure_rejects_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
     decoder = Decoder("datastream")
 
-    def frame(data: bytes, origin: str | None) -> Any:
-        yield RawMessage(DS % b"1", origin=origin)
+    def frame_file(data: bytes, origin: str | None) -> Any:
         raise MemoryError("a framing bug")
 
-    monkeypatch.setattr(decoder, "frame", frame)
+    monkeypatch.setattr(decoder.dialects[0], "frame_file", frame_file)
     outs = list(decoder.decode_file(b"whole file", "f.json"))
-    assert [len(o.events) for o in outs] == [1, 0]
-    assert outs[1].rejections[0].code == DECODER_ERROR
-    assert outs[1].rejections[0].raw == b"whole file"
+    assert [(r.code, r.raw) for o in outs for r in o.rejections] == [(DECODER_ERROR, b"whole file")]
+    assert "MemoryError: a framing bug" in outs[0].rejections[0].message
 
 
 def test_message_over_the_size_limit() -> None:

@@ -66,6 +66,22 @@ def test_every_rejected_body_is_400_and_kept_with_its_reason(hostile: Running, p
     assert last["code"] and last["message"]
 
 
+def test_a_failure_nobody_foresaw_is_a_400_decoder_error_kept_with_its_reason(
+    hostile: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dialect = hostile.server.receiver.endpoints["/datastream"].decoder.dialects[0]
+
+    def decode(msg: object) -> list[object]:
+        raise RecursionError("a decoder bug")
+
+    monkeypatch.setattr(dialect, "decode", decode)
+    status, doc = hostile.post("/datastream", DS % b"1")
+    assert status == 400 and doc["code"] == "DECODER_ERROR"
+    assert "RecursionError: a decoder bug" in doc["message"]
+    (reason,) = [p for p in hostile.rejected("datastream") if p.name.endswith(".reason.json")]
+    assert orjson.loads(reason.read_bytes())["code"] == "DECODER_ERROR"
+
+
 def _stall(port: int, path: str) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(

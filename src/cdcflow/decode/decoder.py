@@ -78,23 +78,24 @@ class Decoder:
     # ------------------------------------------------------------------ files
 
     def frame(self, data: bytes, origin: str | None) -> Iterator[Framed]:
-        """The messages (and unreadable parts) of one file or body."""
-        return frame_file(data, origin, self.dialects, self.limits)
-
-    def decode_file(self, data: bytes, origin: str | None) -> Iterator[Outcome]:
-        """Decode every message of one file; a framing failure nobody foresaw rejects what is
-        left of the file (``DECODER_ERROR``) after the messages read before it."""
-        framed = self.frame(data, origin)
+        """The messages (and unreadable parts) of one file or body; a framing failure nobody
+        foresaw makes what is left of it one ``DECODER_ERROR`` part."""
+        framed = frame_file(data, origin, self.dialects, self.limits)
         while True:
             try:
-                msg = next(framed)
+                part = next(framed)
             except StopIteration:
                 return
             except Exception as e:  # one poison file must not stop a pipeline
-                raw = RawMessage(data=data, origin=origin)
-                yield Outcome(raw, [], [unexpected(e, data, self._name())])
+                r = unexpected(e, data, self._name())
+                yield Unreadable(r.code, r.message, data, origin)
                 return
-            yield self.decode(msg)
+            yield part
+
+    def decode_file(self, data: bytes, origin: str | None) -> Iterator[Outcome]:
+        """Decode every message of one file (see :meth:`frame`)."""
+        for framed in self.frame(data, origin):
+            yield self.decode(framed)
 
     def _name(self, dialect: Dialect | None = None) -> str | None:
         found = dialect or self.fixed
