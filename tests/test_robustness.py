@@ -389,3 +389,36 @@ def test_3_integers_of_any_size_are_value_type_errors(value: Any) -> None:
     for fn in (convert, wire_value):
         with pytest.raises(ValueTypeError, match="does not fit 64 bits"):
             fn(value, "bigint")
+
+
+def test_avro_epoch_milliseconds_out_of_range_are_bad_timestamp() -> None:
+    import io
+
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "T",
+        "fields": [
+            {"name": "stream_name", "type": "string"},
+            {"name": "read_method", "type": "string"},
+            {"name": "object", "type": "string"},
+            {"name": "uuid", "type": "string"},
+            # the logical type on the field: early Datastream files, longs read as millis
+            {"name": "read_timestamp", "type": "long", "logicalType": "timestamp-millis"},
+            {"name": "source_timestamp", "type": "long", "logicalType": "timestamp-millis"},
+            {"name": "payload", "type": {"type": "map", "values": "string"}},
+        ],
+    }
+    record = {
+        "stream_name": "s",
+        "read_method": "oracle-backfill",
+        "object": "HR_T",
+        "uuid": "u",
+        "read_timestamp": 2**62,
+        "source_timestamp": 0,
+        "payload": {"id": "1"},
+    }
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(schema), [record])
+    assert codes(outcomes(out.getvalue(), "f.avro", "datastream")) == ["BAD_TIMESTAMP"]

@@ -553,7 +553,12 @@ def _instant(value: Any) -> dt.datetime:
     """``source_timestamp``: ISO text (``T`` or space, zone optional → UTC), an Avro
     ``timestamp-millis`` value, or epoch milliseconds."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+        try:
+            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+        except OverflowError:
+            raise Dialect.fail(
+                "BAD_TIMESTAMP", f"epoch milliseconds {value} are out of range"
+            ) from None
     return parse_timestamp(value)
 
 
