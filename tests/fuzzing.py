@@ -88,7 +88,32 @@ def seed_files(dialect: str) -> list[tuple[str, bytes]]:
     every dialect's)."""
     if dialect == "auto":
         return [f for d in dialect_names() for f in seed_files(d)]
-    return [*_conformance(dialect), *_rendered(dialect)]
+    seeds = [*_conformance(dialect), *_rendered(dialect)]
+    if dialect == "savegress":
+        seeds.append(_protobuf_seed())
+    return seeds
+
+
+def _protobuf_seed() -> tuple[str, bytes]:
+    """A length-delimited protobuf file of two unified-format events."""
+    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.transports.protobuf import write_delimited
+
+    event = {
+        "id": "evt-1",
+        "source": "postgres",
+        "schema": "public",
+        "table": "users",
+        "operation": "UPDATE",
+        "timestamp": "2025-01-15T10:30:00.123456Z",
+        "position": {"lsn": "0/1234ABCD", "sequence": 42},
+        "before": {"id": 1, "name": "a", "tags": ["x", None]},
+        "after": {"id": 1, "name": "b", "ok": True, "score": 0.25},
+        "metadata": {"database": "production"},
+    }
+    delete = {**event, "id": "evt-2", "operation": "DELETE", "after": None}
+    protos = [event_to_proto(event), event_to_proto(delete)]
+    return "events.pb", write_delimited(protos)
 
 
 @functools.cache

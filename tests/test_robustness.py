@@ -422,3 +422,28 @@ def test_avro_epoch_milliseconds_out_of_range_are_bad_timestamp() -> None:
     out = io.BytesIO()
     fastavro.writer(out, fastavro.parse_schema(schema), [record])
     assert codes(outcomes(out.getvalue(), "f.avro", "datastream")) == ["BAD_TIMESTAMP"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2025-01-01T00:00:00+99:00", "9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:00"],
+)
+def test_timestamps_out_of_range_after_their_offset_are_value_type_errors(text: str) -> None:
+    from cdcflow.types import ValueTypeError, parse_timestamp
+
+    with pytest.raises(ValueTypeError):
+        parse_timestamp(text)
+
+
+def test_protobuf_timestamp_out_of_range_is_bad_timestamp() -> None:
+    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.proto import savegress_pb2 as pb
+    from cdcflow.transports.protobuf import write_delimited
+
+    event = {"id": "e", "source": "postgres", "table": "t", "operation": "INSERT"}
+    proto = pb.CDCEvent()
+    proto.ParseFromString(event_to_proto({**event, "timestamp": "2025-01-01T00:00:00Z"}))
+    proto.timestamp.seconds = 2**62
+    data = write_delimited([proto.SerializeToString()])
+    for dialect in ("savegress", "auto"):
+        assert codes(outcomes(data, "f.pb", dialect)) == ["BAD_TIMESTAMP"]

@@ -181,6 +181,8 @@ def _parse_ts(text: str) -> tuple[dt.datetime, dt.timezone | None]:
             sign = -1 if tz[0] == "-" else 1
             digits = tz[1:].replace(":", "")
             hours, minutes = int(digits[:2]), int(digits[2:4] or 0)
+            if hours > 23 or minutes > 59:
+                raise ValueTypeError(f"not a valid UTC offset in {text!r}")
             zone = dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes))
     return naive, zone
 
@@ -200,7 +202,10 @@ def parse_timestamp(value: Any) -> dt.datetime:
         except ValueError:
             pass
     naive, zone = _parse_ts(value)
-    return naive.replace(tzinfo=zone or UTC).astimezone(UTC)
+    try:
+        return naive.replace(tzinfo=zone or UTC).astimezone(UTC)
+    except OverflowError:  # an offset that moves the instant past year 1 or 9999
+        raise ValueTypeError(f"timestamp out of range in UTC: {value!r}") from None
 
 
 def _is_plain_utc(text: str) -> bool:

@@ -99,9 +99,14 @@ def event_from_proto(data: bytes) -> dict[str, Any]:
         doc["operation"] = _OPERATIONS[op]
     if msg.HasField("timestamp"):
         ts = msg.timestamp
-        doc["timestamp"] = dt.datetime.fromtimestamp(ts.seconds, dt.UTC) + dt.timedelta(
-            microseconds=ts.nanos // 1000
-        )
+        try:
+            doc["timestamp"] = dt.datetime.fromtimestamp(ts.seconds, dt.UTC) + dt.timedelta(
+                microseconds=ts.nanos // 1000
+            )
+        except (ValueError, OverflowError, OSError):
+            raise DecodeError(
+                f"timestamp {ts.seconds}s {ts.nanos}ns is out of range", code="BAD_TIMESTAMP"
+            ) from None
     if msg.HasField("position"):
         doc["position"] = _position(msg.position)
     if msg.HasField("before"):
