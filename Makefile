@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench lint proto clean
+.PHONY: setup demo test test-fast fuzz bench lint proto clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
@@ -24,6 +24,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark"
+
+# The long fuzz run: 10,000 mutated files per dialect and auto (the suite runs 1,000).
+fuzz: $(STAMP)
+	CDCFLOW_FUZZ_EXAMPLES=10000 CDCFLOW_FUZZ_MEMORY=1 $(PY) -m pytest -q -s tests/test_fuzz.py
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from cdcflow.types import json_default
+from cdcflow.types import json_bytes
 
 FIELDS: tuple[str, ...] = (
     "id",
@@ -101,11 +101,7 @@ def event_id(
 ) -> str:
     """Deterministic identity for events whose producer gives none: a hash of
     (dialect, table, key, sequence, operation), stable across runs and machines."""
-    payload = orjson.dumps(
-        [dialect, table, key, sequence, operation],
-        default=json_default,
-        option=orjson.OPT_SORT_KEYS,
-    )
+    payload = json_bytes([dialect, table, key, sequence, operation], orjson.OPT_SORT_KEYS)
     return "cdc-" + hashlib.blake2b(payload, digest_size=16).hexdigest()
 
 
@@ -116,7 +112,7 @@ def to_json_dict(ev: Mapping[str, Any]) -> dict[str, Any]:
 
 def dumps(ev: Mapping[str, Any]) -> bytes:
     """One canonical event as compact JSON (typed values, exact decimals)."""
-    return orjson.dumps(to_json_dict(ev), default=json_default, option=orjson.OPT_UTC_Z)
+    return json_bytes(to_json_dict(ev), orjson.OPT_UTC_Z)
 
 
 def loads(data: bytes | str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ as text but not as an LSN.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 _PG_LSN = re.compile(r"^\s*([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})\s*$")
@@ -149,7 +150,13 @@ def crdb_hlc_decimal(value: str | int | Any) -> tuple[int, int]:
         raise ValueError(
             f"not a CockroachDB HLC timestamp (a float has lost its digits): {value!r}"
         )
-    text = format(value, "f") if not isinstance(value, str | int) else str(value)
+    if not isinstance(value, str | int | Decimal):
+        raise ValueError(f"not a CockroachDB HLC timestamp 'wall.logical': {type(value).__name__}")
+    if isinstance(value, Decimal) and not -40 < value.as_tuple().exponent <= 0:  # type: ignore[operator]
+        raise ValueError(f"not a CockroachDB HLC timestamp 'wall.logical': {value!r}")
+    text = format(value, "f") if isinstance(value, Decimal) else str(value)
+    if len(text) > 40:
+        raise ValueError(f"not a CockroachDB HLC timestamp 'wall.logical': {text[:40]!r}...")
     m = _CRDB_DECIMAL_HLC.match(text)
     if not m:
         raise ValueError(f"not a CockroachDB HLC timestamp 'wall.logical': {value!r}")

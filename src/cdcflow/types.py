@@ -181,6 +181,8 @@ def _parse_ts(text: str) -> tuple[dt.datetime, dt.timezone | None]:
             sign = -1 if tz[0] == "-" else 1
             digits = tz[1:].replace(":", "")
             hours, minutes = int(digits[:2]), int(digits[2:4] or 0)
+            if hours > 23 or minutes > 59:
+                raise ValueTypeError(f"not a valid UTC offset in {text!r}")
             zone = dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes))
     return naive, zone
 
@@ -200,7 +202,10 @@ def parse_timestamp(value: Any) -> dt.datetime:
         except ValueError:
             pass
     naive, zone = _parse_ts(value)
-    return naive.replace(tzinfo=zone or UTC).astimezone(UTC)
+    try:
+        return naive.replace(tzinfo=zone or UTC).astimezone(UTC)
+    except OverflowError:  # an offset that moves the instant past year 1 or 9999
+        raise ValueTypeError(f"timestamp out of range in UTC: {value!r}") from None
 
 
 def _is_plain_utc(text: str) -> bool:
@@ -238,6 +243,8 @@ def _to_int(value: Any, bits: int) -> int:
     if isinstance(value, int):
         n = value
     elif isinstance(value, str) and _INT_RE.match(value):
+        if len(value) > 40:  # no 64-bit integer has that many digits
+            raise ValueTypeError(f"integer of {len(value.strip())} digits does not fit {bits} bits")
         n = int(value)
     elif isinstance(value, float) and value.is_integer():
         n = int(value)
@@ -247,7 +254,8 @@ def _to_int(value: Any, bits: int) -> int:
         raise ValueTypeError(f"expected an integer, got {value!r}")
     limit = 1 << (bits - 1)
     if not -limit <= n < limit:
-        raise ValueTypeError(f"integer {n} does not fit {bits} bits")
+        shown = str(n) if n.bit_length() < 256 else f"of {n.bit_length()} bits"
+        raise ValueTypeError(f"integer {shown} does not fit {bits} bits")
     return n
 
 
@@ -520,7 +528,7 @@ def to_wire(value: Any) -> str | None:
             return "Infinity" if value > 0 else "-Infinity"
         return repr(value)
     if isinstance(value, Decimal):
-        return format(value, "f")
+        return decimal_text(value)
     if isinstance(value, dt.datetime):
         return _fmt_ts(value)
     if isinstance(value, dt.date):
@@ -623,10 +631,25 @@ def wire_json(text: str | None, t: str | None) -> Any:
     return text
 
 
+def decimal_text(value: Decimal) -> str:
+    """A decimal written out in full (``1.50``), or in exponent form (``1E+500``) when its
+    exponent is so large that the full form would be huge."""
+    exponent = value.as_tuple().exponent
+    if isinstance(exponent, int) and abs(exponent) > _FULL_EXPONENT:
+        return str(value)
+    return format(value, "f")
+
+
+#: Decimals whose exponent is larger are written in exponent form (see :func:`decimal_text`).
+_FULL_EXPONENT = 1000
+
+
 def json_default(value: Any) -> Any:
     """orjson ``default`` for typed values: exact decimals, ISO timestamps, base64 bytes."""
     if isinstance(value, Decimal):
-        return orjson.Fragment(format(value, "f"))
+        if not value.is_finite():
+            raise TypeError(f"not JSON serializable: {value}")
+        return orjson.Fragment(decimal_text(value))
     if isinstance(value, dt.datetime):
         return _fmt_ts(value)
     if isinstance(value, dt.date):

@@ -7,6 +7,9 @@ Row images are ``map<string,string>`` of wire strings (:func:`cdcflow.types.to_w
 ``error_message`` and ``raw`` set; a segment row has ``operation`` :data:`SEGMENT`, ``id`` =
 its group, and its numbering in ``metadata`` (``segment.index``, ``segment.final``,
 ``segment.total``, ``cdcflow.source``).
+
+One message never fails a batch: a message whose events cannot be added, or whose rows Arrow
+cannot take, becomes a ``DECODER_ERROR`` rejection row with the message's bytes.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import orjson
 
 from cdcflow.dialects.base import Columnar, Segment
 from cdcflow.event import FIELDS, SPARK_COLUMNS
-from cdcflow.types import json_bytes, json_default, to_wire
+from cdcflow.types import json_bytes, to_wire
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -114,6 +117,8 @@ class Columns:
         self.error_message: list[str | None] = []
         self.raw: list[bytes | None] = []
         self.rows = 0
+        #: Per row: the bytes and dialect of the message it came from (for a rejection).
+        self.sources: list[tuple[bytes, str | None]] = []
 
     def _coordinates(
         self, origin: str | None, offset: int, line: int | None, item: int | None
@@ -215,20 +220,107 @@ class Columns:
         self._coordinates(origin, offset, line, seg.item)
 
     def add_outcome(self, o: Outcome, source: str = "") -> None:
-        """Events, rejections and segments of one decoded message."""
+        """Events, rejections and segments of one decoded message (a ``DECODER_ERROR``
+        rejection of the message when they cannot be added)."""
         m = o.message
         offset = m.position
-        for i, ev in enumerate(o.events):
-            self.add_event(ev, m.origin, offset, m.line, i)
-        for r in o.rejections:
-            self.add_rejection(
-                r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, r.item
-            )
-        for seg in o.segments:
-            self.add_segment(seg, source, m.origin, offset, m.line)
+        start = self.rows
+        dialect = next((e.get("dialect") for e in o.events), None)
+        try:
+            for i, ev in enumerate(o.events):
+                self.add_event(ev, m.origin, offset, m.line, i)
+            for r in o.rejections:
+                self.add_rejection(
+                    r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, r.item
+                )
+            for seg in o.segments:
+                self.add_segment(seg, source, m.origin, offset, m.line)
+        except Exception as e:  # the last line of defence: this message only
+            self._truncate(start)
+            r = _unexpected(e, m.data, dialect)
+            self.add_rejection(r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, None)
+        self.sources.extend([(m.data, dialect)] * (self.rows - len(self.sources)))
+
+    def _lists(self) -> list[list[Any]]:
+        return [
+            *self.scalars.values(),
+            self.timestamp,
+            self.position,
+            self.partial,
+            self.origin,
+            self.offset,
+            self.line,
+            self.item,
+            self.error_code,
+            self.error_message,
+            self.raw,
+        ]
+
+    def _truncate(self, rows: int) -> None:
+        """Drop every row after the first ``rows`` (and any half-added row)."""
+        for column in self._lists():
+            del column[rows:]
+        for m in self.maps.values():
+            del m.offsets[rows + 1 :]
+            del m.valid[rows:]
+            del m.keys[m.offsets[-1] :]
+            del m.values[m.offsets[-1] :]
+        del self.sources[rows:]
+        self.rows = rows
+
+    def _row(self, i: int) -> Columns:
+        """Row ``i`` alone."""
+        one = Columns(wire=self.wire)
+        for name, column in self.scalars.items():
+            one.scalars[name] = column[i : i + 1]
+        rest = len(_SCALARS)
+        for mine, theirs in zip(one._lists()[rest:], self._lists()[rest:], strict=True):
+            mine.append(theirs[i])
+        for name, m in self.maps.items():
+            a, b = m.offsets[i], m.offsets[i + 1]
+            target = one.maps[name]
+            target.keys, target.values = m.keys[a:b], m.values[a:b]
+            target.offsets, target.valid = [0, b - a], m.valid[i : i + 1]
+        one.sources = self.sources[i : i + 1]
+        one.rows = 1
+        return one
 
     def to_batch(self) -> pa.RecordBatch:
-        """The rows added so far as one record batch."""
+        """The rows added so far as one record batch; rows Arrow cannot take become
+        ``DECODER_ERROR`` rejections of their messages."""
+        try:
+            return self._batch()
+        except Exception:  # one bad row: find it, keep the others
+            return self._batch_by_rows()
+
+    def _batch_by_rows(self) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        batches: list[pa.RecordBatch] = []
+        for i in range(self.rows):
+            one = self._row(i)
+            try:
+                batches.append(one._batch())
+            except Exception as e:
+                data, dialect = self.sources[i]
+                r = _unexpected(e, data, dialect)
+                bad = Columns(wire=self.wire)
+                bad.add_rejection(
+                    r.code,
+                    r.message,
+                    r.raw,
+                    r.dialect,
+                    one.origin[0],
+                    one.offset[0],
+                    one.line[0],
+                    one.item[0],
+                )
+                batches.append(bad._batch())
+        table = pa.Table.from_batches(batches, schema=arrow_schema()).combine_chunks()
+        whole = table.to_batches()
+        return whole[0] if whole else Columns(wire=self.wire)._batch()
+
+    def _batch(self) -> pa.RecordBatch:
         import pyarrow as pa
 
         schema = arrow_schema()
@@ -259,7 +351,13 @@ def _position_text(position: Any) -> str:
 def _meta_value(v: Any) -> str | None:
     if v is None or isinstance(v, str):
         return v
-    return orjson.dumps(v, default=json_default).decode()
+    return json_bytes(v).decode()
+
+
+def _unexpected(exc: BaseException, raw: bytes, dialect: str | None) -> Any:
+    from cdcflow.decode.decoder import unexpected
+
+    return unexpected(exc, raw, dialect)
 
 
 def columnar_batch(dialect: str, found: Columnar, origin: str | None) -> pa.RecordBatch:

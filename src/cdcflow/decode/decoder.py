@@ -1,7 +1,10 @@
 """The decoder: raw messages and files → canonical events, with one dialect or by detection.
 
 The one place where bytes become events, for ``cdcflow inspect``, the HTTP receiver and Spark
-workers alike. It never raises for bad input: every problem is a coded rejection.
+workers alike. It never raises for bad input: every problem is a coded rejection, within the
+limits of :mod:`cdcflow.transports.limits`. An exception nobody foresaw becomes a rejection
+``DECODER_ERROR`` of the one message (or the rest of the file) it came from: a last line of
+defence, so that one poison message never stops a pipeline.
 """
 
 from __future__ import annotations
@@ -17,7 +20,24 @@ from cdcflow.dialects.base import Columnar, Dialect, DialectOptions, Rejection, 
 from cdcflow.errors import DecodeError
 from cdcflow.transports import AVRO, JSON, KAFKA, kafka, transport_of_file
 from cdcflow.transports.json import parse
+from cdcflow.transports.limits import Limits, check_size
 from cdcflow.transports.message import Framed, RawMessage, Unreadable
+
+#: Code of a rejection for an exception no parser path foresaw (the last line of defence).
+DECODER_ERROR = "DECODER_ERROR"
+
+
+def unexpected(exc: BaseException, raw: bytes, dialect: str | None = None) -> Rejection:
+    """The ``DECODER_ERROR`` rejection of a message whose decoding raised ``exc``."""
+    problem = f"the decoder failed on this message ({type(exc).__name__}: {_text(exc)})"
+    return Rejection(DECODER_ERROR, problem, raw, dialect=dialect)
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)[:300]
+    except Exception:  # an exception whose text cannot be made (a huge or deep value)
+        return "(no message)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +64,7 @@ class Decoder:
         self.dialect_name = dialect
         self.options = options or DialectOptions()
         self.wire = wire
+        self.limits = Limits.from_options(self.options.extra.get("limits"))
         self.fixed: Dialect | None = None
         self.detector: AutoDetector | None = None
         if dialect == "auto":
@@ -57,13 +78,28 @@ class Decoder:
     # ------------------------------------------------------------------ files
 
     def frame(self, data: bytes, origin: str | None) -> Iterator[Framed]:
-        """The messages (and unreadable parts) of one file or body."""
-        return frame_file(data, origin, self.dialects)
+        """The messages (and unreadable parts) of one file or body; a framing failure nobody
+        foresaw makes what is left of it one ``DECODER_ERROR`` part."""
+        framed = frame_file(data, origin, self.dialects, self.limits)
+        while True:
+            try:
+                part = next(framed)
+            except StopIteration:
+                return
+            except Exception as e:  # one poison file must not stop a pipeline
+                r = unexpected(e, data, self._name())
+                yield Unreadable(r.code, r.message, data, origin)
+                return
+            yield part
 
     def decode_file(self, data: bytes, origin: str | None) -> Iterator[Outcome]:
-        """Decode every message of one file."""
+        """Decode every message of one file (see :meth:`frame`)."""
         for framed in self.frame(data, origin):
             yield self.decode(framed)
+
+    def _name(self, dialect: Dialect | None = None) -> str | None:
+        found = dialect or self.fixed
+        return found.name if found is not None else None
 
     def bulk(self, data: bytes, origin: str | None) -> Columnar | None:
         """The file's plain events read in bulk by the decoder's dialect (wire strings, for
@@ -90,6 +126,7 @@ class Decoder:
             return Outcome(msg.as_message(), [], [rej])
         dialect = self.fixed
         try:
+            check_size(msg.data, self.limits)
             carried = self.carried(msg)
             if dialect is None:
                 dialect = self._detect(carried)
@@ -98,9 +135,7 @@ class Decoder:
             name = dialect.name if dialect is not None else None
             return Outcome(msg, [], [Rejection(e.code, e.message, msg.data, dialect=name)])
         except Exception as e:  # one poison message must not stop a pipeline
-            name = dialect.name if dialect is not None else None
-            problem = f"the decoder failed on this message ({type(e).__name__}: {e})"
-            return Outcome(msg, [], [Rejection("INTERNAL_ERROR", problem, msg.data, dialect=name)])
+            return Outcome(msg, [], [unexpected(e, msg.data, self._name(dialect))])
         return _outcome(msg, results)
 
     def carried(self, msg: RawMessage) -> RawMessage:
@@ -171,11 +206,18 @@ class Decoder:
             raw = b"".join(segments)
             msg = RawMessage(data=raw, origin=origin, offset=offset, line=line)
             return Outcome(msg, [], [Rejection(e.code, e.message, raw, dialect=d.name)])
+        except Exception as e:  # the last line of defence
+            raw = b"".join(segments)
+            msg = RawMessage(data=raw, origin=origin, offset=offset, line=line)
+            return Outcome(msg, [], [unexpected(e, raw, d.name)])
         try:
+            check_size(msg.data, self.limits)
             out = _outcome(msg, d.decode(msg))
         except DecodeError as e:
             rej = Rejection(code=e.code, message=e.message, raw=msg.data, dialect=d.name)
             return Outcome(msg, [], [rej])
+        except Exception as e:  # the last line of defence
+            return Outcome(msg, [], [unexpected(e, msg.data, d.name)])
         if out.segments:
             rej = Rejection(
                 "BAD_SEGMENT", "a reassembled message is itself a segment", msg.data, dialect=d.name
@@ -187,7 +229,7 @@ class Decoder:
         """Whether segments (objects with ``raw``, in order) join into a readable message."""
         try:
             self.dialect_named(dialect).reassemble([p.raw for p in pieces], None)
-        except DecodeError:
+        except Exception:  # a coded rejection, or one nobody foresaw: not readable either way
             return False
         return True
 

@@ -4,6 +4,8 @@ Extensions pick the binary transports (``.avro``, ``.pb``/``.protobuf``/``.pbd``
 when a dialect in play declares them; everything else is JSON. An Avro file is read once,
 whatever dialect its records belong to (Event Hubs Capture files give their bodies); a dialect
 may own a file form beyond its transports (:meth:`~cdcflow.dialects.base.Dialect.frame_file`).
+A file with nothing in it is an ``EMPTY_FILE`` rejection (a dead letter), never skipped
+silently, unless a dialect owns it (a CockroachDB ``.RESOLVED`` file is its name).
 """
 
 from __future__ import annotations
@@ -24,23 +26,30 @@ from cdcflow.transports import (
     protobuf,
     transport_of_file,
 )
+from cdcflow.transports.limits import LIMITS, Limits
 from cdcflow.transports.message import Framed, RawMessage, Unreadable
 
 
-def frame_file(data: bytes, origin: str | None, dialects: Iterable[Dialect]) -> Iterator[Framed]:
-    """The messages (and unreadable parts) of one file, for the dialects in play."""
+def frame_file(
+    data: bytes, origin: str | None, dialects: Iterable[Dialect], limits: Limits = LIMITS
+) -> Iterator[Framed]:
+    """The messages (and unreadable parts) of one file, for the dialects in play, within
+    ``limits``."""
     dialects = list(dialects)
     for d in dialects:
         own = d.frame_file(data, origin)
         if own is not None:
             yield from own
             return
+    if not data:
+        yield Unreadable("EMPTY_FILE", "the file holds no message (zero bytes)", data, origin)
+        return
     carried: set[str] = set()
     for d in dialects:
         carried |= d.capabilities.transports
     transport = transport_of_file(origin)
     if transport not in carried:
-        yield from json.split(data, origin)
+        yield from json.split(data, origin, limits)
     elif transport == AVRO:
         yield from _avro_file(data, origin, EVENTHUBS in carried)
     elif transport == PROTOBUF:
@@ -48,12 +57,10 @@ def frame_file(data: bytes, origin: str | None, dialects: Iterable[Dialect]) -> 
     elif transport == CSV:
         yield from csv.rows(data, origin)
     else:
-        yield from json.split(data, origin)
+        yield from json.split(data, origin, limits)
 
 
 def _avro_file(data: bytes, origin: str | None, capture: bool) -> Iterator[Framed]:
-    if not data:
-        return
     if not data.startswith(avro.OCF_MAGIC):
         # one schemaless record: its dialect knows the schema
         yield RawMessage(data=data, origin=origin, form="bytes")

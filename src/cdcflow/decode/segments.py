@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from cdcflow.dialects.base import Segment
+from cdcflow.transports.limits import LIMITS
 
 Status = Literal["complete", "pending", "invalid", "expired"]
 
@@ -72,17 +73,27 @@ def assess(
     now: float | None = None,
     wait: float | None = None,
     check: Callable[[Sequence[Piece]], bool] | None = None,
+    limit: int = LIMITS.max_segments,
 ) -> Verdict:
     """The verdict on one group. ``now``/``wait`` (seconds) expire an incomplete group whose
     first segment was seen more than ``wait`` seconds before ``now``; without them an
     incomplete group is pending. ``check`` decides whether segments numbered 1..n (no 0) are a
-    whole one-based message; without it they are."""
+    whole one-based message; without it they are. An index or count over ``limit``
+    (:attr:`~cdcflow.transports.limits.Limits.max_segments`) is invalid."""
     ordered = _distinct(pieces)
     got = tuple(ordered)
     indexes = [p.index for p in ordered]
     if any(i < 0 for i in indexes):
         return Verdict(
             "invalid", got, "SEGMENT_OUT_OF_RANGE", f"message {group!r}: negative segment index"
+        )
+    if any(n > limit for n in (*indexes, *(p.total or 0 for p in ordered))):
+        return Verdict(
+            "invalid",
+            got,
+            "SEGMENT_OUT_OF_RANGE",
+            f"message {group!r}: a segment index or count is over the limit of {limit} "
+            "segments (max_segments)",
         )
     totals = {p.total for p in ordered if p.total is not None and p.total > 0}
     finals = sorted({p.index for p in ordered if p.final})

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
+import orjson
+
 from cdcflow.decode.columns import Columns, arrow_schema, columnar_batch
 from cdcflow.decode.decoder import Decoder, Outcome
 from cdcflow.decode.segments import Piece, assess
@@ -40,7 +42,9 @@ def decode_files(
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function over ``binaryFile`` batches (path, content, ...). ``bulk``:
     plain JSON-lines files are read in bulk where the dialect can (the row decoder reads
-    every other line, and every line when ``bulk`` is false)."""
+    every other line, and every line when ``bulk`` is false). Never raises for bad input: a
+    message nothing foresaw is a ``DECODER_ERROR`` row, a zero-byte file an ``EMPTY_FILE``
+    row."""
     decoder = Decoder(dialect, options, wire=True)
     cols = Columns(wire=True)
     for batch in batches:
@@ -48,8 +52,14 @@ def decode_files(
         contents = batch.column("content").to_pylist()
         for path, content in zip(paths, contents, strict=True):
             found = decoder.bulk(content or b"", path) if bulk else None
+            read = None
             if found is not None:
-                yield columnar_batch(decoder.dialect_name, found, path)
+                try:
+                    read = columnar_batch(decoder.dialect_name, found, path)
+                except Exception:  # the row decoder reads the file and names any problem
+                    found = None
+            if found is not None and read is not None:
+                yield read
                 outcomes = _the_rest(decoder, found, path)
             else:
                 outcomes = decoder.decode_file(content or b"", path)
@@ -144,7 +154,14 @@ def judge_groups(
             if key not in decoders:
                 decoders[key] = Decoder(dialect, options.get(src, DialectOptions()), wire=True)
             decoder = decoders[key]
-            verdict = assess(grp, pieces, now, wait, partial(decoder.reassembles, dialect))
+            verdict = assess(
+                grp,
+                pieces,
+                now,
+                wait,
+                partial(decoder.reassembles, dialect),
+                decoder.limits.max_segments,
+            )
             # a status row is a marker, not a rejection: its error fields carry the verdict
             cols.add_marker(dialect, verdict.code, verdict.reason, b"", None, 0, None, None)
             tags.append((src, grp, verdict.status))
@@ -162,3 +179,59 @@ def judge_groups(
         arrays.append(pa.array([t[1] for t in tags], pa.string()))
         arrays.append(pa.array([t[2] for t in tags], pa.string()))
         yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+
+def empty_files(
+    spark: SparkSession,
+    checkpoint: str,
+    batch_id: int,
+    seen: set[str],
+    dialect: str,
+    options: DialectOptions,
+    source: str = "",
+) -> DataFrame | None:
+    """The decoded rows (schema of :func:`cdcflow.event.spark_schema_ddl`) of the zero-byte
+    files of one micro-batch of a ``binaryFile`` stream — ``EMPTY_FILE`` rejections, or what a
+    dialect reads from such a file (a CockroachDB ``.RESOLVED`` file) — else ``None``.
+
+    Spark's file scan gives a zero-byte file no row at all, so such a file would be skipped
+    silently: the files of the batch are read from the file source's log under the query's
+    ``checkpoint``, and those not among the batch's ``seen`` origins are checked for size.
+    """
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    hadoop = jvm.org.apache.hadoop.fs
+    paths: list[str] = []
+    for name in (str(batch_id), f"{batch_id}.compact"):
+        log = hadoop.Path(f"{checkpoint}/sources/0/{name}")
+        fs = log.getFileSystem(conf)
+        if not fs.exists(log):
+            continue
+        stream = fs.open(log)
+        try:
+            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+        for line in str(text).splitlines()[1:]:
+            entry = orjson.loads(line) if line.strip() else {}
+            if entry.get("batchId") == batch_id and isinstance(entry.get("path"), str):
+                paths.append(str(hadoop.Path(jvm.java.net.URI(entry["path"])).toString()))
+        break
+    decoder = Decoder(dialect, options, wire=True)
+    cols = Columns(wire=True)
+    for path in paths:
+        if path in seen:
+            continue
+        p = hadoop.Path(path)
+        try:
+            size = p.getFileSystem(conf).getFileStatus(p).getLen()
+        except Exception:  # gone since it was listed: nothing to report
+            continue
+        if size == 0:
+            for outcome in decoder.decode_file(b"", path):
+                cols.add_outcome(outcome, source)
+    if not cols.rows:
+        return None
+    rows = [tuple(r.values()) for r in cols.to_batch().to_pylist()]
+    return spark.createDataFrame(rows, spark_schema_ddl())

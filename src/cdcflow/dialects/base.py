@@ -40,6 +40,7 @@ from cdcflow.transports.json import (
     parse,
     parse_exact,
 )
+from cdcflow.transports.limits import Limits
 from cdcflow.transports.message import AvroValue, RawMessage
 from cdcflow.types import (
     ValueTypeError,
@@ -239,6 +240,8 @@ class Dialect:
         #: Values are produced as wire strings (:func:`cdcflow.types.wire_value`) for Spark
         #: instead of typed Python values.
         self.wire = wire
+        #: What one message may hold (``options.extra["limits"]`` overrides the defaults).
+        self.limits = Limits.from_options(self.options.extra.get("limits"))
         self._declared: dict[tuple[Any, ...], dict[str, str]] = {}
         #: Messages decoded to no event on purpose (see :meth:`skip`), by reason.
         self.skipped: Counter[str] = Counter()
@@ -329,9 +332,9 @@ class Dialect:
         if self.capabilities.exact_numbers:
             if msg.parsed and not has_inexact_numbers(msg.data):
                 return msg.doc
-            return parse_exact(msg.data)
+            return parse_exact(msg.data, self.limits)
         if not msg.parsed:
-            msg.doc = parse(msg.data)
+            msg.doc = parse(msg.data, self.limits)
             msg.parsed = True
         return msg.doc
 
@@ -410,6 +413,17 @@ class Dialect:
             return wire_value(value, t) if self.wire else convert(value, t)
         except ValueError as e:  # ValueTypeError, and the parsers' own ValueErrors
             raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+
+    def segment_numbers(self, index: int | None, total: int | None) -> None:
+        """``SEGMENT_OUT_OF_RANGE`` when a split message's segment index or count is over
+        :attr:`~cdcflow.transports.limits.Limits.max_segments` (they size what is held)."""
+        limit = self.limits.max_segments
+        for what, n in (("index", index), ("count", total)):
+            if n is not None and not -limit <= n <= limit:
+                raise self.fail(
+                    "SEGMENT_OUT_OF_RANGE",
+                    f"segment {what} {n} is over the limit of {limit} segments (max_segments)",
+                )
 
     def keep(self, value: Any) -> Any:
         """A value kept as the message has it (no type known): typed, or its wire string."""

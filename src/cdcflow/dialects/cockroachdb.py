@@ -30,9 +30,10 @@ from cdcflow.dialects.base import (
 from cdcflow.errors import DecodeError
 from cdcflow.transports import CSV
 from cdcflow.transports.avro import canonical_type, record_fields
-from cdcflow.transports.json import dumps, kind, loads_exact
+from cdcflow.transports.json import dumps, exact_decoder, kind, loads_exact
+from cdcflow.transports.limits import check_depth
 from cdcflow.transports.message import CsvRow, RawMessage
-from cdcflow.types import cockroachdb_type, decimal_type, infer_type, json_default
+from cdcflow.types import cockroachdb_type, decimal_type, infer_type, json_bytes
 
 #: Source option values of ``envelope``.
 ENVELOPES: tuple[str, ...] = ("auto", "wrapped", "bare", "row", "key_only", "enriched")
@@ -170,13 +171,14 @@ def bits_from_avro(words: list[int]) -> str:
 def _console(text: str) -> tuple[Any, Any] | None:
     """A console/sinkless line ``<key> <value>`` (the key a JSON array, or an Avro key object
     as the spec prints it) → (key, value or None), else None."""
-    decoder = json.JSONDecoder(parse_float=Decimal)
+    decoder = exact_decoder()
     s = text.strip()
     if not s.startswith(("[", "{")):
         return None
     try:
         key, end = decoder.raw_decode(s, 0)
-    except (json.JSONDecodeError, RecursionError):
+        check_depth(key)
+    except (json.JSONDecodeError, RecursionError, ValueError, DecodeError):
         return None
     rest = s[end:]
     if not isinstance(key, list | dict):
@@ -191,7 +193,8 @@ def _console(text: str) -> tuple[Any, Any] | None:
         return key, None
     try:
         value, end = decoder.raw_decode(rest, 0)
-    except (json.JSONDecodeError, RecursionError):
+        check_depth(value)
+    except (json.JSONDecodeError, RecursionError, ValueError, DecodeError):
         return None
     if rest[end:].strip() or not isinstance(value, dict):
         return None
@@ -1032,10 +1035,16 @@ def avro_schema_types(schema: Any) -> tuple[dict[str, str], frozenset[str]]:
 def enriched_schema_types(schema: Mapping[str, Any]) -> dict[str, str]:
     """Column types from an enriched message's Kafka-Connect-style ``schema`` section."""
     out: dict[str, str] = {}
-    for f in schema.get("fields", []):
+    fields = schema.get("fields") if isinstance(schema, Mapping) else None
+    if not isinstance(fields, list):
+        raise Dialect.fail(
+            "BAD_SCHEMA", f"the enriched 'schema' needs a list of 'fields', got {kind(fields)}"
+        )
+    for f in fields:
         if not isinstance(f, dict) or f.get("field") not in ("after", "before", "key"):
             continue
-        for col in f.get("fields", []):
+        columns = f.get("fields")
+        for col in columns if isinstance(columns, list) else []:
             if isinstance(col, dict) and isinstance(col.get("field"), str):
                 out.setdefault(col["field"], _connect_type(col))
     return out
@@ -1069,7 +1078,8 @@ _CONNECT_TYPES: dict[str, str] = {
 def _connect_type(col: Mapping[str, Any]) -> str:
     name = str(col.get("name", "")).lower()
     if name == "decimal":
-        params = col.get("parameters") or {}
+        params = col.get("parameters")
+        params = params if isinstance(params, dict) else {}
         try:
             return decimal_type(int(params.get("precision", 38)), int(params.get("scale", 18)))
         except (TypeError, ValueError):
@@ -1102,7 +1112,7 @@ def decimal_literal_type(value: Decimal) -> str:
 
 
 def _json_text(value: Any) -> str:
-    return orjson.dumps(_json_nulls(value), default=json_default).decode()
+    return json_bytes(_json_nulls(value)).decode()
 
 
 def _json_nulls(value: Any) -> Any:
@@ -1116,7 +1126,10 @@ def _json_nulls(value: Any) -> Any:
 
 
 def _wall_time(wall_ns: int) -> dt.datetime:
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=wall_ns // 1000)
+    try:
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=wall_ns // 1000)
+    except OverflowError:
+        raise Dialect.fail("BAD_HLC", f"HLC wall time {wall_ns} ns is out of range") from None
 
 
 def _short(value: Any) -> str:

@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
-import orjson
-
 from cdcflow import positions, sequence
 from cdcflow.dialects.base import Capabilities, Dialect, Item, Order, present_types
 from cdcflow.transports.avro import canonical_type, record_fields
@@ -24,7 +22,7 @@ from cdcflow.types import (
     DEFAULT_DECIMAL,
     ValueTypeError,
     infer_type,
-    json_default,
+    json_bytes,
     parse_timestamp,
     source_type,
 )
@@ -541,7 +539,7 @@ def _sort_element(v: Any) -> int | str | None:
         return int(v)
     if isinstance(v, dt.datetime):
         return _micros(v)
-    return orjson.dumps(v, default=json_default).decode()
+    return json_bytes(v).decode()
 
 
 def _shape(elements: list[int | str | None]) -> str:
@@ -555,7 +553,12 @@ def _instant(value: Any) -> dt.datetime:
     """``source_timestamp``: ISO text (``T`` or space, zone optional → UTC), an Avro
     ``timestamp-millis`` value, or epoch milliseconds."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+        try:
+            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+        except OverflowError:
+            raise Dialect.fail(
+                "BAD_TIMESTAMP", f"epoch milliseconds {value} are out of range"
+            ) from None
     return parse_timestamp(value)
 
 
@@ -750,9 +753,9 @@ def _normalise(value: Any, how: _Norm) -> Any:
         m, s = divmod(rest, 60)
         return f"{sign}{h:02d}:{m:02d}:{s:02d}" + (f".{micros:06d}" if micros else "")
     if how == "array":
-        return orjson.dumps(_nested(value), default=json_default).decode()
+        return json_bytes(_nested(value)).decode()
     if isinstance(value, dict | list):
-        return orjson.dumps(value, default=json_default).decode()
+        return json_bytes(value).decode()
     return value
 
 

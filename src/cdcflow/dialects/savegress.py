@@ -264,7 +264,7 @@ class SavegressDialect(Dialect):
             return None
         try:
             return dt.datetime.fromtimestamp(int(ms) / 1000, dt.UTC)
-        except ValueError:
+        except (ValueError, OverflowError, OSError):
             raise self.fail(
                 "BAD_TIMESTAMP", f"savegress-timestamp header {ms!r} is not epoch ms"
             ) from None

@@ -22,13 +22,12 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from cdcflow.errors import DecodeError
 from cdcflow.proto import savegress_pb2 as pb
-from cdcflow.types import ValueTypeError, parse_timestamp
+from cdcflow.types import ValueTypeError, json_bytes, parse_timestamp
 
 #: Largest integer a double (and so a ``Struct`` number) carries exactly.
 MAX_EXACT_INT = 2**53
@@ -100,9 +99,14 @@ def event_from_proto(data: bytes) -> dict[str, Any]:
         doc["operation"] = _OPERATIONS[op]
     if msg.HasField("timestamp"):
         ts = msg.timestamp
-        doc["timestamp"] = dt.datetime.fromtimestamp(ts.seconds, dt.UTC) + dt.timedelta(
-            microseconds=ts.nanos // 1000
-        )
+        try:
+            doc["timestamp"] = dt.datetime.fromtimestamp(ts.seconds, dt.UTC) + dt.timedelta(
+                microseconds=ts.nanos // 1000
+            )
+        except (ValueError, OverflowError, OSError):
+            raise DecodeError(
+                f"timestamp {ts.seconds}s {ts.nanos}ns is out of range", code="BAD_TIMESTAMP"
+            ) from None
     if msg.HasField("position"):
         doc["position"] = _position(msg.position)
     if msg.HasField("before"):
@@ -198,5 +202,5 @@ def event_to_proto(doc: Mapping[str, Any]) -> bytes:
         if doc.get(name) is not None:
             meta[name] = doc[name]
     for k, v in meta.items():
-        msg.metadata[str(k)] = v if isinstance(v, str) else orjson.dumps(v).decode()
+        msg.metadata[str(k)] = v if isinstance(v, str) else json_bytes(v).decode()
     return msg.SerializeToString(deterministic=True)

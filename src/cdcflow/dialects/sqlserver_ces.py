@@ -20,7 +20,7 @@ from cdcflow.errors import DecodeError
 from cdcflow.transports.avro import read_schemaless
 from cdcflow.transports.json import dumps, header_map, kind
 from cdcflow.transports.message import RawMessage
-from cdcflow.types import ValueTypeError, source_type
+from cdcflow.types import ValueTypeError, json_bytes, source_type
 
 #: CES ``operation`` → canonical operation.
 OPERATIONS: dict[str, str] = {"INS": "INSERT", "UPD": "UPDATE", "DEL": "DELETE"}
@@ -287,6 +287,7 @@ class SqlServerCesDialect(Dialect):
         final: bool | None = None
         if "segmentindex" in doc or "finalsegment" in doc:
             index = _seg_int(doc.get("segmentindex"), "segmentindex")
+            self.segment_numbers(index, None)
             final = _seg_bool(doc.get("finalsegment"))
             # one segment: final at index 0 (the docs' numbering)
             if final is True and index in (0, None):
@@ -304,6 +305,7 @@ class SqlServerCesDialect(Dialect):
         elif "splitindex" in doc or "splittotalcnt" in doc:
             index = _seg_int(doc.get("splitindex"), "splitindex")
             total = _seg_int(doc.get("splittotalcnt"), "splittotalcnt")
+            self.segment_numbers(index, total)
             if total in (0, 1, None) and index in (0, 1, None):
                 return None, _UNPARSED
             if total is not None and index is not None and not 0 <= index <= total:
@@ -353,7 +355,7 @@ class SqlServerCesDialect(Dialect):
         whole = {k: v for k, v in docs[0].items() if k not in _SEGMENT_FIELDS}
         whole["data"] = data
         return RawMessage(
-            data=orjson.dumps(whole), origin=origin, doc=whole, parsed=True, segments=len(docs)
+            data=json_bytes(whole), origin=origin, doc=whole, parsed=True, segments=len(docs)
         )
 
     # ------------------------------------------------------------------ parts
@@ -497,7 +499,8 @@ def _texts(attrs: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(v, bytes):
             v = v.decode("utf-8", "replace")
         if k in ("segmentindex", "splitindex", "splittotalcnt") and isinstance(v, str):
-            v = int(v) if v.strip().lstrip("-").isdigit() else v
+            # a number too long to be an index stays text; _seg_int rejects it
+            v = int(v) if v.strip().lstrip("-").isdigit() and len(v.strip()) <= 18 else v
         if k == "finalsegment" and isinstance(v, str):
             v = v.strip().lower() == "true"
         out[k] = v
@@ -582,6 +585,8 @@ def _seg_int(value: Any, name: str) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if len(value.strip()) > 18:
+            raise Dialect.fail("SEGMENT_OUT_OF_RANGE", f"'{name}' {value[:40]!r} is out of range")
         return int(value)
     raise Dialect.fail("BAD_SEGMENT", f"'{name}' must be an integer, got {value!r}")
 

@@ -169,10 +169,13 @@ class BatchMeta:
     ops: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     segments: int = 0
     rejected: int = 0
+    #: the files (``origin``) the batch's rows came from
+    origins: set[str] = field(default_factory=set)
 
     def add(self, rows: list[Row]) -> None:
         """Fold in rows of :func:`aggregate`."""
         for r in rows:
+            self.origins.update(o for o in r["origins"] if o is not None)
             n = int(r["n"])
             if r["_rejected"]:
                 self.rejected += n
@@ -202,8 +205,8 @@ def aggregate(spark: SparkSession, frame: DataFrame) -> list[Row]:
         f"metadata[{lit(SHAPE_KEY)}] AS shape, database, schema, `table`, count(*) AS n, "
         "max(partial) AS has_partial, collect_set(to_json(types)) AS type_sets, "
         "collect_set(array_sort(map_keys(key))) AS key_sets, max(sequence) AS max_seq, "
-        f"max(key IS NULL AND metadata[{lit(KEY_VALUES)}] IS NOT NULL) AS positional_keys "
-        f"FROM {view(frame, 'meta')} GROUP BY 1, 2, 3, 4, 5, 6, 7"
+        f"max(key IS NULL AND metadata[{lit(KEY_VALUES)}] IS NOT NULL) AS positional_keys, "
+        f"collect_set(origin) AS origins FROM {view(frame, 'meta')} GROUP BY 1, 2, 3, 4, 5, 6, 7"
     ).collect()
 
 

@@ -112,10 +112,13 @@ class BatchRunner:
         on_report: Callable[[BatchReport], None] | None = None,
         adaptive: bool = True,
         replay: bool = False,
+        checkpoint: str | None = None,
     ) -> None:
         """``replay``: the batches are replayed dead letters (late events by nature): no
         split-message segments are judged and no transaction is held back."""
         self.cfg = cfg
+        #: Spark's checkpoint of the source's query (its file log names zero-byte files).
+        self.checkpoint = checkpoint
         self.adaptive = adaptive
         self.record = record
         self.src = src
@@ -198,6 +201,26 @@ class BatchRunner:
         if self.on_report:
             self.on_report(report)
 
+    def _empty_files(
+        self, spark: SparkSession, seen: set[str], batch_id: int
+    ) -> DataFrame | None:
+        """The rows of the batch's zero-byte files, which Spark's scan never reads (the files
+        of the batch not among the origins its aggregate saw), else ``None``."""
+        if self.checkpoint is None:
+            return None
+        from cdcflow.decode.spark import empty_files
+
+        found = empty_files(
+            spark,
+            self.checkpoint,
+            batch_id,
+            seen,
+            self.src.dialect,
+            source_options(self.src),
+            self.source,
+        )
+        return None if found is None else self._columns(found)
+
     def _columns(self, df: DataFrame) -> DataFrame:
         return with_batch_columns(df, self.source, self.record.replica_name)
 
@@ -250,6 +273,10 @@ class BatchRunner:
         meta = BatchMeta()
         with clock.stage("decode"):
             meta.add(aggregate(spark, decoded))
+            empty = self._empty_files(spark, meta.origins, batch_id)
+            if empty is not None:
+                meta.add(aggregate(spark, empty))
+                decoded = decoded.unionByName(empty)
         valid = decoded.where("error_code IS NULL")
         events = valid.where(f"NOT (operation <=> '{SEGMENT}')")
         dead: list[DataFrame] = []

@@ -175,7 +175,13 @@ class Pipeline:
             session = self._stream_session()
             for src, record in checkpoint.sources(pid):
                 runner = BatchRunner(
-                    self.cfg, record, src, self.shared, on_report=on_report, adaptive=adaptive
+                    self.cfg,
+                    record,
+                    src,
+                    self.shared,
+                    on_report=on_report,
+                    adaptive=adaptive,
+                    checkpoint=checkpoint.query_path(record),
                 )
                 writer = (
                     self.events(src, record, session)

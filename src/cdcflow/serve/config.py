@@ -8,6 +8,7 @@ Example::
     max_body_size: 10MB                # larger bodies are answered 413
     max_in_flight: 64                  # more concurrent requests are answered 503
     retry_after: 5s                    # Retry-After of 503 answers
+    body_timeout: 30s                  # a body not received in full by then is answered 408
     endpoints:
       - path: /crdb                    # CockroachDB webhook sink
         dialect: cockroachdb
@@ -255,6 +256,7 @@ class ServeConfig(_Model):
     max_body_size: int | str = "10MiB"
     max_in_flight: int = Field(default=64, ge=1)
     retry_after: str = "5s"
+    body_timeout: str = "30s"
     endpoints: list[EndpointConfig] = Field(min_length=1)
 
     @field_validator("max_body_size")
@@ -263,10 +265,11 @@ class ServeConfig(_Model):
         parse_size(v)
         return v
 
-    @field_validator("retry_after")
+    @field_validator("retry_after", "body_timeout")
     @classmethod
     def _duration(cls, v: str) -> str:
-        parse_duration(v)
+        if parse_duration(v) < 1:
+            raise ValueError("must be at least 1s")
         return v
 
     @model_validator(mode="after")
@@ -285,6 +288,10 @@ class ServeConfig(_Model):
     @property
     def retry_after_seconds(self) -> int:
         return max(1, parse_duration(self.retry_after))
+
+    @property
+    def body_timeout_seconds(self) -> int:
+        return parse_duration(self.body_timeout)
 
 
 def _format_errors(err: ValidationError, origin: str) -> str:

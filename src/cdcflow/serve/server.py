@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import itertools
 import logging
 import os
 import socket
@@ -45,6 +46,7 @@ from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.serve.config import EndpointRuntime, Settings
 from cdcflow.serve.landing import DiskFull, LandingZone, ReplayJournal
+from cdcflow.transports.message import Unreadable
 
 log = logging.getLogger("cdcflow.serve")
 
@@ -165,6 +167,10 @@ class BodyTooLarge(Exception):
 
 class BadFraming(Exception):
     """The request's length framing is unusable."""
+
+
+class BodyTimeout(Exception):
+    """The client did not send its whole body within ``body_timeout``."""
 
 
 def _error(status: int, code: str, message: str, **extra: Any) -> Response:
@@ -304,6 +310,7 @@ class Receiver:
         self.max_body = cfg.max_body_bytes
         self.max_in_flight = cfg.max_in_flight
         self.retry_after = str(cfg.retry_after_seconds)
+        self.body_timeout = float(cfg.body_timeout_seconds)
         self.metrics = Metrics()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -379,6 +386,13 @@ class Receiver:
             )
         except BadFraming as e:
             return _error(400, "BAD_FRAMING", str(e), close=True)
+        except BodyTimeout:
+            return _error(
+                408,
+                "BODY_TIMEOUT",
+                f"the body did not arrive within {self.body_timeout:g}s; it was not kept",
+                close=True,
+            )
         denied = endpoint.authenticate_body(headers, body)
         if denied is not None:
             return denied
@@ -414,23 +428,29 @@ class Receiver:
         if not body.strip(b" \t\r\n"):
             return self._reject(endpoint, headers, body, "EMPTY_BODY", "the body is empty", remote)
         data = landed_form(headers, body)
-        messages = list(endpoint.decoder.frame(data, None))
-        if not messages:
+        # one message at a time: memory stays proportional to the body
+        framed = endpoint.decoder.frame(data, None)
+        first = next(framed, None)
+        if first is None or (isinstance(first, Unreadable) and first.code == "EMPTY_FILE"):
             return self._reject(
                 endpoint, headers, body, "EMPTY_BODY", "no message in the body", remote
             )
+        second = next(framed, None)
+        several = second is not None
+        messages = itertools.chain([first], [second] if second is not None else [], framed)
         events = 0
         item_rejections = 0
         policy = endpoint.runtime.config.item_rejections
         for msg in messages:
             out = endpoint.decoder.decode(msg)
+            msg = out.message
             events += len(out.events) + len(out.segments)
             for rej in out.rejections:
                 if rej.item is not None and policy == "land":
                     item_rejections += 1
                     continue
                 where = ""
-                if len(messages) > 1:
+                if several:
                     where = f" (element {msg.index})" if msg.index is not None else ""
                     where = where or f" (line {msg.line})"
                 if rej.item is not None:
@@ -513,6 +533,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "cdcflow-serve"
     sys_version = ""
     timeout = 60
+    _deadline = 0.0
     # headers and body go out in separate writes: without TCP_NODELAY a keep-alive client's
     # delayed ACK stalls every response by ~40 ms
     disable_nagle_algorithm = True
@@ -599,6 +620,42 @@ class _Handler(BaseHTTPRequestHandler):
     do_DELETE = do_PATCH = do_PUT
 
     def _read_body(self, limit: int) -> bytes:
+        """The body, read before the receiver's ``body_timeout`` runs out (``BodyTimeout``)."""
+        self._deadline = time.monotonic() + self.server.receiver.body_timeout
+        try:
+            return self._read_body_in_time(limit)
+        except TimeoutError:
+            raise BodyTimeout from None
+        finally:
+            self.connection.settimeout(self.timeout)
+
+    def _remaining(self) -> float:
+        """Seconds left to read the body (the socket's timeout is set to them)."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise BodyTimeout
+        self.connection.settimeout(left)
+        return left
+
+    def _read(self, size: int) -> bytes:
+        """``size`` bytes (fewer when the connection closes), a piece at a time so a client
+        sending a byte now and then cannot stretch the deadline."""
+        parts: list[bytes] = []
+        got = 0
+        while got < size:
+            self._remaining()
+            piece = self.rfile.read1(min(size - got, 65536))
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
+        return b"".join(parts)
+
+    def _readline(self, limit: int) -> bytes:
+        self._remaining()
+        return self.rfile.readline(limit)
+
+    def _read_body_in_time(self, limit: int) -> bytes:
         encoding = (self.headers.get("Transfer-Encoding") or "").lower()
         if "chunked" in encoding:
             return self._read_chunked(limit)
@@ -615,14 +672,9 @@ class _Handler(BaseHTTPRequestHandler):
             # read (and drop) a moderately oversized body so the client sees the 413 instead
             # of a reset connection; a huge one is not read
             if length <= limit + _DRAIN_LIMIT:
-                remaining = length
-                while remaining > 0:
-                    got = self.rfile.read(min(remaining, 65536))
-                    if not got:
-                        break
-                    remaining -= len(got)
+                self._read(length)
             raise BodyTooLarge
-        data = self.rfile.read(length)
+        data = self._read(length)
         if len(data) != length:
             raise BadFraming("the connection closed before the whole body arrived")
         return data
@@ -631,13 +683,13 @@ class _Handler(BaseHTTPRequestHandler):
         parts: list[bytes] = []
         total = 0
         while True:
-            line = self.rfile.readline(1026)
+            line = self._readline(1026)
             try:
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
                 raise BadFraming("bad chunk size") from None
             if size == 0:
-                while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
+                while self._readline(1026) not in (b"\r\n", b"\n", b""):
                     pass
                 if total > limit:
                     raise BodyTooLarge
@@ -645,12 +697,12 @@ class _Handler(BaseHTTPRequestHandler):
             total += size
             if total > limit + _DRAIN_LIMIT:
                 raise BodyTooLarge
-            chunk = self.rfile.read(size)
+            chunk = self._read(size)
             if len(chunk) != size:
                 raise BadFraming("the connection closed inside a chunk")
             if total <= limit:
                 parts.append(chunk)
-            self.rfile.readline(3)
+            self._readline(3)
 
 
 class ReceiverServer(ThreadingHTTPServer):

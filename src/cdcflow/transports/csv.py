@@ -22,12 +22,17 @@ def rows(data: bytes, origin: str | None) -> Iterator[Framed]:
             origin,
         )
         return
-    parsed = list(csv.reader(io.StringIO(text)))
+    try:
+        parsed = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        yield Unreadable("BAD_CSV", f"CSV file cannot be read: {e}", data, origin)
+        return
     first = tuple(parsed[0]) if parsed else ()
     starts = [0]
     for line in text.splitlines(keepends=True):
         starts.append(starts[-1] + len(line.encode()))
     offset = 0
+    found = False
     for n, row in enumerate(parsed):
         if not row or all(not c for c in row):
             continue
@@ -40,3 +45,9 @@ def rows(data: bytes, origin: str | None) -> Iterator[Framed]:
             form="csv",
             csv=CsvRow(tuple(row), first, n),
         )
+        found = True
+    if not found:
+        code, what = (
+            ("EMPTY_FILE", "no row") if not text.strip() else ("BAD_CSV", "no readable row")
+        )
+        yield Unreadable(code, f"the CSV file holds {what}", data, origin)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json as pyjson
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from cdcflow.errors import DecodeError
-from cdcflow.transports.message import RawMessage
+from cdcflow.transports.limits import LIMITS, Limits, check_depth, check_document, check_number
+from cdcflow.transports.message import Framed, RawMessage, Unreadable
 from cdcflow.types import json_bytes
 
 if TYPE_CHECKING:
@@ -31,11 +33,18 @@ _MISSING = object()
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 #: Bytes that start a line of spaces only (space, tab, carriage return).
 _SPACES = (32, 9, 13)
+#: A JSON number (where a parser stopped).
+_NUMBER = re.compile(rb"-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
+#: The UTF-8 byte-order mark some writers put at the start of a file.
+BOM = b"\xef\xbb\xbf"
 
 
-def json_error(data: bytes, exc: pyjson.JSONDecodeError | ValueError) -> DecodeError:
+def json_error(
+    data: bytes, exc: pyjson.JSONDecodeError | ValueError, limits: Limits = LIMITS
+) -> DecodeError:
     """A stable code for why ``data`` is not a JSON document: ``NOT_JSON`` (empty or not
-    JSON), ``BAD_UTF8`` or ``TRUNCATED_JSON`` (it stops inside a value)."""
+    JSON), ``BAD_UTF8``, ``TRUNCATED_JSON`` (it stops inside a value) or
+    ``NUMBER_TOO_LARGE`` (a number over the limits where the parser stopped)."""
     if not data.strip(_WS):
         return DecodeError("empty message", code="NOT_JSON")
     try:
@@ -46,6 +55,17 @@ def json_error(data: bytes, exc: pyjson.JSONDecodeError | ValueError) -> DecodeE
             code="BAD_UTF8",
         )
     pos = getattr(exc, "pos", None)
+    number = _NUMBER.match(data, pos) if isinstance(pos, int) else None
+    if number is not None:
+        text = number.group().decode()
+        try:
+            check_number(text, limits)
+        except DecodeError as e:
+            return e
+        if math.isinf(float(text)):
+            return DecodeError(
+                f"the number {text!r} is out of the range of a double", code="NUMBER_TOO_LARGE"
+            )
     stripped = data.rstrip(_WS)
     if (
         isinstance(pos, int)
@@ -65,14 +85,17 @@ def _snippet(data: bytes) -> str:
     return repr(text) + ("..." if len(data) > 60 else "")
 
 
-def parse(data: bytes | str) -> Any:
+def parse(data: bytes | str, limits: Limits = LIMITS) -> Any:
     """The JSON value of ``data`` or a coded :class:`DecodeError` (numbers as orjson reads
-    them: fractions are floats)."""
+    them: fractions are floats), within ``limits``
+    (:mod:`cdcflow.transports.limits`)."""
+    raw = data.encode() if isinstance(data, str) else data
     try:
-        return orjson.loads(data)
+        doc = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
-        raw = data.encode() if isinstance(data, str) else data
         raise json_error(raw, e) from None
+    check_document(raw, doc, limits)
+    return doc
 
 
 def has_inexact_numbers(data: bytes) -> bool:
@@ -81,25 +104,45 @@ def has_inexact_numbers(data: bytes) -> bool:
     return _RISKY_NUMBER.search(data) is not None
 
 
-def loads_exact(data: bytes | str) -> Any:
-    """JSON with exact numbers: numbers with a fraction become ``Decimal`` and integers of any
-    size stay integers (orjson turns both into floats). Raises ``orjson.JSONDecodeError``."""
+def exact_decoder(limits: Limits = LIMITS) -> pyjson.JSONDecoder:
+    """A stdlib JSON decoder reading fractions as ``Decimal`` and integers exactly, with the
+    number limits checked before a number is converted (``NUMBER_TOO_LARGE``)."""
+
+    def exact_int(text: str) -> int:
+        check_number(text, limits)
+        return int(text)
+
+    def exact_decimal(text: str) -> Decimal:
+        check_number(text, limits)
+        return Decimal(text)
+
+    return pyjson.JSONDecoder(parse_float=exact_decimal, parse_int=exact_int)
+
+
+def loads_exact(data: bytes | str, limits: Limits = LIMITS) -> Any:
+    """JSON with exact numbers: numbers with a fraction become ``Decimal`` and integers stay
+    integers (orjson turns both into floats), within ``limits``. Raises
+    ``orjson.JSONDecodeError``, or a coded :class:`DecodeError` for a limit."""
     raw = data.encode() if isinstance(data, str) else data
     doc = orjson.loads(raw)
     if _RISKY_NUMBER.search(raw):
+        check_document(raw, doc, limits)
+
         try:
-            doc = pyjson.loads(raw.decode("utf-8"), parse_float=Decimal)
+            doc = exact_decoder(limits).decode(raw.decode("utf-8"))
         except RecursionError:
             raise orjson.JSONDecodeError(
                 "nested too deeply", raw.decode("utf-8", "replace"), 0
             ) from None
+    else:
+        check_document(raw, doc, limits)
     return doc
 
 
-def parse_exact(data: bytes | str) -> Any:
+def parse_exact(data: bytes | str, limits: Limits = LIMITS) -> Any:
     """:func:`loads_exact` with a coded :class:`DecodeError`."""
     try:
-        return loads_exact(data)
+        return loads_exact(data, limits)
     except (orjson.JSONDecodeError, ValueError) as e:
         raw = data.encode() if isinstance(data, str) else data
         raise json_error(raw, e) from None
@@ -161,10 +204,9 @@ def header_bytes(headers: Any) -> dict[str, bytes]:
     return out
 
 
-def _looks_like_lines(data: bytes) -> bool:
-    """JSON-lines files start with a line that is a whole document (or meant to be one)."""
-    end = data.find(b"\n")
-    first = (data if end < 0 else data[:end]).strip(_WS)
+def _is_document(line: bytes) -> bool:
+    """Whether one line is a whole JSON document (or meant to be one)."""
+    first = line.strip(_WS)
     if not first:
         return False
     if first[:1] in (b"{", b"[") and first[-1:] in (b"}", b"]"):
@@ -176,6 +218,19 @@ def _looks_like_lines(data: bytes) -> bool:
         return False
 
 
+def _looks_like_lines(data: bytes) -> bool:
+    """JSON-lines files start with a line that is a whole document (or meant to be one)."""
+    end = data.find(b"\n")
+    return _is_document(data if end < 0 else data[:end])
+
+
+def _some_line_is_document(data: bytes) -> bool:
+    """Whether a file of several non-blank lines has a line that is a whole document: JSON
+    lines whose first line is bad (each line is then judged on its own)."""
+    lines = [line for line in data.split(b"\n") if line.strip(_WS)]
+    return len(lines) > 1 and any(_is_document(line) for line in lines)
+
+
 def _concatenated(data: bytes) -> list[tuple[int, int]] | None:
     """Byte ranges of JSON documents written one after another (more than one, nothing else),
     else ``None``."""
@@ -183,6 +238,14 @@ def _concatenated(data: bytes) -> list[tuple[int, int]] | None:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    spans = _spans(text)
+    if spans is None or len(spans) < 2:
+        return None
+    return _byte_spans(text, spans)
+
+
+def _spans(text: str) -> list[tuple[int, int]] | None:
+    """Character ranges of JSON documents written one after another, else ``None``."""
     decoder = pyjson.JSONDecoder()
     spans: list[tuple[int, int]] = []
     i, n = 0, len(text)
@@ -193,61 +256,182 @@ def _concatenated(data: bytes) -> list[tuple[int, int]] | None:
             break
         try:
             _, end = decoder.raw_decode(text, i)
-        except (pyjson.JSONDecodeError, RecursionError):
+        except (pyjson.JSONDecodeError, RecursionError, ValueError):
             return None
         spans.append((i, end))
         i = end
-    if len(spans) < 2:
-        return None
+    return spans
+
+
+def _byte_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Character ranges of ``text`` as byte ranges of its UTF-8 form."""
     if text.isascii():
         return spans
-    # character positions → byte positions
-    return [(len(text[:a].encode()), len(text[:b].encode())) for a, b in spans]
+    out: list[tuple[int, int]] = []
+    at, byte_at = 0, 0
+    for a, b in spans:
+        byte_at += len(text[at:a].encode())
+        start = byte_at
+        byte_at += len(text[a:b].encode())
+        at = b
+        out.append((start, byte_at))
+    return out
 
 
-def split(data: bytes, origin: str | None) -> Iterator[RawMessage]:
-    """Messages of a JSON file: a whole document, the elements of a top-level array, JSON lines,
-    or concatenated documents. What is none of these is one message (its dialect or the JSON
-    parser says why it is unreadable)."""
-    stripped = data.strip(_WS)
-    if not stripped:
+class _NotOneArray(Exception):
+    """The text is not one JSON array the stdlib scanner can read element by element."""
+
+
+def _array_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Character ranges of the elements of ``text``, one JSON array, one at a time; raises
+    :class:`_NotOneArray` where it turns out not to be one."""
+    decoder = pyjson.JSONDecoder()
+    n = len(text)
+    i = text.find("[") + 1
+    if i == 0 or text[: i - 1].strip():
+        raise _NotOneArray
+    first = True
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            raise _NotOneArray
+        if text[i] == "]":
+            if text[i + 1 :].strip():
+                raise _NotOneArray
+            return
+        if not first:
+            if text[i] != ",":
+                raise _NotOneArray
+            i += 1
+            while i < n and text[i].isspace():
+                i += 1
+        first = False
+        try:
+            _, end = decoder.raw_decode(text, i)
+        except (pyjson.JSONDecodeError, RecursionError, ValueError):
+            raise _NotOneArray from None
+        yield i, end
+        i = end
+
+
+def _one_array(data: bytes) -> str | None:
+    """The text of ``data`` when it is one JSON array (read through once, keeping nothing),
+    else ``None``."""
+    stripped = data.lstrip(_WS)
+    if stripped[:1] != b"[":
+        return None
+    try:
+        text = data.decode("utf-8")
+        for _ in _array_spans(text):
+            pass
+    except (UnicodeDecodeError, _NotOneArray):
+        return None
+    return text
+
+
+def _element_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Byte ranges of the elements of ``text`` (one JSON array, see :func:`_one_array`)."""
+    if text.isascii():
+        yield from _array_spans(text)
+        return
+    at, byte_at = 0, 0
+    for i, end in _array_spans(text):
+        byte_at += len(text[at:i].encode())
+        start = byte_at
+        byte_at += len(text[i:end].encode())
+        at = end
+        yield start, byte_at
+
+
+def split(data: bytes, origin: str | None, limits: Limits = LIMITS) -> Iterator[Framed]:
+    """Messages of a JSON file: a whole document, the elements of a top-level array, JSON lines
+    (each line judged on its own), or concatenated documents. What is none of these is one
+    message (its dialect or the JSON parser says why it is unreadable). A UTF-8 byte-order
+    mark at the start is skipped; a file with nothing in it is ``EMPTY_FILE``; a document or
+    array element over the :mod:`~cdcflow.transports.limits` is unreadable with the limit's
+    code."""
+    skip = len(BOM) if data.startswith(BOM) else 0
+    body = data[skip:] if skip else data
+    if not body.strip(_WS):
+        yield Unreadable("EMPTY_FILE", "the file holds no message", data, origin)
+        return
+    text = _one_array(body)
+    if text is not None:
+        yield from _elements(body, text, origin, limits)
         return
     try:
-        doc = orjson.loads(data)
+        doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         doc = _MISSING
     if doc is not _MISSING:
         if isinstance(doc, list):
-            if has_inexact_numbers(data):
-                # elements keep their numbers as written (orjson read them as floats)
-                for i, element in enumerate(loads_exact(data)):
-                    yield RawMessage(data=dumps(element), origin=origin, index=i)
-                return
-            for i, element in enumerate(doc):
-                yield RawMessage(
-                    data=orjson.dumps(element), origin=origin, index=i, doc=element, parsed=True
-                )
-        else:
-            yield RawMessage(data=data, origin=origin, offset=0, line=1, doc=doc, parsed=True)
+            yield from _array(body, doc, origin, limits)
+            return
+        try:
+            check_document(body, doc, limits)
+        except DecodeError as e:
+            yield Unreadable(e.code, e.message, body, origin, skip, 1)
+            return
+        yield RawMessage(data=body, origin=origin, offset=skip, line=1, doc=doc, parsed=True)
         return
-    if _looks_like_lines(data):
-        yield from _lines(data, origin)
+    if _looks_like_lines(body):
+        yield from _lines(data, origin, skip)
         return
-    spans = _concatenated(data)
+    spans = _concatenated(body)
     if spans is None:
-        yield RawMessage(data=data, origin=origin, offset=0, line=1)
+        if _some_line_is_document(body):
+            yield from _lines(data, origin, skip)
+            return
+        yield RawMessage(data=body, origin=origin, offset=skip, line=1)
         return
     line, seen = 1, 0
     for start, end in spans:
-        line += data.count(b"\n", seen, start)
+        line += body.count(b"\n", seen, start)
         seen = start
-        yield RawMessage(data=data[start:end], origin=origin, offset=start, line=line)
+        yield RawMessage(data=body[start:end], origin=origin, offset=skip + start, line=line)
 
 
-def _lines(data: bytes, origin: str | None) -> Iterator[RawMessage]:
-    offset = 0
+def _elements(body: bytes, text: str, origin: str | None, limits: Limits) -> Iterator[Framed]:
+    """The elements of a file that is one JSON array, each parsed from its bytes as written
+    when it is reached: memory stays proportional to the file, not to its parsed form, and
+    numbers stay as written for dialects that read them exactly."""
+    i = -1
+    for i, (a, b) in enumerate(_element_spans(text)):
+        raw = body[a:b]
+        try:
+            element = parse(raw, limits)
+        except DecodeError as e:
+            yield Unreadable(e.code, f"item {i}: {e.message}", raw, origin, index=i)
+            continue
+        yield RawMessage(data=raw, origin=origin, index=i, doc=element, parsed=True)
+    if i < 0:
+        yield Unreadable("EMPTY_FILE", "the file is an empty JSON array", body, origin)
+
+
+def _array(body: bytes, doc: list[Any], origin: str | None, limits: Limits) -> Iterator[Framed]:
+    """The elements of a JSON array the stdlib scanner cannot read (nested too deeply for
+    it), from the parsed document."""
+    for i, element in enumerate(doc):
+        raw = b""
+        try:
+            check_depth(element, limits)  # before re-serialising it
+            raw = dumps(element)
+            check_document(raw, element, limits)
+        except DecodeError as e:
+            yield Unreadable(e.code, f"item {i}: {e.message}", raw, origin, index=i)
+            continue
+        except (TypeError, ValueError) as e:  # an encoder limit (a user's max_depth over 255)
+            problem = f"item {i} cannot be written as JSON ({e})"
+            yield Unreadable("TOO_DEEP", problem, raw, origin, index=i)
+            continue
+        yield RawMessage(data=raw, origin=origin, index=i, doc=element, parsed=True)
+
+
+def _lines(data: bytes, origin: str | None, skip: int = 0) -> Iterator[RawMessage]:
+    offset = skip
     line_no = 0
-    for raw_line in data.split(b"\n"):
+    for raw_line in data[skip:].split(b"\n"):
         line_no += 1
         start = offset
         offset += len(raw_line) + 1

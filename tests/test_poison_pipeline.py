@@ -1,0 +1,88 @@
+"""A pipeline over good files and poison files: every good event applied exactly, every bad
+message dead-lettered with its code, the run completes with the dead-letter exit status."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow.config import load_config
+from cdcflow.pipeline.query import Pipeline
+from cdcflow.testing import oracle
+from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.renderers import renderer, renderer_features
+from cdcflow.testing.workload import generate
+from cdcflow.transports.json import BOM
+
+pytestmark = pytest.mark.spark
+
+DS = b'{"source_metadata":{"table":"t"},"payload":{"id":%s}}'
+
+#: Poison files (name → bytes) and the dead letters each must give.
+POISON: dict[str, tuple[bytes, list[str]]] = {
+    # the probe's 71-byte message that used to stop the pipeline for good
+    "poison/unsigned.json": (DS % b"18446744073709551615", ["BAD_VALUE"]),
+    "poison/lines.jsonl": (
+        b"garbage\n"
+        + DS % (b"[" * 300 + b"]" * 300)
+        + b"\n"
+        + DS % (b"9" * 5000)
+        + b"\n"
+        + DS % b"1.0e999999999",
+        ["NOT_JSON", "TOO_DEEP", "NUMBER_TOO_LARGE", "NUMBER_TOO_LARGE"],
+    ),
+    "poison/deep-array.json": (b"[" * 1000 + b"]" * 1000, ["TOO_DEEP"]),
+    "poison/array.json": (b"[" + b"[" * 300 + b"]" * 300 + b"]", ["TOO_DEEP"]),
+    "poison/empty.avro": (b"", ["EMPTY_FILE"]),
+    "poison/empty.jsonl": (b"", ["EMPTY_FILE"]),
+    "poison/truncated.avro": (b"Obj\x01\x04\x14avro.codec", ["CORRUPT_AVRO"]),
+}
+
+
+def test_poison_files_among_good_ones(spark: Any, tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    w = generate(5, tables=2, transactions=25, features=renderer_features("datastream"))
+    options = renderer("datastream")(w, landing, seed=5, faults=False).options
+    first, second = sorted(p for p in landing.rglob("*.jsonl"))
+    first.write_bytes(BOM + first.read_bytes())  # a byte-order mark loses nothing
+    second.write_bytes(b"not json at all\n" + second.read_bytes())  # nor a bad first line
+    expected = Counter({"NOT_JSON": 1})
+    for name, (data, codes) in POISON.items():
+        (landing / name).parent.mkdir(parents=True, exist_ok=True)
+        (landing / name).write_bytes(data)
+        expected.update(codes)
+
+    cfg = load_config(
+        {
+            "pipeline": "poison",
+            "checkpoint": str(tmp_path / "checkpoint"),
+            "namespace": "poison",
+            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(tmp_path / "wh")},
+            "sources": [
+                {
+                    "name": "ds",
+                    "path": str(landing),
+                    "dialect": "datastream",
+                    "types": {t: dict(c) for t, c in options.column_types.items()},
+                }
+            ],
+        }
+    )
+    result = Pipeline(cfg, spark).run()
+
+    letters = spark.sql("SELECT error_code, origin FROM cdc.poison__cdcflow.dead_letters")
+    found = [(r["error_code"], r["origin"]) for r in letters.collect()]
+    assert Counter(code for code, _ in found) == expected, found
+    assert result.exit_status == 3
+    assert result.dead_lettered == sum(expected.values())
+    truth = oracle.apply(w)
+    for name, table in w.tables.items():
+        cols = list(table.columns)
+        actual = read_replica(spark, f"cdc.poison.{name}", cols)
+        d = diff_table(name, list(truth[name].values()), actual, cols)
+        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+    # a rerun reads nothing again and changes nothing
+    assert Pipeline(cfg, spark).run().dead_lettered == 0
