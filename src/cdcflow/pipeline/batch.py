@@ -201,9 +201,7 @@ class BatchRunner:
         if self.on_report:
             self.on_report(report)
 
-    def _empty_files(
-        self, spark: SparkSession, seen: set[str], batch_id: int
-    ) -> DataFrame | None:
+    def _empty_files(self, spark: SparkSession, seen: set[str], batch_id: int) -> DataFrame | None:
         """The rows of the batch's zero-byte files, which Spark's scan never reads (the files
         of the batch not among the origins its aggregate saw), else ``None``."""
         if self.checkpoint is None:
