@@ -21,6 +21,7 @@ from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import Workload, generate
+from tests.processes import SHORT_RUN_CONF
 
 
 def _write_config(
@@ -31,7 +32,7 @@ def _write_config(
         "checkpoint": str(root / "checkpoint"),
         "namespace": name,
         "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": SHORT_RUN_CONF},
         "sources": [
             {"name": "s", "path": str(root / "landing"), "dialect": "savegress", "types": types}
         ],

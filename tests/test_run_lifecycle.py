@@ -22,6 +22,7 @@ from cdcflow.config import load_config_file
 from cdcflow.pipeline.checkpoint import LOCK_FILE, Checkpoint, PipelineBusy
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import generate
+from tests.processes import SHORT_RUN_CONF
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +35,7 @@ def _config(root: Path, warehouse: str, name: str) -> Path:
         "checkpoint": str(root / "checkpoint"),
         "namespace": name,
         "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": SHORT_RUN_CONF},
         "follow_interval": "1s",
         "sources": [
             {

@@ -233,5 +233,9 @@ def empty_files(
                 cols.add_outcome(outcome, source)
     if not cols.rows:
         return None
-    rows = [tuple(r.values()) for r in cols.to_batch().to_pylist()]
+    # Arrow gives maps as lists of pairs; Spark's row conversion wants dicts
+    rows = [
+        tuple(dict(v) if isinstance(v, list) else v for v in r.values())
+        for r in cols.to_batch().to_pylist()
+    ]
     return spark.createDataFrame(rows, spark_schema_ddl())
