@@ -556,7 +556,7 @@ def test_transactions_consistency_crash_then_rerun_equals_oracle(
 ) -> None:
     """Rendered with every fault (snapshot overlap, transaction metadata, tombstones, TOAST
     markers, redelivery, shuffled files), applied with ``consistency: transactions``: the
-    process dies after a merge of batch 2 (batch 1 held events by then); the rerun converges
+    process dies after a merge of batch 2; the rerun converges
     to the oracle with nothing left held. (Crashes after the hold commit itself are proven
     dialect-independently in tests/test_crash.py.)"""
     from tests.test_crash import _check, _config, _run
