@@ -817,6 +817,9 @@ def receiver_only() -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+#: parallel_tables values (g) compares (``BENCH_PARALLEL=4,8`` to try others).
+CHOICES = tuple(int(x) for x in os.environ.get("BENCH_PARALLEL", "1,2,4").split(","))
+
 PARTS = ("decode", "e2e", "growth", "receiver", "many", "small", "parallel")
 
 
@@ -900,7 +903,7 @@ def _run_spark_parts(spark: Any, root: Path, chosen: set[str], results: dict[str
     if "parallel" in chosen:
         print("(g) the steady batch of (e) by parallel_tables:", flush=True)
         results["parallel_tables"] = bench_parallel(
-            spark, root, tables=100, events=int(20_000 * SCALE), keys=50, choices=(1, 2, 4)
+            spark, root, tables=100, events=int(20_000 * SCALE), keys=50, choices=CHOICES
         )
 
 
