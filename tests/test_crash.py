@@ -12,48 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.workload import generate
-from tests.processes import SHORT_RUN_CONF
+from tests.processes import pipeline_config as _config
 
 pytestmark = pytest.mark.spark
-
-
-def _config(
-    root: Path,
-    warehouse: str,
-    options: Any,
-    namespace: str = "crash",
-    dialect: str = "savegress",
-    **extra: Any,
-) -> Path:
-    cfg = {
-        "pipeline": namespace,
-        "checkpoint": str(root / "checkpoint"),
-        "namespace": namespace,
-        "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": SHORT_RUN_CONF},
-        "sources": [
-            {
-                "name": "s",
-                "path": str(root / "landing"),
-                "dialect": dialect,
-                "keys": {t: list(k) for t, k in options.table_keys.items()},
-                "types": {t: dict(c) for t, c in options.column_types.items()},
-                "options": dict(options.extra),
-                "max_files_per_batch": 1,
-            }
-        ],
-    }
-    cfg.update(extra)
-    path = root / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def _run(

@@ -559,7 +559,8 @@ def test_transactions_consistency_crash_then_rerun_equals_oracle(
     process dies after a merge of batch 2; the rerun converges
     to the oracle with nothing left held. (Crashes after the hold commit itself are proven
     dialect-independently in tests/test_crash.py.)"""
-    from tests.test_crash import _check, _config, _run
+    from tests.processes import pipeline_config as _config
+    from tests.test_crash import _check, _run
 
     w = generate(17, tables=3, transactions=50, features=renderer_features(DIALECT))
     res = render(w, tmp_path / "landing", seed=17)

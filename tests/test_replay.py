@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cdcflow.config import load_config_file
+from cdcflow.dialects.base import DialectOptions
 from cdcflow.errors import ConfigError
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.replay import DeadLetterFilter, list_dead_letters, replay_dead_letters
@@ -21,27 +21,14 @@ from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import Workload, generate
-from tests.processes import SHORT_RUN_CONF
+from tests.processes import pipeline_config
 
 
 def _write_config(
     root: Path, warehouse: str, name: str, keys: dict[str, list[str]], types: dict[str, Any]
 ) -> Path:
-    doc = {
-        "pipeline": name,
-        "checkpoint": str(root / "checkpoint"),
-        "namespace": name,
-        "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": SHORT_RUN_CONF},
-        "sources": [
-            {"name": "s", "path": str(root / "landing"), "dialect": "savegress", "types": types}
-        ],
-    }
-    if keys:
-        doc["sources"][0]["keys"] = keys  # type: ignore[index]
-    path = root / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    options = DialectOptions(table_keys={t: tuple(k) for t, k in keys.items()}, column_types=types)
+    return pipeline_config(root, warehouse, options, name, files_per_batch=None)
 
 
 def _landing(root: Path, seed: int) -> tuple[Workload, dict[str, list[str]], dict[str, Any]]:

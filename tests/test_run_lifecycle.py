@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cdcflow.cli.main import main
 from cdcflow.config import load_config_file
 from cdcflow.pipeline.checkpoint import LOCK_FILE, Checkpoint, PipelineBusy
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import generate
-from tests.processes import SHORT_RUN_CONF
+from tests.processes import pipeline_config
 
 pytestmark = pytest.mark.spark
 
@@ -30,26 +29,9 @@ pytestmark = pytest.mark.spark
 def _config(root: Path, warehouse: str, name: str) -> Path:
     w = generate(31, tables=2, transactions=10)
     res = render_to_landing(w, root / "landing", seed=31, files=2, duplicates=0.0)
-    doc = {
-        "pipeline": name,
-        "checkpoint": str(root / "checkpoint"),
-        "namespace": name,
-        "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": SHORT_RUN_CONF},
-        "follow_interval": "1s",
-        "sources": [
-            {
-                "name": "s",
-                "path": str(root / "landing"),
-                "dialect": "savegress",
-                "keys": {t: list(k) for t, k in res.options.table_keys.items()},
-                "types": {t: dict(c) for t, c in res.options.column_types.items()},
-            }
-        ],
-    }
-    path = root / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return pipeline_config(
+        root, warehouse, res.options, name, files_per_batch=None, follow_interval="1s"
+    )
 
 
 def test_a_second_run_is_refused_at_once_and_a_dead_runs_lock_is_taken_over(
