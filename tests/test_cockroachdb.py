@@ -27,6 +27,7 @@ from cdcflow.transports.json import loads_exact
 from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
 from tests.golden import check_golden
+from tests.scenario import decode_file
 from tests.test_savegress import inspect
 
 DIALECT = "cockroachdb"
@@ -43,12 +44,7 @@ def conf(name: str) -> Path:
 def decode_bytes(
     data: bytes, origin: str = "m.ndjson", dialect: str = DIALECT, **options: Any
 ) -> tuple[list[dict[str, Any]], list[Any]]:
-    events: list[dict[str, Any]] = []
-    rejections: list[Any] = []
-    for out in Decoder(dialect, DialectOptions(**options)).decode_file(data, origin):
-        events.extend(out.events)
-        rejections.extend(out.rejections)
-    return events, rejections
+    return decode_file(data, origin, dialect, **options)
 
 
 def _options(options: dict[str, Any]) -> DialectOptions:

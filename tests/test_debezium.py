@@ -18,9 +18,7 @@ import orjson
 import pytest
 
 from cdcflow import sequence
-from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import get_dialect
-from cdcflow.dialects.base import DialectOptions
 from cdcflow.testing import oracle
 from cdcflow.testing.render_debezium import render
 from cdcflow.testing.renderers import renderer_features
@@ -28,6 +26,7 @@ from cdcflow.testing.workload import generate
 from cdcflow.transports.message import KafkaCoordinates, RawMessage
 from tests.conftest_shared import shared_path
 from tests.golden import check_golden
+from tests.scenario import decode_file
 
 DIALECT = "debezium"
 #: The Apache license header some fixture files start with (not part of any message).
@@ -57,12 +56,7 @@ def conf(name: str) -> bytes:
 def decode_bytes(
     data: bytes, origin: str = "m.jsonl", dialect: str = DIALECT, **options: Any
 ) -> tuple[list[dict[str, Any]], list[Any]]:
-    events: list[dict[str, Any]] = []
-    rejections: list[Any] = []
-    for out in Decoder(dialect, DialectOptions(**options)).decode_file(data, origin):
-        events.extend(out.events)
-        rejections.extend(out.rejections)
-    return events, rejections
+    return decode_file(data, origin, dialect, **options)
 
 
 def decode(doc: Any, **kw: Any) -> tuple[list[dict[str, Any]], list[Any]]:
