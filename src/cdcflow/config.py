@@ -141,12 +141,40 @@ class SourceConfig(_Model):
 
 
 class TableConfig(_Model):
-    """How one target table is written."""
+    """How one target table is written.
 
-    mode: Literal["merge", "append"] = "merge"
+    ``mode``: ``merge`` (current state, one row per key), ``append`` (changelog of canonical
+    events) or ``scd2`` (history: one row per version of a key with its validity).
+    ``except_columns``: source columns not written to the table.
+    ``track_history_columns`` / ``track_history_except_columns`` (``scd2`` only, one of them):
+    the columns whose changes open a new version; a change to other columns only updates the
+    current version in place.
+    ``sequence_by``: a column of the row image whose value orders a key's events instead of
+    the producer's ``sequence``.
+    """
+
+    mode: Literal["merge", "append", "scd2"] = "merge"
     keys: list[str] | None = None
     deletes: Literal["hard", "soft"] = "hard"
     name: str | None = None
+    except_columns: list[str] = Field(default_factory=list)
+    track_history_columns: list[str] | None = None
+    track_history_except_columns: list[str] | None = None
+    sequence_by: str | None = None
+
+    @model_validator(mode="after")
+    def _history(self) -> TableConfig:
+        tracked = self.track_history_columns is not None
+        excepted = self.track_history_except_columns is not None
+        if (tracked or excepted) and self.mode != "scd2":
+            raise ValueError("track_history_columns/track_history_except_columns need mode scd2")
+        if tracked and excepted:
+            raise ValueError(
+                "give track_history_columns or track_history_except_columns, not both"
+            )
+        if self.mode == "scd2" and self.deletes == "soft":
+            raise ValueError("deletes: soft is for merge tables (scd2 closes the version)")
+        return self
 
 
 class OutputConfig(_Model):
