@@ -169,9 +169,7 @@ class TableConfig(_Model):
         if (tracked or excepted) and self.mode != "scd2":
             raise ValueError("track_history_columns/track_history_except_columns need mode scd2")
         if tracked and excepted:
-            raise ValueError(
-                "give track_history_columns or track_history_except_columns, not both"
-            )
+            raise ValueError("give track_history_columns or track_history_except_columns, not both")
         if self.mode == "scd2" and self.deletes == "soft":
             raise ValueError("deletes: soft is for merge tables (scd2 closes the version)")
         return self

@@ -1,7 +1,7 @@
 """What a batch needs from each target table: pure decisions from the batch's metadata, the
 table's current state and the configuration (no Spark).
 
-For each target a :class:`TablePlan` says how it is written (merge or append), under which
+For each target a :class:`TablePlan` says how it is written (merge, append or scd2), under which
 keys, which columns it gains or widens, which events the engine rejects (type conflicts,
 misshapen sort keys, unknown keys), whether a ``TRUNCATE`` applies, and which table properties
 change. The Iceberg layer runs the DDL; :mod:`cdcflow.engine.stage` turns the plans into the
@@ -21,10 +21,11 @@ from cdcflow.iceberg.layouts import (
     KEY_PROPERTY,
     SHAPE_PROPERTY,
     TRUNCATE_PROPERTY,
+    VALIDITY_COLUMNS,
     canonical_from_spark,
 )
 
-Mode = Literal["merge", "append"]
+Mode = Literal["merge", "append", "scd2"]
 KeySource = Literal["configured", "recorded", "batch", "source", "matched"]
 
 
@@ -63,6 +64,17 @@ class TablePlan:
     #: the source table the replica holds, and other tables whose events would land in it
     identity: SourceIdentity | None = None
     foreign: frozenset[SourceIdentity] = frozenset()
+    #: scd2: the data columns whose changes open a new version (``None``: all of them)
+    tracked: tuple[str, ...] | None = None
+    #: a column of the row image ordering the key's events instead of ``sequence``, and its
+    #: type
+    sequence_by: str | None = None
+    sequence_type: str | None = None
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the table is written per key (merge or scd2) and its keys are known."""
+        return self.mode != "append" and self.keys is not None
 
     @property
     def foreign_problem(self) -> str | None:
@@ -94,7 +106,7 @@ def existing_columns(state: TableState | None, mode: Mode) -> dict[str, str] | N
     """Canonical types of a table's data columns (``None`` when it does not exist)."""
     if state is None:
         return None
-    skip = {"_cdc"} if mode == "merge" else {"_empty"}
+    skip = {"merge": {"_cdc"}, "append": {"_empty"}, "scd2": {"_cdc", *VALIDITY_COLUMNS}}[mode]
     return {c: canonical_from_spark(t) for c, t in state.columns.items() if c not in skip}
 
 
@@ -233,9 +245,15 @@ def decide(
     source_keys: Sequence[str] | None = None,
     matched_keys: Sequence[str] | None = None,
     soft_deletes: bool = False,
+    except_columns: Sequence[str] = (),
+    track_history: Sequence[str] | None = None,
+    track_history_except: Sequence[str] | None = None,
+    sequence_by: str | None = None,
 ) -> TablePlan:
     """The plan of one target table for a batch (``source``: the configured source whose
-    events these are; the replica's identity is checked when given)."""
+    events these are; the replica's identity is checked when given). ``except_columns`` are
+    never written; ``track_history``/``track_history_except`` choose an scd2 table's tracked
+    columns; ``sequence_by`` names the column ordering the table's events."""
     props = dict(state.properties) if state is not None else {}
     new_props: dict[str, str] = {}
     identity: SourceIdentity | None = None
@@ -249,7 +267,18 @@ def decide(
         if foreign:
             meta = meta.merged({i[1:] for i in seen if i not in foreign})  # type: ignore[misc]
     bad, shape = decide_shape(props.get(SHAPE_PROPERTY), meta.shapes)
-    schema = plan_schema(existing_columns(state, mode), meta.seen)
+    if sequence_by is not None:
+        # the column orders the events: the producer's sort fields do not matter
+        bad, shape = frozenset(), props.get(SHAPE_PROPERTY)
+    dropped = set(except_columns) - set(configured_keys or ())
+    written = {c: t for c, t in meta.seen.items() if c not in dropped}
+    schema = plan_schema(existing_columns(state, mode), written)
+    if sequence_by and sequence_by in dropped:
+        # an ordering column that is not written still has a type
+        ordering = plan_schema(None, {sequence_by: meta.seen.get(sequence_by, set())})
+        sequence_type = ordering.types.get(sequence_by)
+    else:
+        sequence_type = schema.types.get(sequence_by) if sequence_by else None
     if shape is not None and shape != props.get(SHAPE_PROPERTY):
         new_props[SHAPE_PROPERTY] = shape
     common = {
@@ -262,6 +291,8 @@ def decide(
         "shape": shape,
         "identity": identity,
         "foreign": foreign,
+        "sequence_by": sequence_by,
+        "sequence_type": sequence_type,
     }
     if mode == "append":
         return TablePlan(mode="append", properties=new_props, **common)  # type: ignore[arg-type]
@@ -271,7 +302,10 @@ def decide(
     )
     watermark = props.get(TRUNCATE_PROPERTY, "")
     truncate = None
-    if meta.truncate and meta.truncate > watermark:
+    if mode == "scd2":
+        # history keeps what came before a TRUNCATE: the truncate closes versions instead
+        watermark = ""
+    elif meta.truncate and meta.truncate > watermark:
         truncate = watermark = meta.truncate
         new_props[TRUNCATE_PROPERTY] = truncate
     problem = None
@@ -285,8 +319,16 @@ def decide(
             schema.types.setdefault(k, "string")
         if state is not None and props.get(KEY_PROPERTY) != ",".join(keys):
             new_props[KEY_PROPERTY] = ",".join(keys)
+    tracked = None
+    if mode == "scd2":
+        data = [c for c in schema.types if c not in set(keys or ())]
+        if track_history is not None:
+            tracked = tuple(c for c in data if c in set(track_history))
+        elif track_history_except is not None:
+            tracked = tuple(c for c in data if c not in set(track_history_except))
     return TablePlan(
-        mode="merge",
+        mode=mode,
+        tracked=tracked,
         keys=keys,
         key_source=source,
         soft_deletes=soft_deletes,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdcflow.engine.deadletters import event_rows
+from cdcflow.engine.history import log_source_sql, winners_sql
 from cdcflow.engine.meta import KEY_VALUES, ROW_OPERATIONS, SHAPE_KEY
 from cdcflow.engine.plan import TablePlan
 from cdcflow.spark.sql import lit, lit_or_null, q, string_array, string_map, view
@@ -93,6 +94,60 @@ def key_values_sql(names: str, types: str, all_types: Iterable[str], image: str)
     return f"transform({names}, (k, i) -> {_normalise_by_type(raw, f'get({types}, i)', all_types)})"
 
 
+# --------------------------------------------------------------------------- sequence_by
+
+
+def encoded_integer(n: str) -> str:
+    """SQL of :func:`cdcflow.sequence.encode` of one integer (``n``: a ``decimal(38,0)``
+    expression), so a column's values order like the producers' sequences."""
+    digits = f"CAST(abs({n}) AS string)"
+    return (
+        f"CASE WHEN {n} >= 0 THEN concat('p', lpad(CAST(length({digits}) AS string), 2, '0'), "
+        f"{digits}, '!') ELSE concat('n', lpad(CAST(99 - length({digits}) AS string), 2, '0'), "
+        f"translate({digits}, '0123456789', '9876543210'), '!') END"
+    )
+
+
+def encoded_sql(value: str, t: str | None) -> str | None:
+    """SQL of the order-preserving encoding of a wire string of type ``t`` (integers, dates,
+    timestamps and text), ``None`` for types without one."""
+    if t in ("int", "bigint"):
+        return encoded_integer(f"CAST({value} AS decimal(38,0))")
+    if t in ("timestamp", "timestamp_ntz"):
+        return encoded_integer(f"CAST(unix_micros(CAST({value} AS timestamp)) AS decimal(38,0))")
+    if t == "date":
+        return encoded_integer(f"CAST(unix_date(CAST({value} AS date)) AS decimal(38,0))")
+    if t in ("string", "uuid"):
+        # characters up to '"' are escaped as in cdcflow.sequence
+        chars = (
+            f"transform(split({value}, ''), c -> CASE WHEN ascii(c) BETWEEN 1 AND 34 "
+            "THEN concat('\"', char(35 + ascii(c))) ELSE c END)"
+        )
+        return f"concat('s', array_join({chars}, ''), '!')"
+    return None
+
+
+def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
+    """The events, with ``sequence`` taken from the column that orders a table's events
+    (``sequence_by``): the ``after`` image's value, else the ``before`` image's (deletes);
+    ``NULL`` (rejected as ``SEQUENCE_MISSING``) when the event has none or the column's type
+    cannot order events."""
+    branches = []
+    for p in plans:
+        if not p.sequence_by:
+            continue
+        value = f"coalesce(after[{lit(p.sequence_by)}], before[{lit(p.sequence_by)}])"
+        encoded = encoded_sql(value, p.sequence_type)
+        branches.append(f"WHEN {lit(p.target)} THEN {encoded or 'CAST(NULL AS string)'}")
+    if not branches:
+        return events
+    from pyspark.sql import functions as F
+
+    return events.withColumn(
+        "sequence", F.expr(f"CASE _target {' '.join(branches)} ELSE sequence END")
+    )
+
+
 # --------------------------------------------------------------------------- the batch
 
 
@@ -123,31 +178,36 @@ class BatchStage:
         self.spark = spark
         self.plans = {p.target: p for p in plans}
         self.merge = [p for p in plans if p.mode == "merge" and p.keys and p.writes_rows]
-        self.source = view(events, "events")
+        self.history = [p for p in plans if p.mode == "scd2" and p.keys and p.writes_rows]
+        #: the tables written per key (merge and scd2): key values, key rules, rows
+        self.keyed = [*self.merge, *self.history]
+        self.source = view(sequenced(events, plans), "events")
         self.has_rules = False
         self.validated = view(self.spark.sql(self.validated_sql()), "validated")
         self.staged: DataFrame | None = None
         self.staged_view: str | None = None
+        #: scd2 tables: per (table, key, sequence) the winning event (see engine.history)
+        self.winners_view: str | None = None
         self._checkpoints: list[DataFrame] = []
 
     # ------------------------------------------------------------------ literal maps
 
     def _names(self) -> str:
         return string_map(
-            {p.target: string_array(p.keys or ()) for p in self.merge}, "array<string>"
+            {p.target: string_array(p.keys or ()) for p in self.keyed}, "array<string>"
         )
 
     def _types(self) -> str:
         return string_map(
             {
                 p.target: string_array(p.schema.types.get(k, "string") for k in p.keys or ())
-                for p in self.merge
+                for p in self.keyed
             },
             "array<string>",
         )
 
     def _key_types(self) -> set[str]:
-        return {p.schema.types.get(k, "string") for p in self.merge for k in p.keys or ()}
+        return {p.schema.types.get(k, "string") for p in self.keyed for k in p.keys or ()}
 
     def _replica_names(self) -> str:
         return string_map({t: lit(p.name) for t, p in self.plans.items()})
@@ -158,7 +218,7 @@ class BatchStage:
         """Every event with ``_kv`` (normalised key values, merge tables) and, for events the
         engine rejects, ``_reject`` (code) and ``_reason`` (message)."""
         names, types = self._names(), self._types()
-        keyed = string_array(p.target for p in self.merge)
+        keyed = string_array(p.target for p in self.keyed)
         kv = key_values_sql(
             f"element_at({names}, _target)",
             f"element_at({types}, _target)",
@@ -220,7 +280,22 @@ class BatchStage:
             cond = f"array_contains({targets}, _target) AND operation IN {_KEYED_OPS}"
             msg = string_map({p.target: lit(p.key_problem or "") for p in unknown})
             rules.append((cond, "KEY_UNKNOWN", f"element_at({msg}, _target)"))
-        if self.merge:
+        ordered = [p for p in self.plans.values() if p.sequence_by]
+        if ordered:
+            targets = string_array(p.target for p in ordered)
+            cond = f"array_contains({targets}, _target) AND operation IN {_KEYED_OPS} "
+            cond += "AND sequence IS NULL"
+            msg = string_map(
+                {
+                    p.target: lit(
+                        f"the event has no value of column {p.sequence_by!r}, which orders "
+                        f"table {p.name}'s events (sequence_by)"
+                    )
+                    for p in ordered
+                }
+            )
+            rules.append((cond, "SEQUENCE_MISSING", f"element_at({msg}, _target)"))
+        if self.keyed:
             cond = f"_kv IS NOT NULL AND operation IN {_ROW_OPS} AND exists(_kv, x -> x IS NULL)"
             lacks = lit("row event lacks a value (of the column type) for key column(s) [")
             msg = (
@@ -253,7 +328,7 @@ class BatchStage:
         each primary-key change, from the same scan): target, key, sequence, delivery position,
         image."""
         names, types = self._names(), self._types()
-        keyed = string_array(p.target for p in self.merge)
+        keyed = string_array(p.target for p in self.keyed)
         soft = string_array(p.target for p in self.merge if p.soft_deletes)
         marks = string_map({p.target: lit(p.watermark) for p in self.merge if p.watermark})
         old_norm = _normalise_by_type(
@@ -387,11 +462,26 @@ class BatchStage:
             FROM (SELECT c.*, {tomb} AS _tomb, {newer} AS _newer FROM {collapsed} c {join})
         """
 
-    def stage(self, tombstones: str | None) -> DataFrame:
+    def stage(self, tombstones: str | None) -> None:
         """Build and keep the staged rows of every merge table (``tombstones``: the tombstone
-        table's identifier when it exists). They are checkpointed locally: every later query
-        of the batch (one per table) starts from them instead of re-analysing the whole plan."""
+        table's identifier when it exists) and the winning events of every scd2 table. They
+        are checkpointed locally: every later query of the batch (one per table) starts from
+        them instead of re-analysing the whole plan."""
         rows = view(self.spark.sql(self.rows_sql()), "rows")
+        if self.history:
+            winners = self.spark.sql(
+                winners_sql(rows, self.validated, [p.target for p in self.history])
+            ).localCheckpoint(eager=True)
+            self._checkpoints.append(winners)
+            self.winners_view = view(winners, "winners")
+        if not self.merge:
+            return
+        if self.history:
+            merged = string_array(p.target for p in self.merge)
+            rows = view(
+                self.spark.sql(f"SELECT * FROM {rows} WHERE array_contains({merged}, _target)"),
+                "rows",
+            )
         # the collapsed rows are read twice by the tombstone look-up (the batch's keys, then
         # the rows): kept once (measured: one checkpoint over both costs more than two)
         collapsed = self.spark.sql(self.collapsed_sql(rows)).localCheckpoint(eager=True)
@@ -403,7 +493,6 @@ class BatchStage:
             self._checkpoints.append(staged)
         self.staged = staged
         self.staged_view = view(staged, "staged")
-        return staged
 
     def stats(self) -> dict[str, TableStats]:
         """Counts of every table, from the staged rows (one small aggregate): events,
@@ -419,7 +508,17 @@ class BatchStage:
                 "AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, "
                 f"count_if(_live) AS live FROM {self.staged_view} GROUP BY 1, 2"
             )
-        merged = {p.target for p in self.merge}
+        if self.winners_view is not None:
+            # scd2: no event is stale (late ones become history); deletes and writes are the
+            # winning events of each kind
+            parts.append(
+                "SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, "
+                "sum(_n_in) AS n, sum(_nfp - 1) AS conflicts, count(*) AS winners, 0L AS buried, "
+                "count_if(_op IN ('DELETE', 'TRUNCATE')) AS deletes, "
+                "count_if(_op NOT IN ('DELETE', 'TRUNCATE')) AS writes, count(*) AS live "
+                f"FROM {self.winners_view} GROUP BY 1, 2"
+            )
+        merged = {p.target for p in self.keyed}
         others = [p for t, p in self.plans.items() if t not in merged]
         if any(p.bad_shapes or p.schema.conflicts or p.foreign for p in others):
             parts.append(
@@ -546,6 +645,11 @@ class BatchStage:
             ),
             "changelog",
         )
+
+    def history_log_source(self) -> str:
+        """Register the batch's events of the scd2 tables as history log rows."""
+        assert self.winners_view is not None
+        return view(self.spark.sql(log_source_sql(self.winners_view, self._replica_names())), "log")
 
     def deletes_source(self) -> str:
         """Register the batch's live deletes of hard-delete tables (for the tombstones)."""

@@ -222,13 +222,14 @@ class Catalog:
         name: str,
         fields: Sequence[tuple[str, str]],
         properties: Mapping[str, str] | None = None,
+        partitioned_by: str | None = None,
     ) -> TableInfo:
         """An internal table: created when missing, given the columns it lacks (a table of an
         earlier version) when not."""
         info = self.info(spark, namespace, name)
         if info is None:
             columns = ", ".join(f"{q(n)} {t}" for n, t in fields)
-            return self.create_table(spark, namespace, name, columns, properties)
+            return self.create_table(spark, namespace, name, columns, properties, partitioned_by)
         missing = [(n, t) for n, t in fields if n not in info.columns]
         if missing:
             cols = ", ".join(f"{q(n)} {t}" for n, t in missing)

@@ -11,6 +11,8 @@ Internal tables, one per pipeline namespace, each written at most once per batch
 ``watermarks``     the highest ``RESOLVED`` point per (dialect, scope, partition)
 ``segments``       segments of split messages waiting for the rest of their message
 ``held``           events held until a consistent point (consistency mode)
+``history_log``    every applied event of the ``scd2`` tables (replica name, key, sequence,
+                   operation, image), from which the versions of a key are recomputed
 =================  ==============================================================================
 """
 
@@ -29,6 +31,23 @@ CHANGELOG_STRUCT = (
     "struct<operation:string, sequence:string, source_timestamp:timestamp, event_id:string, "
     "fingerprint:bigint, transaction_id:string, partial:boolean, applied_at:timestamp>"
 )
+
+#: Metadata column of scd2 history tables: the newest event folded into the version.
+HISTORY_STRUCT = (
+    "struct<sequence:string, operation:string, event_id:string, fingerprint:bigint, "
+    "applied_at:timestamp>"
+)
+#: Validity columns of scd2 history tables, with their types: the version's sequence, the
+#: next version's (or the closing delete's) sequence, their source commit timestamps, and
+#: whether the version is the key's current one.
+VALIDITY: tuple[tuple[str, str], ...] = (
+    ("__START_AT", "string"),
+    ("__END_AT", "string"),
+    ("__START_TIMESTAMP", "timestamp"),
+    ("__END_TIMESTAMP", "timestamp"),
+    ("__CURRENT", "boolean"),
+)
+VALIDITY_COLUMNS: tuple[str, ...] = tuple(n for n, _ in VALIDITY)
 
 #: Table property: a replica's key columns, comma-separated.
 KEY_PROPERTY = "cdcflow.key-columns"
@@ -85,6 +104,20 @@ TOMBSTONE_FIELDS: Fields = (
     ("key", "string"),
     ("seq", "string"),
     ("deleted_at", "timestamp"),
+)
+
+HISTORY_LOG = "history_log"
+HISTORY_LOG_FIELDS: Fields = (
+    ("target", "string"),
+    ("key", "string"),
+    ("seq", "string"),
+    ("op", "string"),
+    ("partial", "boolean"),
+    ("image", "map<string,string>"),
+    ("ts", "timestamp"),
+    ("id", "string"),
+    ("fp", "bigint"),
+    ("logged_at", "timestamp"),
 )
 
 WATERMARKS = "watermarks"

@@ -22,6 +22,13 @@ from typing import TYPE_CHECKING
 from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
+from cdcflow.engine.history import (
+    create_history_columns,
+    history_merge_sql,
+    log_merge_sql,
+    touched_sql,
+    versions_sql,
+)
 from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.keys import match_keys
 from cdcflow.engine.meta import MARKERS, SEGMENT, BatchMeta, aggregate, with_batch_columns
@@ -35,6 +42,7 @@ from cdcflow.engine.stage import (
     create_replica_columns,
     expire_tombstones_sql,
     merge_sql,
+    release_checkpoint,
     tombstones_sql,
     truncate_sql,
     typed_text,
@@ -50,6 +58,9 @@ from cdcflow.iceberg.layouts import (
     DEAD_LETTERS,
     HELD,
     HISTORY_FIELDS,
+    HISTORY_LOG,
+    HISTORY_LOG_FIELDS,
+    HISTORY_STRUCT,
     KEY_PROPERTY,
     SEGMENT_FIELDS,
     SEGMENTS,
@@ -369,7 +380,7 @@ class BatchRunner:
         unnamed = [
             t
             for t, name, mode in pending
-            if mode == "merge"
+            if mode != "append"
             and meta.tables[t].positional_keys
             and not meta.tables[t].key_sets
             and not self.cfg.table(t).keys
@@ -392,6 +403,10 @@ class BatchRunner:
                     source_keys=self._source_keys(name),
                     matched_keys=matched.get(target),
                     soft_deletes=tcfg.deletes == "soft",
+                    except_columns=tcfg.except_columns,
+                    track_history=tcfg.track_history_columns,
+                    track_history_except=tcfg.track_history_except_columns,
+                    sequence_by=tcfg.sequence_by,
                 )
             )
         return plans
@@ -421,7 +436,10 @@ class BatchRunner:
         if not plan.exists:
             if plan.writes_rows:
                 props[KEY_PROPERTY] = ",".join(plan.keys)
-                cols = create_replica_columns(plan, CDC_STRUCT)
+                if plan.mode == "scd2":
+                    cols = create_history_columns(plan, HISTORY_STRUCT)
+                else:
+                    cols = create_replica_columns(plan, CDC_STRUCT)
                 self.catalog.create_table(spark, ns, name, cols, props)
             return
         if schema.add or schema.widen or props:
@@ -451,12 +469,12 @@ class BatchRunner:
             stage = BatchStage(spark, events, plans) if plans else None
             stats: dict[str, TableStats] = {}
             try:
-                if stage is not None and (stage.merge or stage.has_rules):
+                if stage is not None and (stage.keyed or stage.has_rules):
                     with clock.stage("validate"):
                         tombs = None
                         if stage.merge and self.catalog.exists(spark, self.internal, TOMBSTONES):
                             tombs = self.catalog.ident(self.internal, TOMBSTONES)
-                        if stage.merge:
+                        if stage.keyed:
                             stage.stage(tombs)
                         stats = stage.stats()
                     if any(s.rejected for s in stats.values()):
@@ -523,8 +541,13 @@ class BatchRunner:
         tables: list[tuple[TablePlan, Future[tuple[TableOutcome, float]]]] = []
         internal: list[Future[Written]] = []
         if stage is not None:
+            log: Future[Written] | None = None
+            if stage.winners_view is not None:
+                # submitted first, so it runs before the history tables that wait for it
+                log = pool.submit(self._history_log, spark, stage, batch_id)
+                internal.append(log)
             for plan in plans:
-                job = pool.submit(self._table, spark, plan, stage, stats, batch_id)
+                job = pool.submit(self._table, spark, plan, stage, stats, batch_id, log)
                 tables.append((plan, job))
             merged = {p.target for p in stage.merge}
             if any(s.deletes for t, s in stats.items() if t in merged):
@@ -559,13 +582,30 @@ class BatchRunner:
         stage: BatchStage,
         stats: dict[str, TableStats],
         batch_id: int,
+        log: Future[Written] | None = None,
     ) -> tuple[TableOutcome, float]:
-        """One table's statements, in order: a truncate, then the merge (or changelog)."""
+        """One table's statements, in order: a truncate, then the merge (or changelog); for
+        an scd2 table, its versions once the history log holds the batch (``log``)."""
         started = time.perf_counter()
         s = stats.get(plan.target, TableStats())
         rejected = sum((s.rejected or {}).values())
         ident = self.catalog.ident(self.namespace, plan.name)
         stale = 0
+        if plan.mode == "scd2":
+            if plan.keys is not None and s.live and log is not None:
+                log.result()
+                self._versions(spark, plan, stage, batch_id)
+            outcome = TableOutcome(
+                plan.name,
+                "scd2",
+                plan.meta.events,
+                s.duplicates,
+                s.conflicts,
+                0,
+                rejected,
+                time.perf_counter() - started,
+            )
+            return outcome, time.perf_counter()
         if plan.mode == "append":
             if plan.meta.events > rejected:
                 sql = changelog_sql(ident, stage.changelog_source(plan))
@@ -600,6 +640,33 @@ class BatchRunner:
             time.perf_counter() - started,
         )
         return outcome, time.perf_counter()
+
+    def _history_log(self, spark: SparkSession, stage: BatchStage, batch_id: int) -> Written:
+        """Record the batch's events of the scd2 tables (idempotent: a replay adds nothing)."""
+        self.catalog.ensure_table(
+            spark, self.internal, HISTORY_LOG, HISTORY_LOG_FIELDS, partitioned_by="target"
+        )
+        ident = self.catalog.ident(self.internal, HISTORY_LOG)
+        sql = log_merge_sql(ident, stage.history_log_source(), [p.name for p in stage.history])
+        return self.writer.run(spark, Statement(self.internal, HISTORY_LOG, "log", sql), batch_id)
+
+    def _versions(
+        self, spark: SparkSession, plan: TablePlan, stage: BatchStage, batch_id: int
+    ) -> Written:
+        """Recompute the versions of the keys the batch touched and make the history table
+        hold exactly them."""
+        assert stage.winners_view is not None
+        log = self.catalog.ident(self.internal, HISTORY_LOG)
+        touched = touched_sql(stage.winners_view, log, plan, plan.meta.ops.get("TRUNCATE", 0) > 0)
+        versions = spark.sql(versions_sql(log, touched, plan)).localCheckpoint(eager=True)
+        try:
+            ident = self.catalog.ident(self.namespace, plan.name)
+            sql = history_merge_sql(ident, plan, view(versions, "versions"), touched)
+            return self.writer.run(
+                spark, Statement(self.namespace, plan.name, "versions", sql), batch_id
+            )
+        finally:
+            release_checkpoint(versions)
 
     def _tombstones(
         self, spark: SparkSession, stage: BatchStage, batch_id: int, check: bool
