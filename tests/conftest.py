@@ -30,3 +30,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The scenario world (``tests/scenario_world.py``), run once for every scenario test."""
+    from tests.scenario_world import build
+
+    return build(spark, tmp_path_factory.mktemp("scenarios"))

@@ -93,3 +93,29 @@ def diff_table(
     missing = list((ce - ca).elements())
     unexpected = list((ca - ce).elements())
     return TableDiff(table, len(e), len(a), missing[:20], unexpected[:20])
+
+
+def history_shape(rows: Iterable[Mapping[str, Any]], key: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of a history table (with ``__START_AT``/``__END_AT``) in the oracle's form
+    (:func:`cdcflow.testing.oracle.history`): each version's ordinal among its key's
+    versions, and whether the next version, a delete or nothing ends it."""
+    from cdcflow.testing.oracle import ENDS, VERSION
+
+    by_key: dict[tuple, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by_key.setdefault(tuple(_norm(r[k]) for k in key), []).append(r)
+    out = []
+    for versions in by_key.values():
+        versions.sort(key=lambda r: r["__START_AT"])
+        for i, r in enumerate(versions):
+            following = versions[i + 1]["__START_AT"] if i + 1 < len(versions) else None
+            end = r["__END_AT"]
+            ends = None if end is None else "next" if end == following else "delete"
+            out.append(
+                {
+                    **{c: v for c, v in r.items() if not c.startswith("__")},
+                    VERSION: i,
+                    ENDS: ends,
+                }
+            )
+    return out

@@ -61,3 +61,64 @@ def apply(source: Workload | Iterable[Change], tables: dict[str, Any] | None = N
 def rows(table_result: dict[tuple, dict[str, Any]]) -> list[dict[str, Any]]:
     """A table's rows sorted by key."""
     return [table_result[k] for k in sorted(table_result, key=repr)]
+
+
+#: Extra fields of a version in :func:`history`: its ordinal among its key's versions, and
+#: what ends it (``next``: the key's next version; ``delete``: a delete, a truncate or a key
+#: change; ``None``: it is the current version).
+VERSION, ENDS = "__VERSION", "__ENDS"
+
+
+def history(
+    source: Workload, tracked: dict[str, Iterable[str]] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """The versions an ``scd2`` table must hold, per table: the changes applied in commit
+    order, a version per change that alters a tracked column (``tracked``: per table, the
+    columns whose changes open a version; default all), a delete, truncate or key change
+    closing the open version."""
+    defs = source.tables
+    open_: dict[str, dict[tuple, dict[str, Any]]] = {name: {} for name in defs}
+    done: dict[str, list[dict[str, Any]]] = {name: [] for name in defs}
+    counts: dict[str, dict[tuple, int]] = {name: {} for name in defs}
+
+    def close(table: str, kt: tuple, how: str | None) -> None:
+        version = open_[table].pop(kt)
+        done[table].append({**version, ENDS: how})
+
+    def write(table: str, kt: tuple, row: dict[str, Any]) -> None:
+        cols = tracked.get(table) if tracked else None
+        current = open_[table].get(kt)
+        if current is not None:
+            watch = list(cols) if cols is not None else [c for c in row if c not in (VERSION,)]
+            if all(current.get(c) == row.get(c) for c in watch):
+                current.update(row)  # an untracked change: the version changes in place
+                return
+            close(table, kt, "next")
+        n = counts[table].get(kt, 0)
+        counts[table][kt] = n + 1
+        open_[table][kt] = {**row, VERSION: n}
+
+    for ch in source.changes():
+        d = defs[ch.table]
+        if ch.kind in ("insert", "update"):
+            assert ch.after is not None
+            new = tuple(ch.key[k] for k in d.key)
+            if ch.kind == "update":
+                assert ch.before is not None
+                old = tuple(ch.before[k] for k in d.key)
+                if old != new:
+                    close(ch.table, old, "delete")
+            write(ch.table, new, dict(ch.after))
+        elif ch.kind == "delete":
+            close(ch.table, tuple(ch.key[k] for k in d.key), "delete")
+        elif ch.kind == "truncate":
+            for kt in list(open_[ch.table]):
+                close(ch.table, kt, "delete")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in defs:
+        cols = list(defs[name].columns)
+        versions = done[name] + [{**v, ENDS: None} for v in open_[name].values()]
+        out[name] = [
+            {**{c: v.get(c) for c in cols}, VERSION: v[VERSION], ENDS: v[ENDS]} for v in versions
+        ]
+    return out
