@@ -23,6 +23,29 @@ HISTORY_TABLES = (
 )
 
 
+def databricks_example(table: str) -> list[dict[str, Any]]:
+    """The change feed of the example, in its order: events carry ``operation`` and
+    ``sequenceNum`` as columns, and their commit positions say nothing (all 1)."""
+    feed = [
+        (124, "Raul", "Oaxaca", "INSERT", 1),
+        (123, "Isabel", "Monterrey", "INSERT", 1),
+        (125, "Mercedes", "Tijuana", "INSERT", 2),
+        (126, "Lily", "Cancun", "INSERT", 2),
+        (123, None, None, "DELETE", 6),
+        (125, "Mercedes", "Guadalajara", "UPDATE", 6),
+        (125, "Mercedes", "Mexicali", "UPDATE", 5),
+        (123, "Isabel", "Chihuahua", "UPDATE", 5),
+    ]
+    out = []
+    for uid, name, city, op, n in feed:
+        image = {"userId": uid, "name": name, "city": city, "operation": op, "sequenceNum": n}
+        if op == "DELETE":
+            out.append(ev("DELETE", table, 1, before=image))
+        else:
+            out.append(ev(op, table, 1, after=image))
+    return out
+
+
 def snapshot(spark: Any, cfg: Any, table: str) -> list[dict[str, Any]]:
     """A history table's rows without ``_cdc`` (its ``applied_at`` moves with every write)."""
     return [{k: v for k, v in r.items() if k != "_cdc"} for r in rows(spark, cfg, table)]
@@ -49,6 +72,16 @@ def build(spark: Any, root: Path) -> dict[str, Any]:
     tables: dict[str, Any] = {"s3_soft": {"deletes": "soft"}}
     tables.update({t: {"mode": "scd2", "keys": ["id"]} for t in HISTORY_TABLES})
     tables["h7_tracked"] = {**tables["h7_tracked"], "track_history_columns": ["name"]}
+    # the SCD type 2 example of Databricks' AUTO CDC documentation, and its variant without
+    # history of city
+    dbx = {
+        "mode": "scd2",
+        "keys": ["userId"],
+        "sequence_by": "sequenceNum",
+        "except_columns": ["operation", "sequenceNum"],
+    }
+    tables["dbx_users"] = dbx
+    tables["dbx_users_city"] = {**dbx, "track_history_except_columns": ["city"]}
     cfg = config(root, "scen", keys=KEYS, tables=tables)
     landing = root / "landing"
     run1 = [
@@ -145,7 +178,7 @@ def build(spark: Any, root: Path) -> dict[str, Any]:
             ev("UPDATE", "h8_schema", 20, after={"id": 1, "v": "b", "extra": 7}),
         ]
     ]
-    run1 = [*run1, *history1]
+    run1 = [*run1, *history1, databricks_example("dbx_users"), databricks_example("dbx_users_city")]
     run1_files = [land(landing, m) for m in run1]
     # 8: bad input beside good input in one file
     bad = (
@@ -178,7 +211,7 @@ def build(spark: Any, root: Path) -> dict[str, Any]:
     for m in history2:
         land(landing, m)
     reports2 = run(spark, cfg)
-    history = {t: snapshot(spark, cfg, t) for t in HISTORY_TABLES}
+    history = {t: snapshot(spark, cfg, t) for t in (*HISTORY_TABLES, "dbx_users", "dbx_users_city")}
     before3 = {
         t: rows(spark, cfg, t)
         for t in (
