@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.compare import diff_table, history_shape, read_replica
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.workload import generate
@@ -51,10 +51,21 @@ def _run(
     return proc.wait(timeout=600), lines
 
 
-def _check(spark: Any, w: Any, namespace: str) -> None:
+def _check(spark: Any, w: Any, namespace: str, histories: tuple[str, ...] = ()) -> None:
+    """Replicas (and the ``histories``, scd2 tables) equal the oracle's; every batch is in the
+    batch history once."""
     expected = oracle.apply(w)
+    versions = oracle.history(w)
     for name, table in w.tables.items():
         cols = list(table.columns)
+        if name in histories:
+            got = history_shape(
+                read_replica(spark, f"cdc.{namespace}.{name}", [*cols, "__START_AT", "__END_AT"]),
+                table.key,
+            )
+            d = diff_table(name, versions[name], got, [*cols, oracle.VERSION, oracle.ENDS])
+            assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+            continue
         actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
         d = diff_table(name, list(expected[name].values()), actual, cols)
         assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
@@ -67,20 +78,28 @@ def _check(spark: Any, w: Any, namespace: str) -> None:
 
 def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_path: Path) -> None:
     """The process dies right after one commit of a batch (merge, tombstones, dead letters,
-    history), at a later batch on each rerun; the final rerun converges to the oracle and the
-    dead letters are not doubled."""
+    batch history, an scd2 table's history log, then its versions), at a later batch on each
+    rerun; the final rerun converges to the oracle and the dead letters are not doubled."""
     w = generate(7, tables=3, transactions=60)
     res = render_to_landing(w, tmp_path / "landing", seed=7, files=6, duplicates=0.2)
     for f in res.files:  # one bad message per file, so every batch writes dead letters
         f.write_bytes(f.read_bytes() + b"this line is not json\n")
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
-    config = _config(tmp_path, warehouse, res.options, namespace="crash_steps")
-    for batch, step in enumerate(("merge", "tombstones", "dead_letters", "history"), start=1):
-        rc, lines = _run(config, None, crash_after=f"{step}@{batch}")
+    history = sorted(w.tables)[0]
+    config = _config(
+        tmp_path,
+        warehouse,
+        res.options,
+        namespace="crash_steps",
+        tables={history: {"mode": "scd2"}},
+    )
+    steps = ("merge@1", "tombstones@2", "dead_letters@3", "history@4", "log@5", "versions@5")
+    for step in steps:
+        rc, lines = _run(config, None, crash_after=step)
         assert rc == 137, (step, lines)
     rc, lines = _run(config, None)
     assert rc == 3, lines  # completed, with dead letters (the bad lines)
-    _check(spark, w, "crash_steps")
+    _check(spark, w, "crash_steps", (history,))
     dead = spark.sql(
         "SELECT origin, count(*) AS n FROM cdc.crash_steps__cdcflow.dead_letters GROUP BY origin"
     ).collect()
