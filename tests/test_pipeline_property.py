@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.config import TableConfig
 from cdcflow.demo import demo_config
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.testing import oracle
@@ -80,14 +79,8 @@ def test_histories_equal_the_oracle(spark: Any, seed: int, runs: int, overlap: b
         start = max(0, lo - 5) if overlap and i else lo
         res = render(w, root / "landing" / dialect, seed=seed + i, transactions=slice(start, hi))
         if cfg is None:
-            cfg = demo_config(root, dialect, res.options)
-            cfg = cfg.model_copy(
-                update={
-                    "namespace": f"prop{next(_n)}",
-                    "pipeline": f"hist{seed}",
-                    "tables": {"default": TableConfig(mode="scd2")},
-                }
-            )
+            cfg = demo_config(root, dialect, res.options, {"default": {"mode": "scd2"}})
+            cfg = cfg.model_copy(update={"namespace": f"prop{next(_n)}", "pipeline": f"hist{seed}"})
         Pipeline(cfg, spark).run()
     assert cfg is not None
     for name, table in w.tables.items():

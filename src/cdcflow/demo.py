@@ -2,21 +2,28 @@
 
 For every dialect with a renderer: render a generated workload into a landing zone with
 delivery faults, run the pipeline on the first part, then run it again on the rest plus a
-redelivered overlap, and compare every replica with the oracle.
+redelivered overlap, and compare every replica with the oracle (one table of the unified
+format is kept as an scd2 history and compared with the oracle's history).
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from cdcflow.config import PipelineConfig, load_config
 
+#: The demo keeps this table of the unified format's workload as an scd2 history.
+HISTORY_DEMO = ("savegress", "orders")
 
-def demo_config(workdir: Path, dialect: str, options: Any) -> PipelineConfig:
-    """The configuration the demo writes for one dialect's landing zone."""
+
+def demo_config(
+    workdir: Path, dialect: str, options: Any, tables: Mapping[str, Any] | None = None
+) -> PipelineConfig:
+    """The configuration the demo writes for one dialect's landing zone (``tables``: the
+    ``tables:`` section)."""
     keys = {t: list(k) for t, k in options.table_keys.items()}
     types = {t: dict(c) for t, c in options.column_types.items()}
     extra = dict(options.extra)
@@ -37,6 +44,7 @@ def demo_config(workdir: Path, dialect: str, options: Any) -> PipelineConfig:
                     "options": extra,
                 }
             ],
+            "tables": dict(tables or {}),
         },
         "(demo)",
     )
@@ -50,7 +58,7 @@ def run_demo(
     from cdcflow.pipeline.report import format_report
     from cdcflow.spark.session import build_session
     from cdcflow.testing import oracle
-    from cdcflow.testing.compare import diff_table, read_replica
+    from cdcflow.testing.compare import diff_table, history_shape, read_replica
     from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
     from cdcflow.testing.workload import generate
 
@@ -76,7 +84,9 @@ def run_demo(
         overlap = int(len(workload.transactions) * 0.4)
         landing = workdir / "landing" / dialect
         first = render(workload, landing, seed=seed, transactions=slice(0, split))
-        cfg = demo_config(workdir, dialect, first.options)
+        history = HISTORY_DEMO[1] if dialect == HISTORY_DEMO[0] else None
+        tables = {history: {"mode": "scd2"}} if history else {}
+        cfg = demo_config(workdir, dialect, first.options, tables)
         if spark is None:
             spark = build_session(spark_settings(cfg))
         pipe = Pipeline(cfg, spark)
@@ -97,11 +107,19 @@ def run_demo(
         for name, table in sorted(workload.tables.items()):
             cols = [*table.key, *[c for c in table.columns if c not in table.key]]
             ident = f"cdc.{cfg.namespace}.{name}"
-            actual = read_replica(spark, ident, cols)
-            rows = list(expected.get(name, {}).values())
-            d = diff_table(name, rows, actual, cols)
-            mark = "equals the oracle" if d.equal else "DIFFERS from the oracle"
-            echo(f"  {name:<12} {d.actual:>6} rows  {mark}")
+            if name == history:
+                validity = ["__START_AT", "__END_AT"]
+                actual = history_shape(read_replica(spark, ident, [*cols, *validity]), table.key)
+                shape = [*cols, oracle.VERSION, oracle.ENDS]
+                d = diff_table(name, oracle.history(workload)[name], actual, shape)
+                mark = "equals the oracle's history" if d.equal else "DIFFERS from the oracle"
+                echo(f"  {name:<12} {d.actual:>6} versions (scd2)  {mark}")
+            else:
+                actual = read_replica(spark, ident, cols)
+                rows = list(expected.get(name, {}).values())
+                d = diff_table(name, rows, actual, cols)
+                mark = "equals the oracle" if d.equal else "DIFFERS from the oracle"
+                echo(f"  {name:<12} {d.actual:>6} rows  {mark}")
             if not d.equal:
                 all_ok = False
                 for row in d.missing[:3]:
