@@ -62,3 +62,20 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
     bad.write_text("sources: [")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config_file(bad)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"track_history_columns": ["a"]}, "need mode scd2"),
+        (
+            {"mode": "scd2", "track_history_columns": ["a"], "track_history_except_columns": ["b"]},
+            "not both",
+        ),
+        ({"mode": "scd2", "deletes": "soft"}, "deletes: soft is for merge tables"),
+        ({"mode": "history"}, "'merge', 'append' or 'scd2'"),
+    ],
+)
+def test_history_settings_are_checked(table: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config({"sources": [{"name": "s", "path": "x"}], "tables": {"t": table}})

@@ -222,3 +222,40 @@ def test_columns_keep_the_producers_order_not_the_alphabets() -> None:
         "t", "t", "merge", meta({"UPDATE": 1}, {"beta": {"int"}, "id": {"bigint"}}), state
     )
     assert list(later.schema.types) == ["zeta", "id", "alpha", "beta"]
+
+
+def test_scd2_plans_track_the_chosen_columns_and_keep_what_a_truncate_precedes() -> None:
+    seen = {"id": {"bigint"}, "name": {"string"}, "city": {"string"}, "note": {"string"}}
+    m = meta({"UPDATE": 2, "TRUNCATE": 1}, seen, truncate="p05!")
+    every = decide("u", "u", "scd2", m, None, configured_keys=["id"])
+    assert every.mode == "scd2" and every.keyed and every.tracked is None
+    # history keeps what came before a TRUNCATE: nothing is dropped under a watermark
+    assert every.watermark == "" and every.truncate is None
+    but_city = decide(
+        "u", "u", "scd2", m, None, configured_keys=["id"], track_history_except=["city"]
+    )
+    assert but_city.tracked == ("name", "note")
+    only_name = decide("u", "u", "scd2", m, None, configured_keys=["id"], track_history=["name"])
+    assert only_name.tracked == ("name",)
+    # the validity columns of an existing history table are not data columns
+    state = TableState(
+        {"id": "bigint", "name": "string", "__START_AT": "string", "__CURRENT": "boolean"}, {}
+    )
+    existing = decide("u", "u", "scd2", m, state, configured_keys=["id"])
+    assert set(existing.schema.add) == {"city", "note"}
+
+
+def test_except_columns_are_not_written_but_an_ordering_column_keeps_its_type() -> None:
+    seen = {"id": {"bigint"}, "v": {"string"}, "op": {"string"}, "n": {"int"}}
+    plan = decide(
+        "t",
+        "t",
+        "merge",
+        meta({"INSERT": 1}, seen),
+        None,
+        configured_keys=["id"],
+        except_columns=["op", "n", "id"],
+        sequence_by="n",
+    )
+    assert plan.schema.types == {"id": "bigint", "v": "string"}  # a key is always written
+    assert (plan.sequence_by, plan.sequence_type) == ("n", "int")

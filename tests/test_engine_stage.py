@@ -153,3 +153,25 @@ def test_positional_key_values_name_the_key(spark: Any) -> None:
         ],
     )
     assert staged[("7",)]["_op"] == "DELETE"
+
+
+def test_sequence_by_values_encode_like_sequences(spark: Any) -> None:
+    """``sequence_by`` columns are ordered by the same encoding the dialects use, computed in
+    SQL: integers of any sign, timestamps (microseconds), dates (days) and text (escaped)."""
+    from cdcflow.engine.stage import encoded_sql
+    from cdcflow.spark.sql import lit
+
+    cases = [
+        ("bigint", "0", encode([0])),
+        ("bigint", "42", encode([42])),
+        ("bigint", "-1250", encode([-1250])),
+        ("int", "7", encode([7])),
+        ("timestamp", "1970-01-01T00:00:01.5Z", encode([1_500_000])),
+        ("date", "1970-01-11", encode([10])),
+        ("string", 'a"b!c', encode(['a"b!c'])),
+        ("string", "", encode([""])),
+    ]
+    exprs = ", ".join(f"{encoded_sql(lit(v), t)} AS c{i}" for i, (t, v, _) in enumerate(cases))
+    got = spark.sql(f"SELECT {exprs}").collect()[0]
+    assert [got[f"c{i}"] for i in range(len(cases))] == [e for _, _, e in cases]
+    assert encoded_sql("'1.5'", "double") is None
