@@ -329,8 +329,9 @@ def _failure(error: BaseException) -> str:
     ):
         return "timeout"
     cause: object = error
-    if isinstance(error.__cause__, OSError):
-        cause = error.__cause__
+    # the socket's own error: raised from (urllib3 2) or during (1.26) the wrapping one
+    if isinstance(error.__cause__ or error.__context__, OSError):
+        cause = error.__cause__ or error.__context__
     elif isinstance(error, ProtocolError) and len(error.args) == 2:
         cause = error.args[1]
     return f"connection: {cause}"
@@ -368,7 +369,12 @@ def post(
         error: Exception | None = None
         try:
             response = http.request(
-                "POST", url, body=body, headers=_headers(body, event_id, secret), timeout=limits
+                "POST",
+                url,
+                body=body,
+                headers=_headers(body, event_id, secret),
+                timeout=limits,
+                redirect=False,
             )
         except (TransportError, OSError) as e:
             error, status, reason = e, None, _failure(e)
