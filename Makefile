@@ -6,12 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-fast fuzz bench lint proto clean
 
-$(STAMP): pyproject.toml
+# pyproject.toml declares ranges; constraints.txt pins the exact versions installed here and in CI.
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	@command -v java >/dev/null || { echo "error: java not found: install a Java 17 runtime (e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[spark,dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[spark,dev]'
 	@touch $(STAMP)
 
 setup: $(STAMP)
