@@ -303,21 +303,15 @@ def retry_policy(max_attempts: int, backoff: float) -> WebhookRetry:
     errors, 429 and 5xx are retried, any other answer is final."""
     return WebhookRetry(
         total=max_attempts - 1,
-        connect=None,
-        read=None,
-        redirect=0,
-        status=None,
         allowed_methods=frozenset({"POST"}),
         status_forcelist=RETRY_STATUSES,
         backoff_factor=backoff,
-        raise_on_status=False,
-        respect_retry_after_header=True,
     )
 
 
-def connection_pool(concurrency: int = 1) -> urllib3.PoolManager:
-    """Kept-alive connections for one task's requests (redirects are never followed)."""
-    return urllib3.PoolManager(maxsize=concurrency, retries=False)
+def connection_pool() -> urllib3.PoolManager:
+    """A kept-alive connection per endpoint for one task's requests, which go one at a time."""
+    return urllib3.PoolManager(maxsize=1, retries=False)
 
 
 def _failure(error: BaseException) -> str:
