@@ -4,14 +4,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast fuzz bench lint proto clean
+.PHONY: setup demo test test-fast fuzz bench lint proto check-install clean
 
-$(STAMP): pyproject.toml
+# pyproject.toml declares ranges; constraints.txt pins the exact versions installed here and in CI.
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	@command -v java >/dev/null || { echo "error: java not found: install a Java 17 runtime (e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[spark,dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[spark,dev]'
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -33,13 +34,22 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff format --check src tests bench tools
 	$(VENV)/bin/mypy -p cdcflow
 
 # Regenerates src/cdcflow/proto/savegress_pb2.py from the .proto with the pinned grpcio-tools.
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/cdcflow/proto/savegress.proto
+
+# Installs cdcflow (with the spark extra) into a throwaway venv that already has another PySpark 3.5
+# patch release and another pyarrow than constraints.txt, as a user's stack would, and fails if pip
+# replaces either. Downloads PySpark once (about 320 MB, then from pip's cache); not part of `test`.
+CHECK_PYSPARK ?= 3.5.1
+CHECK_PYARROW ?= 18.1.0
+check-install:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
+	$(PYTHON) tools/check_install.py --python $(PYTHON) --pyspark $(CHECK_PYSPARK) --pyarrow $(CHECK_PYARROW) .
 
 clean:
 	rm -rf $(VENV) warehouse checkpoints .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
+import itertools
 import random
 import re
 import threading
@@ -15,16 +17,23 @@ from typing import Any
 
 import orjson
 import pytest
+import urllib3
+from pydantic import SecretStr
 
 from cdcflow.config import load_config
 from cdcflow.errors import ConfigError
 from cdcflow.outputs.stream import (
-    Secret,
+    MAX_BACKOFF,
+    MAX_RETRY_AFTER,
+    Delivery,
     backoff_delay,
+    connection_pool,
     dumps,
     envelope,
+    load_secret,
     post,
     render_unified,
+    retry_policy,
 )
 from cdcflow.signing import verify
 from tests.conftest_shared import shared_path
@@ -32,30 +41,48 @@ from tests.conftest_shared import shared_path
 SECRET = "s3cret-value"
 
 
-class Server:
-    """A loopback HTTP server answering from a script of statuses (then 200)."""
+Step = int | tuple[int, dict[str, str]] | tuple[int, dict[str, str], float]
 
-    def __init__(self, script: list[int | tuple[int, dict[str, str]]] | None = None) -> None:
+
+class Server:
+    """A loopback HTTP server answering from a script of steps (then 200): a status, or a
+    status with headers, and optionally seconds to wait before answering. Records each
+    request and the time it arrived."""
+
+    def __init__(self, script: list[Step] | None = None) -> None:
         self.script = list(script or [])
         self.requests: list[tuple[Any, bytes]] = []
+        self.arrived: list[float] = []
+        self.ports: list[int] = []
         self.fail_all: int | None = None
         lock = threading.Lock()
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real receivers
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with lock:
+                    owner.arrived.append(time.monotonic())
+                    owner.ports.append(self.client_address[1])
                     owner.requests.append((self.headers, body))
                     step: Any = owner.script.pop(0) if owner.script else 200
                     if owner.fail_all is not None:
                         step = owner.fail_all
-                code, headers = step if isinstance(step, tuple) else (step, {})
-                self.send_response(code)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                if not isinstance(step, tuple):
+                    step = (step, {})
+                code, headers = step[0], step[1]
+                if len(step) > 2:
+                    time.sleep(step[2])
+                try:
+                    self.send_response(code)
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # the client timed out and closed the connection
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -163,74 +190,156 @@ def test_unreadable_value_kept_as_text() -> None:
 # --------------------------------------------------------------------------- delivery
 
 
-def _post(url: str, sleeps: list[float], attempts: int = 4) -> Any:
+def _post(url: str, attempts: int = 4, backoff: float = 0.01, timeout: float = 2) -> Any:
     return post(
         url,
         b'{"id":"evt-1"}',
         "evt-1",
-        Secret(SECRET),
+        SecretStr(SECRET),
         max_attempts=attempts,
-        timeout=2,
-        backoff=0.01,
-        sleep=sleeps.append,
+        timeout=timeout,
+        backoff=backoff,
     )
 
 
+def _gaps(srv: Server) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(srv.arrived)]
+
+
 def test_retry_5xx_then_ok_and_signature(server: Callable[..., Server]) -> None:
-    srv = server([500, 503, 200])
-    sleeps: list[float] = []
-    result = _post(srv.url, sleeps)
-    assert result.ok and result.attempts == 3
-    assert len(sleeps) == 2 and all(0 < s <= 0.1 for s in sleeps)
+    srv = server([500, 503, 502, 200])
+    result = _post(srv.url)
+    assert result == Delivery(True, 200, "ok", 4)
+    assert len(srv.requests) == 4
     for headers, body in srv.requests:
         assert body == b'{"id":"evt-1"}'
         assert headers["X-Savegress-Event-ID"] == "evt-1"
         assert verify(body, headers["X-Savegress-Signature"], SECRET)
         assert not verify(body, headers["X-Savegress-Signature"], "other")
-        assert headers["X-Savegress-Timestamp"].isdigit()
+        assert abs(int(headers["X-Savegress-Timestamp"]) - time.time()) < 60
+        assert headers["Content-Type"] == "application/json"
 
 
-def test_429_honours_retry_after(server: Callable[..., Server]) -> None:
-    srv = server([(429, {"Retry-After": "2"}), 200])
-    sleeps: list[float] = []
-    result = _post(srv.url, sleeps)
-    assert result.ok and sleeps == [2.0]
+def test_backoff_waits_from_the_first_retry(server: Callable[..., Server]) -> None:
+    """``backoff × 2^(retry−1)`` × 0.5..1.5: the first retry waits too (urllib3's own
+    formula would not) and the second waits longer."""
+    srv = server([500, 500, 200])
+    assert _post(srv.url, backoff=0.2).ok
+    first, second = _gaps(srv)
+    assert first >= 0.1 and second >= 0.2
+    assert first < 1.5 and second < 2.0
+
+
+def test_backoff_grows_with_jitter_and_a_cap() -> None:
+    assert backoff_delay(1, 1.0, rng=lambda: 0.0) == 0.5
+    assert backoff_delay(3, 1.0, rng=lambda: 1.0) == 6.0
+    assert backoff_delay(20, 1.0, rng=lambda: 1.0) == MAX_BACKOFF
+    assert backoff_delay(2, 1.0, cap=1.5, rng=lambda: 0.5) == 1.5
+
+
+def test_429_honours_retry_after_seconds(server: Callable[..., Server]) -> None:
+    srv = server([(429, {"Retry-After": "1"}), 200])
+    assert _post(srv.url) == Delivery(True, 200, "ok", 2)
+    [gap] = _gaps(srv)
+    assert 0.95 <= gap < 3
+
+
+def test_503_honours_retry_after_http_date(server: Callable[..., Server]) -> None:
+    when = email.utils.formatdate(time.time() + 2, usegmt=True)
+    srv = server([(503, {"Retry-After": when}), 200])
+    assert _post(srv.url).ok
+    [gap] = _gaps(srv)
+    assert 0.9 <= gap < 4  # the date has whole seconds: one to two seconds from now
+
+
+def test_retry_after_only_on_429_and_503_and_unreadable_is_ignored(
+    server: Callable[..., Server],
+) -> None:
+    srv = server([(500, {"Retry-After": "5"}), (429, {"Retry-After": "soon"}), 200])
+    assert _post(srv.url) == Delivery(True, 200, "ok", 3)
+    assert all(gap < 1 for gap in _gaps(srv))
+
+
+def test_retry_after_is_capped() -> None:
+    policy = retry_policy(3, 0.5)
+    answer = urllib3.HTTPResponse(status=429, headers={"Retry-After": "86400"})
+    assert policy.get_retry_after(answer) == MAX_RETRY_AFTER
+    assert policy.get_retry_after(urllib3.HTTPResponse(status=429)) is None
 
 
 def test_400_not_retried(server: Callable[..., Server]) -> None:
     srv = server([400, 200])
-    sleeps: list[float] = []
-    result = _post(srv.url, sleeps)
-    assert not result.ok and result.status == 400 and result.attempts == 1
-    assert sleeps == [] and len(srv.requests) == 1
+    result = _post(srv.url)
+    assert result == Delivery(False, 400, "HTTP 400", 1)
+    assert len(srv.requests) == 1
+
+
+def test_redirect_is_final_not_followed(server: Callable[..., Server]) -> None:
+    """A redirected POST would arrive without its body (or not at all): never delivered."""
+    srv = server([(302, {"Location": "/elsewhere"}), 200])
+    assert _post(srv.url) == Delivery(False, 302, "HTTP 302", 1)
+    assert len(srv.requests) == 1
 
 
 def test_failure_after_max_attempts(server: Callable[..., Server]) -> None:
     srv = server([500] * 10)
-    sleeps: list[float] = []
-    result = _post(srv.url, sleeps, attempts=3)
-    assert not result.ok and result.status == 500 and result.attempts == 3
-    assert len(srv.requests) == 3 and len(sleeps) == 2
+    result = _post(srv.url, attempts=3)
+    assert result == Delivery(False, 500, "HTTP 500", 3)
+    assert len(srv.requests) == 3
+
+
+def test_timeout_is_retried(server: Callable[..., Server]) -> None:
+    srv = server([(200, {}, 1.0), 200])
+    assert _post(srv.url, timeout=0.3) == Delivery(True, 200, "ok", 2)
+    srv = server([(200, {}, 1.0), 200])
+    assert _post(srv.url, attempts=1, timeout=0.3) == Delivery(False, None, "timeout", 1)
 
 
 def test_connection_refused_is_retried() -> None:
     srv = Server()
     url = srv.url
     srv.close()
-    sleeps: list[float] = []
-    result = _post(url, sleeps, attempts=2)
-    assert not result.ok and result.status is None and "connection" in result.reason
-    assert len(sleeps) == 1
+    started = time.monotonic()
+    result = _post(url, attempts=2, backoff=0.2)
+    assert not result.ok and result.status is None and result.attempts == 2
+    assert result.reason == "connection: [Errno 111] Connection refused"
+    assert time.monotonic() - started >= 0.1  # one backoff between the two attempts
 
 
-def test_backoff_grows_with_jitter() -> None:
-    assert backoff_delay(1, 1.0, lambda: 0.0) == 0.5
-    assert backoff_delay(3, 1.0, lambda: 1.0) == 6.0
-    assert backoff_delay(20, 1.0, lambda: 1.0) == 30.0
+def test_one_pool_keeps_the_connection(server: Callable[..., Server]) -> None:
+    srv = server([200, 200])
+    with connection_pool() as pool:
+        for _ in range(2):
+            delivery = post(
+                srv.url, b"{}", "e", None, max_attempts=1, timeout=2, backoff=0, pool=pool
+            )
+            assert delivery.ok
+    assert len(set(srv.ports)) == 1  # both requests on one connection
+    headers = [h for h, _ in srv.requests]
+    assert all("X-Savegress-Signature" not in h for h in headers)  # unsigned: the id only
+    assert [h["X-Savegress-Event-ID"] for h in headers] == ["e", "e"]
 
 
-def test_secret_never_in_repr() -> None:
-    assert SECRET not in repr(Secret(SECRET)) and SECRET not in str(Secret(SECRET))
+def test_secret_never_in_repr_or_reasons(
+    server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CDCFLOW_TEST_SECRET", SECRET)
+    cfg = _cfg(
+        [
+            {
+                "type": "webhook",
+                "name": "hook",
+                "url": "http://h/x",
+                "secret_env": "CDCFLOW_TEST_SECRET",
+            }
+        ]
+    )
+    secret = load_secret(cfg.outputs[0])
+    assert secret is not None and secret.get_secret_value() == SECRET
+    assert SECRET not in repr(secret) and SECRET not in str(secret)
+    srv = server([500, 500])
+    result = post(srv.url, b"{}", "e", secret, max_attempts=2, timeout=2, backoff=0.01)
+    assert SECRET not in repr(result)
 
 
 # --------------------------------------------------------------------------- flaky receiver
@@ -349,7 +458,7 @@ def test_outbound_against_randomly_failing_receiver() -> None:
                 srv.url,
                 body,
                 eid,
-                Secret(SECRET),
+                SecretStr(SECRET),
                 max_attempts=12,
                 timeout=CLIENT_TIMEOUT,
                 backoff=0.001,

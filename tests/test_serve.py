@@ -22,6 +22,10 @@ from typing import Any
 
 import orjson
 import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
 from cdcflow import signing
 from cdcflow.decode.decoder import Decoder
@@ -113,6 +117,24 @@ class Running:
     def rejected(self, sub: str) -> list[Path]:
         d = self.landing / "_rejected" / sub
         return sorted(d.iterdir()) if d.exists() else []
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def metrics(running: Running) -> Samples:
+    """``GET /metrics`` parsed: value by (sample name, labels)."""
+    status, headers, payload = running.request("GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(payload.decode())
+        for s in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
 
 
 def start(cfg: dict[str, Any], base: Path) -> tuple[ReceiverServer, threading.Thread]:
@@ -413,12 +435,13 @@ def test_replayed_event_id_is_a_duplicate_and_lands_once(running: Running, tmp_p
         other = Running(again, running.landing, again.server_address[1])
         assert other.post("/events", body, signed(body, "evt-5"))[1]["status"] == "duplicate"
         assert len(other.landed("savegress")) == 1
+        assert sample(metrics(other), "cdcflow_serve_duplicates_total", endpoint="/events") == 1
     finally:
         again.shutdown()
         again.server_close()
         thread.join(5)
-    _, _, metrics = running.request("GET", "/metrics")
-    assert b'cdcflow_serve_duplicates_total{endpoint="/events"} 2' in metrics
+    # each receiver counts its own: the restarted one answered one duplicate
+    assert sample(metrics(running), "cdcflow_serve_duplicates_total", endpoint="/events") == 2
 
 
 def test_bearer_token(running: Running) -> None:
@@ -537,6 +560,7 @@ def test_in_flight_limit_answers_503_with_retry_after(tmp_path: Path, secrets_en
     try:
         first.start()
         assert entered.wait(5)
+        assert sample(metrics(r), "cdcflow_serve_in_flight") == 1
         status, headers, payload = r.request("POST", "/crdb", crdb_body(1), {})
         assert status == 503 and headers["retry-after"] == "7"
         assert orjson.loads(payload)["code"] == "OVERLOADED"
@@ -545,6 +569,11 @@ def test_in_flight_limit_answers_503_with_retry_after(tmp_path: Path, secrets_en
         assert results == [200]
         assert r.post("/crdb", crdb_body(1))[0] == 200
         assert len(r.landed("crdb")) == 2
+        got = metrics(r)
+        assert sample(got, "cdcflow_serve_in_flight") == 0
+        assert (
+            sample(got, "cdcflow_serve_rejects_total", endpoint="/crdb", reason="OVERLOADED") == 1
+        )
     finally:
         gate.set()
         server.shutdown()
@@ -616,17 +645,47 @@ def test_health_and_metrics(running: Running) -> None:
     assert status == 200 and orjson.loads(payload)["status"] == "ok"
     running.post("/crdb", crdb_body(2))
     running.post("/crdb", crdb_body(2, length=9))
-    status, headers, payload = running.request("GET", "/metrics")
-    text = payload.decode()
-    assert status == 200 and headers["content-type"].startswith("text/plain")
-    assert 'cdcflow_serve_requests_total{endpoint="/crdb",status="200"} 1' in text
-    assert 'cdcflow_serve_events_total{endpoint="/crdb"} 2' in text
-    assert f'cdcflow_serve_bytes_total{{endpoint="/crdb"}} {len(crdb_body(2))}' in text
-    assert 'cdcflow_serve_rejects_total{endpoint="/crdb",reason="LENGTH_MISMATCH"} 1' in text
-    assert 'cdcflow_serve_request_seconds_count{endpoint="/crdb"} 2' in text
+    got = metrics(running)
+    assert sample(got, "cdcflow_serve_requests_total", endpoint="/crdb", status="200") == 1
+    assert sample(got, "cdcflow_serve_requests_total", endpoint="/crdb", status="400") == 1
+    assert sample(got, "cdcflow_serve_events_total", endpoint="/crdb") == 2
+    assert sample(got, "cdcflow_serve_files_total", endpoint="/crdb") == 1
+    assert sample(got, "cdcflow_serve_bytes_total", endpoint="/crdb") == len(crdb_body(2))
+    assert (
+        sample(got, "cdcflow_serve_rejects_total", endpoint="/crdb", reason="LENGTH_MISMATCH") == 1
+    )
+    assert sample(got, "cdcflow_serve_in_flight") == 0
+    assert sample(got, "cdcflow_serve_request_seconds_count", endpoint="/crdb") == 2
+    buckets = {
+        dict(labels)["le"]: value
+        for (name, labels), value in got.items()
+        if name == "cdcflow_serve_request_seconds_bucket"
+    }
+    assert buckets["+Inf"] == 2 and "0.001" in buckets and "10.0" in buckets
     assert running.request("GET", "/nope")[0] == 404
     assert running.post("/nope", b"{}")[0] == 404
     assert running.request("PUT", "/crdb", b"{}")[0] == 405
+    got = metrics(running)
+    assert sample(got, "cdcflow_serve_requests_total", endpoint="-", status="404") == 1
+    assert sample(got, "cdcflow_serve_rejects_total", endpoint="-", reason="NOT_FOUND") == 1
+
+
+def test_metrics_in_openmetrics_when_asked(running: Running) -> None:
+    running.post("/crdb", crdb_body(1))
+    status, headers, payload = running.request(
+        "GET", "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    assert status == 200 and headers["content-type"].startswith("application/openmetrics-text")
+    assert payload.endswith(b"# EOF\n")
+    families = {f.name: f for f in openmetrics_families(payload.decode())}
+    assert families["cdcflow_serve_requests"].type == "counter"
+    assert families["cdcflow_serve_request_seconds"].type == "histogram"
+    [total] = [
+        s.value
+        for s in families["cdcflow_serve_files"].samples
+        if s.name == "cdcflow_serve_files_total"
+    ]
+    assert total == 1
 
 
 # ---------------------------------------------------------------------- secrets

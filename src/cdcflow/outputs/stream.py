@@ -8,8 +8,9 @@ Two kinds (``outputs:`` in the configuration, :class:`cdcflow.config.OutputConfi
   overwrites its own directory, so the output is idempotent.
 * ``webhook`` — signed POSTs (``X-Savegress-Event-ID``, ``X-Savegress-Signature``,
   ``X-Savegress-Timestamp``) of unified batches, or single events when ``batch_size`` is 1,
-  with exponential backoff and jitter on timeouts, connection errors, 5xx and 429 (honouring
-  ``Retry-After``), no retry on other 4xx. Events of requests that still fail after
+  over urllib3 (kept-alive connections per task) with its retry policy: exponential backoff
+  and jitter on timeouts, connection errors, 5xx and 429 (honouring ``Retry-After``), no retry
+  on other 4xx, redirects not followed. Events of requests that still fail after
   ``max_attempts`` come back as rows the engine dead-letters (``DELIVERY_FAILED``). Delivery is
   at-least-once: event ids (and batch ids) are stable across retries and reruns, receivers
   deduplicate on them.
@@ -24,18 +25,26 @@ import datetime as dt
 import hashlib
 import os
 import random
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
+import urllib3
+from pydantic import SecretStr
+from urllib3.exceptions import HTTPError as TransportError
+from urllib3.exceptions import (
+    InvalidHeader,
+    MaxRetryError,
+    NewConnectionError,
+    ProtocolError,
+)
+from urllib3.exceptions import TimeoutError as TransportTimeout
+from urllib3.util import Retry, Timeout
 
 from cdcflow.event import format_timestamp, spark_schema_ddl
-from cdcflow.signing import signature_headers
+from cdcflow.signing import EVENT_ID_HEADER, signature_headers
 from cdcflow.types import ValueTypeError, from_wire, json_default
 
 #: Operations emitted to outputs (markers BEGIN/COMMIT/RESOLVED are not).
@@ -56,6 +65,8 @@ FAILURE_DDL = (
 MAX_RETRY_AFTER = 60.0
 #: Longest computed backoff, seconds.
 MAX_BACKOFF = 30.0
+#: Answers retried: 429 and every 5xx (any other status is final; redirects are not followed).
+RETRY_STATUSES = frozenset({429, *range(500, 600)})
 
 
 # --------------------------------------------------------------------------- rendering
@@ -224,25 +235,7 @@ def write_files(events: Any, out: Any, pipeline: str, batch_id: int) -> str:
 # --------------------------------------------------------------------------- webhook
 
 
-class Secret:
-    """A signing secret that never shows in repr, str or logs."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The secret itself (only to sign)."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret(***)"
-
-    __str__ = __repr__
-
-
-def load_secret(out: Any) -> Secret | None:
+def load_secret(out: Any) -> SecretStr | None:
     """The output's secret from ``secret_env`` or ``secret_file`` (``None`` when unsigned)."""
     from cdcflow.errors import ConfigError
 
@@ -252,7 +245,7 @@ def load_secret(out: Any) -> Secret | None:
             raise ConfigError(
                 f"output {out.name!r}: environment variable {out.secret_env} is not set"
             )
-        return Secret(value)
+        return SecretStr(value)
     if out.secret_file:
         try:
             value = Path(out.secret_file).read_text().strip()
@@ -262,7 +255,7 @@ def load_secret(out: Any) -> Secret | None:
             ) from None
         if not value:
             raise ConfigError(f"output {out.name!r}: secret_file is empty")
-        return Secret(value)
+        return SecretStr(value)
     return None
 
 
@@ -276,69 +269,125 @@ class Delivery:
     attempts: int
 
 
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+def backoff_delay(
+    retry: int, base: float, cap: float = MAX_BACKOFF, rng: Callable[[], float] = random.random
+) -> float:
+    """Wait before retry number ``retry`` (1-based): ``base * 2**(retry-1)`` with jitter
+    between 50% and 150%, at most ``cap``."""
+    return min(base * (2 ** (retry - 1)) * (0.5 + rng()), cap)
 
 
-def backoff_delay(attempt: int, base: float, rng: Callable[[], float] = random.random) -> float:
-    """Wait before retry number ``attempt`` (1-based): ``base * 2**(attempt-1)`` with full
-    jitter between 50% and 150%, at most :data:`MAX_BACKOFF`."""
-    return min(base * (2 ** (attempt - 1)) * (0.5 + rng()), MAX_BACKOFF)
+class WebhookRetry(Retry):
+    """urllib3's retry policy with the webhook's waits: the backoff of :func:`backoff_delay`
+    from the first retry on (urllib3's own starts at the second), and ``Retry-After`` (seconds
+    or an HTTP date) honoured on 429 and 503 only, at most :data:`MAX_RETRY_AFTER`; one that
+    cannot be read leaves the backoff in force."""
+
+    RETRY_AFTER_STATUS_CODES = frozenset({429, 503})
+
+    def get_backoff_time(self) -> float:
+        return backoff_delay(len(self.history), self.backoff_factor)
+
+    def get_retry_after(self, response: Any) -> float | None:
+        if response.status not in self.RETRY_AFTER_STATUS_CODES:
+            return None
+        try:
+            seconds = super().get_retry_after(response)
+        except InvalidHeader:
+            return None
+        return None if seconds is None else min(float(seconds), MAX_RETRY_AFTER)
+
+
+def retry_policy(max_attempts: int, backoff: float) -> WebhookRetry:
+    """The retry policy of one request: up to ``max_attempts`` attempts; timeouts, connection
+    errors, 429 and 5xx are retried, any other answer is final."""
+    return WebhookRetry(
+        total=max_attempts - 1,
+        allowed_methods=frozenset({"POST"}),
+        status_forcelist=RETRY_STATUSES,
+        backoff_factor=backoff,
+    )
+
+
+def connection_pool() -> urllib3.PoolManager:
+    """A kept-alive connection per endpoint for one task's requests, which go one at a time."""
+    return urllib3.PoolManager(maxsize=1, retries=False)
+
+
+def _failure(error: BaseException) -> str:
+    """``timeout`` or ``connection: <what the socket said>`` (never the URL, which may carry
+    a token)."""
+    # urllib3 files a refused connection under its connect timeouts
+    if isinstance(error, TimeoutError | TransportTimeout) and not isinstance(
+        error, NewConnectionError
+    ):
+        return "timeout"
+    cause: object = error
+    # the socket's own error: raised from (urllib3 2) or during (1.26) the wrapping one
+    if isinstance(error.__cause__ or error.__context__, OSError):
+        cause = error.__cause__ or error.__context__
+    elif isinstance(error, ProtocolError) and len(error.args) == 2:
+        cause = error.args[1]
+    return f"connection: {cause}"
+
+
+def _headers(body: bytes, event_id: str, secret: SecretStr | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "User-Agent": "cdcflow"}
+    if secret is not None:
+        headers.update(signature_headers(body, secret.get_secret_value(), event_id))
+    else:
+        headers[EVENT_ID_HEADER] = event_id
+    return headers
 
 
 def post(
     url: str,
     body: bytes,
     event_id: str,
-    secret: Secret | None,
+    secret: SecretStr | None,
     *,
     max_attempts: int,
     timeout: float,
     backoff: float,
-    sleep: Callable[[float], None] = time.sleep,
+    pool: urllib3.PoolManager | None = None,
 ) -> Delivery:
-    """POST ``body`` with the unified format's headers, retrying what may succeed later."""
-    status: int | None = None
-    reason = ""
+    """POST ``body`` with the unified format's headers, retrying what may succeed later
+    (:func:`retry_policy`). Each attempt is signed afresh, so its timestamp is current."""
+    http = pool if pool is not None else connection_pool()
+    policy = retry_policy(max_attempts, backoff)
+    limits = Timeout(connect=timeout, read=timeout)
     attempt = 0
-    while attempt < max_attempts:
+    while True:
         attempt += 1
-        headers = {"Content-Type": "application/json", "User-Agent": "cdcflow"}
-        if secret is not None:
-            headers.update(signature_headers(body, secret.reveal(), event_id))
-        else:
-            headers["X-Savegress-Event-ID"] = event_id
-        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        wait: float | None = None
+        response: Any = None
+        error: Exception | None = None
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                resp.read()
-                return Delivery(True, resp.status, "ok", attempt)
-        except urllib.error.HTTPError as e:
-            status, reason = e.code, f"HTTP {e.code}"
-            retry_after = e.headers.get("Retry-After") if e.headers else None
-            e.close()
-            if e.code != 429 and e.code < 500:
+            response = http.request(
+                "POST",
+                url,
+                body=body,
+                headers=_headers(body, event_id, secret),
+                timeout=limits,
+                redirect=False,
+            )
+        except (TransportError, OSError) as e:
+            error, status, reason = e, None, _failure(e)
+        else:
+            status, reason = response.status, f"HTTP {response.status}"
+            if 200 <= status < 300:
+                return Delivery(True, status, "ok", attempt)
+            if not policy.is_retry("POST", status, "Retry-After" in response.headers):
                 return Delivery(False, status, reason, attempt)
-            wait = _retry_after(retry_after) if e.code in (429, 503) else None
-        except TimeoutError:
-            status, reason = None, "timeout"
-        except (urllib.error.URLError, OSError) as e:
-            status = None
-            cause = getattr(e, "reason", e)
-            reason = "timeout" if isinstance(cause, TimeoutError) else f"connection: {cause}"
-        if attempt < max_attempts:
-            sleep(wait if wait is not None else backoff_delay(attempt, backoff))
-    return Delivery(False, status, reason, attempt)
+        try:
+            policy = policy.increment("POST", url, response=response, error=error)
+        except MaxRetryError:
+            return Delivery(False, status, reason, attempt)
+        policy.sleep(response)
 
 
-def _deliver(pipeline: str, batch_id: int, out: Any, secret: Secret | None) -> Callable[..., Any]:
+def _deliver(
+    pipeline: str, batch_id: int, out: Any, secret: SecretStr | None
+) -> Callable[..., Any]:
     url, size = out.url, out.batch_size
     options = {"max_attempts": out.max_attempts, "timeout": out.timeout, "backoff": out.backoff}
 
@@ -348,30 +397,31 @@ def _deliver(pipeline: str, batch_id: int, out: Any, secret: Secret | None) -> C
         part = _partition_id()
         chunk = 0
         now = dt.datetime.now(dt.UTC)
-        for batch in batches:
-            rows = batch.to_pylist()
-            failed: list[int] = []
-            statuses: list[int | None] = []
-            reasons: list[str] = []
-            for a, b in _chunks(rows, size):
-                events = [render_unified(r) for r in rows[a:b]]
-                if size == 1:
-                    body, eid = dumps(events[0]), str(events[0]["id"])
-                else:
-                    eid = f"{pipeline}-{batch_id}-{part}.{chunk}"
-                    body = dumps(envelope(eid, events, now))
-                chunk += 1
-                result = post(url, body, eid, secret, **options)
-                if not result.ok:
-                    failed.extend(range(a, b))
-                    statuses.extend([result.status] * (b - a))
-                    reasons.extend(
-                        [f"{result.reason} after {result.attempts} attempt(s)"] * (b - a)
-                    )
-            if failed:
-                taken = batch.take(pa.array(failed, pa.int64()))
-                taken = taken.append_column("_status", pa.array(statuses, pa.int32()))
-                yield taken.append_column("_reason", pa.array(reasons, pa.string()))
+        with connection_pool() as pool:
+            for batch in batches:
+                rows = batch.to_pylist()
+                failed: list[int] = []
+                statuses: list[int | None] = []
+                reasons: list[str] = []
+                for a, b in _chunks(rows, size):
+                    events = [render_unified(r) for r in rows[a:b]]
+                    if size == 1:
+                        body, eid = dumps(events[0]), str(events[0]["id"])
+                    else:
+                        eid = f"{pipeline}-{batch_id}-{part}.{chunk}"
+                        body = dumps(envelope(eid, events, now))
+                    chunk += 1
+                    result = post(url, body, eid, secret, pool=pool, **options)
+                    if not result.ok:
+                        failed.extend(range(a, b))
+                        statuses.extend([result.status] * (b - a))
+                        reasons.extend(
+                            [f"{result.reason} after {result.attempts} attempt(s)"] * (b - a)
+                        )
+                if failed:
+                    taken = batch.take(pa.array(failed, pa.int64()))
+                    taken = taken.append_column("_status", pa.array(statuses, pa.int32()))
+                    yield taken.append_column("_reason", pa.array(reasons, pa.string()))
 
     return fn
 

@@ -1,8 +1,9 @@
 """The ``cdcflow serve`` HTTP receiver: authenticate, decode, land durably, then acknowledge.
 
-Pure standard library (``http.server``, ``ssl``, ``hmac``) plus cdcflow's decoders: it starts
-without Spark or a JVM. One thread per connection; a request is *in flight* from the moment its
-POST is read until its answer is sent, and requests over ``max_in_flight`` are answered 503.
+Standard library (``http.server``, ``ssl``, ``hmac``), ``prometheus_client`` for ``/metrics``
+and cdcflow's decoders: it starts without Spark or a JVM. One thread per connection; a request
+is *in flight* from the moment its POST is read until its answer is sent, and requests over
+``max_in_flight`` are answered 503.
 
 Per POST to a configured endpoint, in order:
 
@@ -30,7 +31,6 @@ import socket
 import ssl
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
 
 from cdcflow import signing
 from cdcflow.config import parse_duration
@@ -72,93 +74,71 @@ class Response:
 
 
 class Metrics:
-    """Counters and a latency histogram, rendered in Prometheus text format."""
+    """The receiver's Prometheus metrics, in a registry of its own: several receivers in one
+    process (tests, an embedding application) never share or collide on a series."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.requests: dict[tuple[str, int], int] = defaultdict(int)
-        self.bytes: dict[str, int] = defaultdict(int)
-        self.events: dict[str, int] = defaultdict(int)
-        self.files: dict[str, int] = defaultdict(int)
-        self.rejects: dict[tuple[str, str], int] = defaultdict(int)
-        self.duplicates: dict[str, int] = defaultdict(int)
-        self.latency_count: dict[str, int] = defaultdict(int)
-        self.latency_sum: dict[str, float] = defaultdict(float)
-        self.latency_buckets: dict[str, list[int]] = {}
-        self.in_flight = 0
+    def __init__(self, in_flight: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self.requests = Counter(
+            "cdcflow_serve_requests",
+            "Requests answered, by status.",
+            ["endpoint", "status"],
+            registry=reg,
+        )
+        self.bytes = Counter(
+            "cdcflow_serve_bytes", "Bytes of bodies landed.", ["endpoint"], registry=reg
+        )
+        self.events = Counter(
+            "cdcflow_serve_events",
+            "Canonical events in landed bodies.",
+            ["endpoint"],
+            registry=reg,
+        )
+        self.files = Counter("cdcflow_serve_files", "Files landed.", ["endpoint"], registry=reg)
+        self.duplicates = Counter(
+            "cdcflow_serve_duplicates", "Replayed event ids answered.", ["endpoint"], registry=reg
+        )
+        self.rejects = Counter(
+            "cdcflow_serve_rejects",
+            "Requests refused, by reason code.",
+            ["endpoint", "reason"],
+            registry=reg,
+        )
+        self.in_flight = Gauge(
+            "cdcflow_serve_in_flight", "Requests being handled now.", registry=reg
+        )
+        self.in_flight.set_function(in_flight)
+        self.latency = Histogram(
+            "cdcflow_serve_request_seconds",
+            "Time to answer a request.",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
 
     def observe(self, endpoint: str, status: int, seconds: float, reason: str | None) -> None:
-        with self._lock:
-            self.requests[(endpoint, status)] += 1
-            if reason is not None:
-                self.rejects[(endpoint, reason)] += 1
-            self.latency_count[endpoint] += 1
-            self.latency_sum[endpoint] += seconds
-            buckets = self.latency_buckets.setdefault(endpoint, [0] * len(_LATENCY_BUCKETS))
-            for i, bound in enumerate(_LATENCY_BUCKETS):
-                if seconds <= bound:
-                    buckets[i] += 1
+        """One answered request (``reason``: the error code of a refusal)."""
+        self.requests.labels(endpoint, str(status)).inc()
+        if reason is not None:
+            self.rejects.labels(endpoint, reason).inc()
+        self.latency.labels(endpoint).observe(seconds)
 
     def accepted(self, endpoint: str, nbytes: int, events: int) -> None:
-        with self._lock:
-            self.bytes[endpoint] += nbytes
-            self.events[endpoint] += events
-            self.files[endpoint] += 1
+        """One landed body."""
+        self.bytes.labels(endpoint).inc(nbytes)
+        self.events.labels(endpoint).inc(events)
+        self.files.labels(endpoint).inc()
 
     def duplicate(self, endpoint: str) -> None:
-        with self._lock:
-            self.duplicates[endpoint] += 1
+        """One replayed event id answered ``duplicate``."""
+        self.duplicates.labels(endpoint).inc()
 
-    def render(self) -> str:
-        def lbl(**kv: Any) -> str:
-            inner = ",".join(
-                f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-                for k, v in kv.items()
-            )
-            return "{" + inner + "}"
-
-        out: list[str] = []
-
-        def family(name: str, kind: str, help_: str) -> None:
-            out.append(f"# HELP {name} {help_}")
-            out.append(f"# TYPE {name} {kind}")
-
-        with self._lock:
-            family("cdcflow_serve_requests_total", "counter", "Requests answered, by status.")
-            for (ep, st), n in sorted(self.requests.items()):
-                out.append(f"cdcflow_serve_requests_total{lbl(endpoint=ep, status=st)} {n}")
-            family("cdcflow_serve_bytes_total", "counter", "Bytes of bodies landed.")
-            for ep, n in sorted(self.bytes.items()):
-                out.append(f"cdcflow_serve_bytes_total{lbl(endpoint=ep)} {n}")
-            family("cdcflow_serve_events_total", "counter", "Canonical events in landed bodies.")
-            for ep, n in sorted(self.events.items()):
-                out.append(f"cdcflow_serve_events_total{lbl(endpoint=ep)} {n}")
-            family("cdcflow_serve_files_total", "counter", "Files landed.")
-            for ep, n in sorted(self.files.items()):
-                out.append(f"cdcflow_serve_files_total{lbl(endpoint=ep)} {n}")
-            family("cdcflow_serve_duplicates_total", "counter", "Replayed event ids answered.")
-            for ep, n in sorted(self.duplicates.items()):
-                out.append(f"cdcflow_serve_duplicates_total{lbl(endpoint=ep)} {n}")
-            family("cdcflow_serve_rejects_total", "counter", "Requests refused, by reason code.")
-            for (ep, reason), n in sorted(self.rejects.items()):
-                out.append(f"cdcflow_serve_rejects_total{lbl(endpoint=ep, reason=reason)} {n}")
-            family("cdcflow_serve_in_flight", "gauge", "Requests being handled now.")
-            out.append(f"cdcflow_serve_in_flight {self.in_flight}")
-            family("cdcflow_serve_request_seconds", "histogram", "Time to answer a request.")
-            for ep in sorted(self.latency_count):
-                buckets = self.latency_buckets.get(ep, [0] * len(_LATENCY_BUCKETS))
-                for bound, n in zip(_LATENCY_BUCKETS, buckets, strict=True):
-                    out.append(
-                        f"cdcflow_serve_request_seconds_bucket{lbl(endpoint=ep, le=bound)} {n}"
-                    )
-                count = self.latency_count[ep]
-                out.append(
-                    f"cdcflow_serve_request_seconds_bucket{lbl(endpoint=ep, le='+Inf')} {count}"
-                )
-                total = self.latency_sum[ep]
-                out.append(f"cdcflow_serve_request_seconds_sum{lbl(endpoint=ep)} {total:.6f}")
-                out.append(f"cdcflow_serve_request_seconds_count{lbl(endpoint=ep)} {count}")
-        return "\n".join(out) + "\n"
+    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+        """The metrics and their content type, in the format the ``Accept`` header asks for
+        (Prometheus text, or OpenMetrics)."""
+        encode, content_type = choose_encoder(accept or "")
+        return encode(self.registry), content_type
 
 
 class BodyTooLarge(Exception):
@@ -311,7 +291,8 @@ class Receiver:
         self.max_in_flight = cfg.max_in_flight
         self.retry_after = str(cfg.retry_after_seconds)
         self.body_timeout = float(cfg.body_timeout_seconds)
-        self.metrics = Metrics()
+        self.in_flight = 0
+        self.metrics = Metrics(lambda: self.in_flight)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self.started = time.time()
@@ -327,23 +308,23 @@ class Receiver:
     def slot(self) -> Iterator[bool]:
         """Take an in-flight slot (``True``) or say the receiver is full (``False``)."""
         with self._lock:
-            if self.metrics.in_flight >= self.max_in_flight:
+            if self.in_flight >= self.max_in_flight:
                 got = False
             else:
-                self.metrics.in_flight += 1
+                self.in_flight += 1
                 got = True
         try:
             yield got
         finally:
             if got:
                 with self._lock:
-                    self.metrics.in_flight -= 1
+                    self.in_flight -= 1
                     self._idle.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no request is in flight (graceful shutdown)."""
         with self._idle:
-            return self._idle.wait_for(lambda: self.metrics.in_flight == 0, timeout)
+            return self._idle.wait_for(lambda: self.in_flight == 0, timeout)
 
     def busy(self, code: str, message: str, retry_after: str | None = None) -> Response:
         return _error(
@@ -352,18 +333,20 @@ class Receiver:
 
     # ------------------------------------------------------------------ requests
 
-    def get(self, path: str) -> tuple[int, bytes, str]:
+    def get(self, path: str, accept: str | None = None) -> tuple[int, bytes, str]:
+        """Answer a GET: ``/healthz``, ``/metrics`` (``accept``: the request's ``Accept``)."""
         if path == "/healthz":
             ok = os.access(self.zone.root, os.W_OK)
             doc = {
                 "status": "ok" if ok else "landing zone not writable",
-                "in_flight": self.metrics.in_flight,
+                "in_flight": self.in_flight,
                 "uptime_seconds": round(time.time() - self.started, 3),
                 "endpoints": sorted(self.endpoints),
             }
             return (200 if ok else 503), orjson.dumps(doc), "application/json"
         if path == "/metrics":
-            return 200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8"
+            payload, content_type = self.metrics.exposition(accept)
+            return 200, payload, content_type
         return 404, orjson.dumps({"status": "error", "code": "NOT_FOUND"}), "application/json"
 
     def post(
@@ -567,7 +550,7 @@ class _Handler(BaseHTTPRequestHandler):
         return path.rstrip("/") or "/"
 
     def do_GET(self) -> None:
-        status, payload, ctype = self.server.receiver.get(self._route())
+        status, payload, ctype = self.server.receiver.get(self._route(), self.headers.get("Accept"))
         self._send(status, payload, ctype, {}, False)
 
     do_HEAD = do_GET
