@@ -199,6 +199,14 @@ def submitted_conf() -> dict[str, str] | None:
     return dict(SparkConf().getAll())
 
 
+def session_running() -> bool:
+    """Whether this process already has a Spark context (one that a caller started, which
+    :func:`build_session` would reuse and a command must then not stop)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
 def build_session(settings: SparkSettings | None = None) -> SparkSession:
     """Create (or get) the SparkSession with Iceberg configured."""
     settings = settings or SparkSettings()
