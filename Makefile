@@ -41,5 +41,13 @@ lint: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/cdcflow/proto/savegress.proto
 
+# spark-submit of the built wheel runs the demo on a local cluster of two executor JVMs
+# (docs/deploy.md); a few minutes, and two venvs in build/cluster-demo the first time.
+.PHONY: cluster-demo
+cluster-demo: $(STAMP)
+	rm -rf build/cluster-demo/dist
+	$(PY) -m pip wheel --quiet --no-deps . -w build/cluster-demo/dist
+	scripts/cluster-demo.sh $(PYTHON)
+
 clean:
 	rm -rf $(VENV) warehouse checkpoints .pytest_cache .mypy_cache .ruff_cache
