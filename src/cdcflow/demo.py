@@ -56,7 +56,7 @@ def run_demo(
     """Run the demo; returns whether every replica equals the oracle."""
     from cdcflow.pipeline.query import Pipeline, spark_settings
     from cdcflow.pipeline.report import format_report
-    from cdcflow.spark.session import build_session
+    from cdcflow.spark.session import build_session, session_running
     from cdcflow.testing import oracle
     from cdcflow.testing.compare import diff_table, history_shape, read_replica
     from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
@@ -66,6 +66,7 @@ def run_demo(
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     spark = None
+    own_session = not session_running()
     all_ok = True
     for dialect in renderer_names():
         render = renderer(dialect)
@@ -126,6 +127,8 @@ def run_demo(
                     echo(f"    missing:    {row}")
                 for row in d.unexpected[:3]:
                     echo(f"    unexpected: {row}")
+    if spark is not None and own_session:
+        spark.stop()  # as `cdcflow run` does
     echo("")
     echo("every replica equals the oracle" if all_ok else "SOME REPLICAS DIFFER FROM THE ORACLE")
     return all_ok

@@ -24,8 +24,10 @@ def run_cmd(config: str, follow: bool) -> None:
     from cdcflow.errors import CdcflowError
     from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.report import format_report
+    from cdcflow.spark.session import session_running
 
     cfg = load_config_file(config)
+    own_session = not session_running()
     pipeline = Pipeline(cfg)
     echo_err(
         f"pipeline {cfg.pipeline}: {len(cfg.sources)} source(s) → "
@@ -45,6 +47,10 @@ def run_cmd(config: str, follow: bool) -> None:
             echo_err(f"{failure}\nhint: {failure.hint}")
         else:
             echo_err(str(failure))
+    if own_session:
+        # Stopped here rather than by the JVM's exit, so that a local-cluster master ends the
+        # application instead of seeing its executors die and launching new ones.
+        pipeline.spark.stop()
     if result.exit_status:
         raise click.exceptions.Exit(result.exit_status)
 

@@ -5,6 +5,10 @@ Defaults: ``local[*]``, the Iceberg 1.9.2 Spark runtime jar from the installed P
 ``cdc`` with warehouse ``./warehouse``, UTC session time zone, workers on the driver's Python,
 Spark logging at WARN. Everything can be overridden. Settings apply to the first session of a
 process (``getOrCreate``).
+
+Under ``spark-submit`` the JVM is already running with the submitted configuration: its master
+and every key it set win over the configuration file and these defaults (see
+:func:`session_plan`).
 """
 
 from __future__ import annotations
@@ -16,12 +20,28 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.errors import ConfigError, EnvironmentProblem
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 _EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+#: Keys that only mean something when cdcflow itself starts the JVM: under ``spark-submit`` the
+#: driver is already running (its memory and classpath fixed) and the workers' Python comes from
+#: ``spark.pyspark.python`` as submitted, or ``PYSPARK_PYTHON``.
+_LAUNCH_ONLY = frozenset(
+    {
+        "spark.driver.memory",
+        "spark.jars",
+        "spark.jars.packages",
+        "spark.pyspark.python",
+        "spark.pyspark.driver.python",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -88,8 +108,10 @@ def _warehouse(path: str) -> str:
     return str(Path(path).resolve())
 
 
-def spark_conf(settings: SparkSettings) -> dict[str, str]:
-    """The Spark configuration a session gets (without building it)."""
+def spark_conf(settings: SparkSettings, *, launch: bool = True) -> dict[str, str]:
+    """The Spark configuration a session gets (without building it). ``launch``: with the keys
+    that only apply when cdcflow starts the JVM itself (driver memory, the workers' Python, the
+    Iceberg jar, which must then exist)."""
     conf: dict[str, str] = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.extensions": _EXTENSIONS,
@@ -97,9 +119,6 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.memory": "4g",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
     cat = f"spark.sql.catalog.{settings.catalog_name}"
@@ -113,34 +132,97 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
         conf[f"{cat}.uri"] = settings.catalog_uri
     for k, v in settings.catalog_options.items():
         conf[f"{cat}.{k}"] = str(v)
-    if settings.iceberg_packages:
-        conf["spark.jars.packages"] = settings.iceberg_packages
-    else:
-        jar = settings.iceberg_jar or default_iceberg_jar()
-        if "://" not in jar and not Path(jar).exists():
-            raise EnvironmentProblem(
-                f"Iceberg runtime jar not found: {jar}. Install cdcflow with the spark extra, "
-                "or point spark.iceberg_jar at an iceberg-spark-runtime-3.5 jar.",
-                code="ICEBERG_JAR_MISSING",
-            )
-        conf["spark.jars"] = jar
+    if launch:
+        conf["spark.pyspark.python"] = sys.executable
+        conf["spark.pyspark.driver.python"] = sys.executable
+        conf["spark.driver.memory"] = "4g"
+        conf.update(_jar_conf(settings))
     conf.update({k: str(v) for k, v in settings.conf.items()})
     return conf
 
 
-def build_session(settings: SparkSettings | None = None) -> Any:
+def _jar_conf(settings: SparkSettings) -> dict[str, str]:
+    if settings.iceberg_packages:
+        return {"spark.jars.packages": settings.iceberg_packages}
+    jar = settings.iceberg_jar or default_iceberg_jar()
+    if "://" not in jar and not Path(jar).exists():
+        raise EnvironmentProblem(
+            f"Iceberg runtime jar not found: {jar}. Install cdcflow with the spark extra, "
+            "or point spark.iceberg_jar at an iceberg-spark-runtime-3.5 jar.",
+            code="ICEBERG_JAR_MISSING",
+        )
+    return {"spark.jars": jar}
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """What :func:`build_session` does: the master to set (``None``: keep the one the running
+    JVM was submitted with), the settings to give the builder, and whether to point
+    ``PYSPARK_PYTHON`` at this interpreter."""
+
+    master: str | None
+    conf: Mapping[str, str]
+    set_python: bool
+
+
+def session_plan(settings: SparkSettings, submitted: Mapping[str, str] | None) -> SessionPlan:
+    """Decide the session's master and settings. ``submitted`` is the configuration of a JVM
+    that ``spark-submit`` started (``None`` when cdcflow starts its own): then the submitted
+    master and every submitted key win, the keys that only apply at JVM launch are left to
+    the submission (``--jars``, ``--driver-memory``, ``spark.pyspark.python``), and Iceberg's
+    SQL extensions are added to any the submission names."""
+    if submitted is None:
+        return SessionPlan(master=settings.master, conf=spark_conf(settings), set_python=True)
+    conf = spark_conf(settings, launch=False)
+    kept = {k: v for k, v in conf.items() if k not in submitted and k not in _LAUNCH_ONLY}
+    extensions = [e.strip() for e in submitted.get("spark.sql.extensions", "").split(",")]
+    extensions = [e for e in extensions if e]
+    if extensions and _EXTENSIONS not in extensions:
+        kept["spark.sql.extensions"] = ",".join([*extensions, _EXTENSIONS])
+    return SessionPlan(master=None, conf=kept, set_python=False)
+
+
+def launched_by_spark_submit(environ: Mapping[str, str]) -> bool:
+    """Whether this Python process was started by ``spark-submit`` (PySpark then connects to
+    the JVM that started it instead of launching one)."""
+    return "PYSPARK_GATEWAY_PORT" in environ
+
+
+def submitted_conf() -> dict[str, str] | None:
+    """The configuration ``spark-submit`` started the JVM with, or ``None`` when this process
+    was not started by ``spark-submit``."""
+    if not launched_by_spark_submit(os.environ):
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connect to the submitting JVM to read its settings
+    return dict(SparkConf().getAll())
+
+
+def session_running() -> bool:
+    """Whether this process already has a Spark context (one that a caller started, which
+    :func:`build_session` would reuse and a command must then not stop)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+def build_session(settings: SparkSettings | None = None) -> SparkSession:
     """Create (or get) the SparkSession with Iceberg configured."""
     settings = settings or SparkSettings()
     find_java()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    conf = spark_conf(settings)
     for name in ("py4j", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    plan = session_plan(settings, submitted_conf())
+    if plan.set_python:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
-    for k, v in conf.items():
+    builder = SparkSession.builder
+    if plan.master is not None:
+        builder = builder.master(plan.master).appName(settings.app_name)
+    for k, v in plan.conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)

@@ -1,0 +1,1 @@
+"""cdcflow: CDC messages of every dialect → exact Apache Iceberg replicas on Spark."""

@@ -1,0 +1,2 @@
+"""Running a pipeline: the streaming queries, the checkpoint, each micro-batch, replays and
+reports."""

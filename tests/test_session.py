@@ -1,0 +1,90 @@
+"""How the session is built: cdcflow's own settings when it starts the JVM, the submitted ones
+under ``spark-submit`` (decided as data, no SparkSession)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow.errors import EnvironmentProblem
+from cdcflow.spark.session import (
+    ICEBERG_JAR,
+    SparkSettings,
+    launched_by_spark_submit,
+    session_plan,
+)
+
+_EXT = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+_ABSENT_JAR = f"/nonexistent/{ICEBERG_JAR}"
+
+#: What ``SparkConf().getAll()`` holds in a driver started by ``spark-submit --master
+#: 'local-cluster[2,1,1024]' --jars … --conf spark.sql.shuffle.partitions=8``.
+_SUBMITTED = {
+    "spark.app.name": "submit.py",
+    "spark.master": "local-cluster[2,1,1024]",
+    "spark.submit.deployMode": "client",
+    "spark.submit.pyFiles": "",
+    "spark.jars": "file:/opt/jars/iceberg.jar",
+    "spark.sql.shuffle.partitions": "8",
+}
+
+
+def _settings(jar: str = _ABSENT_JAR, **kw: Any) -> SparkSettings:
+    return SparkSettings(iceberg_jar=jar, warehouse="/data/wh", **kw)
+
+
+def test_spark_submit_is_recognised_by_the_gateway_it_hands_to_python() -> None:
+    assert launched_by_spark_submit({"PYSPARK_GATEWAY_PORT": "40000", "HOME": "/root"})
+    assert not launched_by_spark_submit({"SPARK_HOME": "/opt/spark", "HOME": "/root"})
+
+
+def test_without_spark_submit_the_configuration_decides_everything(tmp_path: Path) -> None:
+    jar = tmp_path / ICEBERG_JAR
+    jar.write_bytes(b"")
+    plan = session_plan(_settings(str(jar), master="local[2]", shuffle_partitions=3), None)
+    assert plan.master == "local[2]"
+    assert plan.set_python
+    assert plan.conf["spark.jars"] == str(jar)
+    assert plan.conf["spark.pyspark.python"] == sys.executable
+    assert plan.conf["spark.sql.shuffle.partitions"] == "3"
+    assert plan.conf["spark.sql.extensions"] == _EXT
+    assert plan.conf["spark.sql.catalog.cdc.warehouse"] == "/data/wh"
+    with pytest.raises(EnvironmentProblem) as e:
+        session_plan(_settings(), None)
+    assert e.value.code == "ICEBERG_JAR_MISSING"
+
+
+def test_under_spark_submit_the_submitted_master_and_keys_win() -> None:
+    settings = _settings(master="local[*]", shuffle_partitions=3, conf={"spark.ui.enabled": "1"})
+    plan = session_plan(settings, _SUBMITTED)
+    assert plan.master is None  # keep local-cluster, not the file's local[*]
+    assert not plan.set_python  # spark.pyspark.python / PYSPARK_PYTHON as submitted
+    assert set(plan.conf).isdisjoint(_SUBMITTED)
+    assert set(plan.conf).isdisjoint(
+        {"spark.jars", "spark.jars.packages", "spark.driver.memory", "spark.pyspark.python"}
+    )
+    # what the submission leaves unset still comes from the configuration
+    assert plan.conf["spark.sql.extensions"] == _EXT
+    assert plan.conf["spark.sql.catalog.cdc"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert plan.conf["spark.sql.catalog.cdc.warehouse"] == "/data/wh"
+    assert plan.conf["spark.ui.enabled"] == "1"
+    # the submission brings the Iceberg jar (--jars): none needs to be installed with cdcflow
+    assert "spark.jars" not in session_plan(_settings(), {**_SUBMITTED, "spark.jars": ""}).conf
+
+
+def test_under_spark_submit_iceberg_joins_the_submitted_sql_extensions() -> None:
+    other = "io.delta.sql.DeltaSparkSessionExtension"
+    plan = session_plan(_settings(), {**_SUBMITTED, "spark.sql.extensions": other})
+    assert plan.conf["spark.sql.extensions"] == f"{other},{_EXT}"
+    plan = session_plan(_settings(), {**_SUBMITTED, "spark.sql.extensions": f"{_EXT}, {other}"})
+    assert "spark.sql.extensions" not in plan.conf
+
+
+def test_under_spark_submit_submitted_catalog_settings_win() -> None:
+    submitted = {**_SUBMITTED, "spark.sql.catalog.cdc.warehouse": "s3a://bucket/wh"}
+    plan = session_plan(_settings(catalog_options={"io-impl": "x.Y"}), submitted)
+    assert "spark.sql.catalog.cdc.warehouse" not in plan.conf
+    assert plan.conf["spark.sql.catalog.cdc.io-impl"] == "x.Y"
