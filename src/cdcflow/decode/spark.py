@@ -1,7 +1,9 @@
-"""Decoding inside Spark: files → canonical events, Arrow-batched (``mapInArrow``).
+"""Decoding inside Spark: raw messages → canonical events, Arrow-batched (``mapInArrow``).
 
-Each ``binaryFile`` row (one file) goes through a :class:`~cdcflow.decode.decoder.Decoder` in
-wire mode; events, rejections and segments leave as record batches with the schema of
+Raw messages come as ``binaryFile`` rows (one file each), as rows shaped like Spark's Kafka
+source (one message each, :data:`KAFKA_SCHEMA`), or as one binary or string column (one message
+per row). Each goes through a :class:`~cdcflow.decode.decoder.Decoder` in wire mode; events,
+rejections and segments leave as record batches with the schema of
 :func:`cdcflow.event.spark_schema_ddl` (:mod:`cdcflow.decode.columns`). No row-at-a-time UDF,
 nothing collected to the driver. pyspark and pyarrow are imported by the functions, never by
 this module.
@@ -9,17 +11,21 @@ this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from cdcflow.decode.columns import Columns, arrow_schema, columnar_batch
-from cdcflow.decode.decoder import Decoder, Outcome
+from cdcflow.decode.columns import SEGMENT, Columns, arrow_schema, columnar_batch
+from cdcflow.decode.decoder import Decoder, Outcome, unexpected
 from cdcflow.decode.segments import Piece, assess
-from cdcflow.dialects.base import Columnar, DialectOptions
-from cdcflow.event import spark_schema_ddl
+from cdcflow.dialects.base import Columnar, DialectOptions, Rejection
+from cdcflow.errors import ConfigError, DecodeError
+from cdcflow.event import ERROR_FIELDS, FIELDS, SPARK_COLUMNS, TRANSPORT_FIELDS, spark_schema_ddl
+from cdcflow.spark.sql import lit, q
+from cdcflow.transports import kafka
 from cdcflow.transports.message import RawMessage
 
 if TYPE_CHECKING:
@@ -28,8 +34,36 @@ if TYPE_CHECKING:
 
 RAW_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
+#: The columns of Spark's Kafka source (``headers`` when ``includeHeaders`` is true).
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset bigint, "
+    "timestamp timestamp, timestampType int, headers array<struct<key:string,value:binary>>"
+)
+#: The Kafka columns the decoder reads, with the type it reads them as (all but ``value`` may
+#: be absent).
+_RECORD_TYPES: dict[str, str] = {
+    "key": "binary",
+    "value": "binary",
+    "topic": "string",
+    "partition": "int",
+    "offset": "bigint",
+    "timestamp": "timestamp",
+    "headers": "array<struct<key:string,value:binary>>",
+}
+
+#: Shapes of raw DataFrames (:func:`raw_shape`).
+FILES = "files"
+RECORDS = "records"
+MESSAGES = "messages"
+
 #: Columns :func:`judge_groups` adds to the decoded-events schema.
 JUDGED_COLUMNS = "_src string, _grp string, _status string"
+
+
+class RawShapeError(ConfigError):
+    """A DataFrame is neither raw messages nor canonical events."""
+
+    code = "RAW_SHAPE"
 
 
 def decode_files(
@@ -84,13 +118,216 @@ def _the_rest(decoder: Decoder, found: Columnar, origin: str) -> Iterator[Outcom
         yield decoder.decode(msg)
 
 
+def decode_records(
+    batches: Iterator[pa.RecordBatch],
+    dialect: str,
+    options: DialectOptions,
+    source: str = "",
+    max_rows: int = 20000,
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function over messages, one per row, in the columns of Spark's Kafka
+    source (``value``, and any of ``key``, ``topic``, ``partition``, ``offset``,
+    ``timestamp``, ``headers``). A row with coordinates is a Kafka record: its origin is
+    ``kafka://<topic>/<partition>``, its offset the record's, its key and headers reach the
+    dialects that read them; a row with a ``value`` only is a bare message. Never raises for
+    bad input."""
+    decoder = Decoder(dialect, options, wire=True)
+    cols = Columns(wire=True)
+    for batch in batches:
+        n = batch.num_rows
+        columns = _reader(batch)
+        values, keys, topics = columns("value"), columns("key"), columns("topic")
+        partitions, offsets, headers = columns("partition"), columns("offset"), columns("headers")
+        stamps = columns("timestamp")
+        for i in range(n):
+            outcome = _record(
+                decoder,
+                values[i],
+                keys[i],
+                headers[i],
+                topics[i],
+                partitions[i],
+                offsets[i],
+                stamps[i],
+            )
+            cols.add_outcome(outcome, source)
+            if cols.rows >= max_rows:
+                yield cols.to_batch()
+                cols = Columns(wire=True)
+    if cols.rows:
+        yield cols.to_batch()
+
+
+def _reader(batch: pa.RecordBatch) -> Callable[[str], list[Any]]:
+    """A reader of a batch's columns as Python lists (an absent column: nulls); timestamps as
+    epoch milliseconds, as Kafka itself gives them."""
+    import pyarrow as pa
+
+    names = set(batch.schema.names)
+
+    def read(name: str) -> list[Any]:
+        if name not in names:
+            return [None] * batch.num_rows
+        array = batch.column(name)
+        if pa.types.is_timestamp(array.type):
+            array = array.cast(pa.timestamp("ms", tz=array.type.tz), safe=False).cast(pa.int64())
+        return list(array.to_pylist())
+
+    return read
+
+
+def _record(
+    decoder: Decoder,
+    value: bytes | None,
+    key: bytes | None = None,
+    headers: Any = None,
+    topic: str | None = None,
+    partition: int | None = None,
+    offset: int | None = None,
+    timestamp: int | None = None,
+) -> Outcome:
+    """The outcome of one row: a Kafka record when it has a topic, partition, offset, key or
+    headers, else a bare message."""
+    body = value or b""
+    try:
+        if topic is None and partition is None and offset is None and not key and not headers:
+            msg = RawMessage(b"")
+            kafka.read_value(msg, body, decoder.options.schema_dir)
+        else:
+            msg = kafka.record_message(
+                body, key, headers, topic, partition, offset, timestamp, decoder.options.schema_dir
+            )
+    except Exception as e:  # an unreadable Confluent frame, or what nobody foresaw
+        where = RawMessage(body, origin=kafka.origin(topic, partition), offset=offset or 0)
+        name = decoder.fixed.name if decoder.fixed is not None else None
+        if isinstance(e, DecodeError):
+            rejection = Rejection(e.code, e.message, body, dialect=name)
+        else:
+            rejection = unexpected(e, body, name)
+        return Outcome(where, [], [rejection])
+    return decoder.decode(msg)
+
+
+def raw_shape(df: DataFrame) -> str:
+    """What a DataFrame of raw messages holds: :data:`FILES` (``binaryFile`` rows: ``path`` and
+    ``content``), :data:`RECORDS` (the columns of Spark's Kafka source: ``value`` and any of
+    the others) or :data:`MESSAGES` (one binary or string column). Raises
+    :class:`RawShapeError` naming the columns found otherwise."""
+    fields = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    if "path" in fields and fields.get("content") == "binary":
+        return FILES
+    if fields.get("value") in ("binary", "string"):
+        return RECORDS
+    if len(fields) == 1 and next(iter(fields.values())) in ("binary", "string"):
+        return MESSAGES
+    found = ", ".join(f"{n} {t}" for n, t in fields.items()) or "none"
+    raise RawShapeError(
+        f"not a DataFrame of raw messages (columns: {found})",
+        hint="give binaryFile rows (path, content), rows of Spark's Kafka source (key, value, "
+        "topic, partition, offset, timestamp, headers), or one binary or string column",
+    )
+
+
 def decode_dataframe(
     df: DataFrame, dialect: str = "auto", options: DialectOptions | None = None, source: str = ""
 ) -> DataFrame:
     """Canonical events (and rejections, and segments of split messages tagged with the source
-    name) of a ``binaryFile`` DataFrame, batch or streaming."""
-    fn = partial(decode_files, dialect=dialect, options=options or DialectOptions(), source=source)
-    return df.mapInArrow(fn, spark_schema_ddl())
+    name) of a DataFrame of raw messages (see :func:`raw_shape`), batch or streaming."""
+    opts = options or DialectOptions()
+    shape = raw_shape(df)
+    if shape == FILES:
+        fn = partial(decode_files, dialect=dialect, options=opts, source=source)
+        return df.mapInArrow(fn, spark_schema_ddl())
+    if shape == MESSAGES:
+        only = df.schema.fields[0].name
+        rows = df.selectExpr(f"CAST({q(only)} AS binary) AS value")
+    else:
+        present = set(df.columns)
+        rows = df.selectExpr(
+            *(f"CAST({q(c)} AS {t}) AS {q(c)}" for c, t in _RECORD_TYPES.items() if c in present)
+        )
+    fn = partial(decode_records, dialect=dialect, options=opts, source=source)
+    return rows.mapInArrow(fn, spark_schema_ddl())
+
+
+def is_decoded(df: DataFrame) -> bool:
+    """Whether a DataFrame holds canonical events (decoded rows) rather than raw messages."""
+    return {"table", "operation", "sequence"} <= set(df.columns)
+
+
+def decoded_frame(df: DataFrame) -> DataFrame:
+    """A DataFrame of canonical events in the decoded-frame schema: a frame from
+    :func:`decode_dataframe` as it is; canonical events from elsewhere (the fields of
+    :data:`cdcflow.event.FIELDS`, by name, at least ``table``, ``operation`` and ``sequence``;
+    absent ones null, an absent ``id`` a hash of the event) gain the transport and error
+    columns; other columns are left out."""
+    if not is_decoded(df):
+        raise RawShapeError(
+            f"not a DataFrame of canonical events (columns: {', '.join(df.columns)})",
+            hint="canonical events have at least the columns table, operation and sequence",
+        )
+    found_types = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+    if found_types == list(SPARK_COLUMNS):
+        return df
+    types = dict(found_types)
+    exprs = []
+    for name, spark_type in SPARK_COLUMNS:
+        found = types.get(name)
+        if found is None:
+            exprs.append(f"{_absent(name, spark_type, types)} AS {q(name)}")
+        elif found == spark_type:
+            exprs.append(q(name))
+        elif spark_type == "string" and found.startswith(("struct<", "map<", "array<")):
+            exprs.append(f"to_json({q(name)}) AS {q(name)}")
+        else:
+            exprs.append(f"CAST({q(name)} AS {spark_type}) AS {q(name)}")
+    return df.selectExpr(*exprs)
+
+
+def _absent(name: str, spark_type: str, present: Mapping[str, str]) -> str:
+    if name == "partial":
+        return "false"
+    if name in ("metadata", "types"):
+        return "CAST(map() AS map<string,string>)"
+    if name == "id":
+        # a hash of what makes the event (as cdcflow.event.event_id, with another digest)
+        parts = ", ".join(
+            f"{lit(c)}, {q(c) if c in present else 'CAST(NULL AS string)'}"
+            for c in ("dialect", "table", "key", "sequence", "operation")
+        )
+        return f"concat('cdc-', substring(sha2(to_json(named_struct({parts})), 256), 1, 32))"
+    return f"CAST(NULL AS {spark_type})"
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Raw messages decoded (:func:`cdcflow.api.decode`): ``frame`` holds every row — events,
+    rejected messages and segments of split messages — and is what the apply functions take;
+    :attr:`events`, :attr:`rejected` and :attr:`segments` are views of it."""
+
+    frame: DataFrame
+
+    @property
+    def events(self) -> DataFrame:
+        """Canonical events: the fields of the canonical event and the message's coordinates
+        (``origin``, ``offset``, ``line``, ``item``)."""
+        return self.frame.where(f"error_code IS NULL AND NOT (operation <=> '{SEGMENT}')").select(
+            *(q(c) for c in (*FIELDS, *TRANSPORT_FIELDS))
+        )
+
+    @property
+    def rejected(self) -> DataFrame:
+        """Messages that could not be decoded: coordinates, ``dialect`` when known,
+        ``error_code``, ``error_message`` and the message's bytes (``raw``)."""
+        return self.frame.where("error_code IS NOT NULL").select(
+            *(q(c) for c in (*TRANSPORT_FIELDS, "dialect", *ERROR_FIELDS))
+        )
+
+    @property
+    def segments(self) -> DataFrame:
+        """Segments of split messages (SQL Server change event streaming), which the apply
+        functions reassemble across batches; ``id`` is the message they belong to."""
+        return self.frame.where(f"operation = '{SEGMENT}'")
 
 
 def read_raw(

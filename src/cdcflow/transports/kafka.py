@@ -1,8 +1,9 @@
-"""Kafka records written as JSON: ``{"topic", "partition", "offset", "key", "value",
-"headers", "timestamp"}`` (names in any case, so Pulsar's ``Key``/``Value``/``Topic`` too),
-with the key and value as JSON, JSON text, or bytes in ``key_base64``/``value_base64``.
+"""Kafka records: written as JSON (``{"topic", "partition", "offset", "key", "value",
+"headers", "timestamp"}``, names in any case, so Pulsar's ``Key``/``Value``/``Topic`` too, with
+the key and value as JSON, JSON text, or bytes in ``key_base64``/``value_base64``), or as rows
+of Spark's Kafka source (:func:`record_message`).
 
-A ``value_base64`` that starts with the Confluent magic byte is Avro, decoded with the schema
+A binary value that starts with the Confluent magic byte is Avro, decoded with the schema
 directory. A null or empty value is a tombstone: the message's ``data`` is empty.
 """
 
@@ -97,18 +98,9 @@ def unwrap(carrier: RawMessage, record: Mapping[str, Any], schema_dir: str | Non
     elif key is not None:
         msg.key = dumps((exact or record).get("key"))
     elif "key_base64" in record and record["key_base64"] is not None:
-        raw_key = _b64(record["key_base64"], "key_base64")
-        msg.key = raw_key
-        if avro.is_confluent(raw_key):
-            msg.key_avro = avro.read_confluent(raw_key, schema_dir)
+        _binary_key(msg, _b64(record["key_base64"], "key_base64"), schema_dir)
     if "value_base64" in record and record["value_base64"] is not None:
-        body = _b64(record["value_base64"], "value_base64")
-        msg.data = body
-        if avro.is_confluent(body):
-            msg.avro = avro.read_confluent(body, schema_dir)
-            msg.form = "avro"
-        elif body.lstrip(b" \t\r\n")[:1] not in (b"{", b"[", b""):
-            msg.form = "bytes"
+        read_value(msg, _b64(record["value_base64"], "value_base64"), schema_dir)
         return msg
     value = record.get("value")
     if isinstance(value, str):
@@ -120,4 +112,60 @@ def unwrap(carrier: RawMessage, record: Mapping[str, Any], schema_dir: str | Non
             msg.data = dumps(exact.get("value"))
         else:
             msg.data, msg.doc, msg.parsed = dumps(value), value, True
+    return msg
+
+
+def _binary_key(msg: RawMessage, key: bytes, schema_dir: str | None) -> None:
+    msg.key = key
+    if avro.is_confluent(key):
+        msg.key_avro = avro.read_confluent(key, schema_dir)
+
+
+def read_value(msg: RawMessage, body: bytes, schema_dir: str | None) -> None:
+    """Set ``msg.data`` to a binary value and say what it holds: Confluent-framed Avro (read
+    with the schema directory), JSON, or other bytes (a dialect's schemaless record, a
+    CloudEvent's binary data). Raises :class:`DecodeError` for unreadable Confluent Avro."""
+    msg.data = body
+    if avro.is_confluent(body):
+        msg.avro = avro.read_confluent(body, schema_dir)
+        msg.form = "avro"
+    elif body.lstrip(b" \t\r\n")[:1] not in (b"{", b"[", b""):
+        msg.form = "bytes"
+
+
+def origin(topic: str | None, partition: int | None) -> str | None:
+    """Where a record of a Kafka topic was read, as a message origin:
+    ``kafka://<topic>/<partition>`` (``None`` without a topic)."""
+    if topic is None:
+        return None
+    return f"kafka://{topic}/{'' if partition is None else partition}"
+
+
+def record_message(
+    value: bytes | None,
+    key: bytes | None = None,
+    headers: Any = None,
+    topic: str | None = None,
+    partition: int | None = None,
+    offset: int | None = None,
+    timestamp: Any = None,
+    schema_dir: str | None = None,
+) -> RawMessage:
+    """A record as Spark's Kafka source gives it (binary key and value, headers as
+    ``{"key", "value"}`` records) as a raw message: its origin is the topic and partition,
+    its position the record's offset, so delivery order is Kafka's order within a partition.
+    A null or empty value is a tombstone (empty ``data``). Raises :class:`DecodeError` for a
+    Confluent-framed key or value that cannot be read."""
+    msg = RawMessage(
+        data=b"",
+        origin=origin(topic, partition),
+        offset=offset or 0,
+        headers=header_bytes(headers) or None,
+        kafka=KafkaCoordinates(
+            topic=topic, partition=partition, offset=offset, timestamp=timestamp
+        ),
+    )
+    if key is not None:
+        _binary_key(msg, key, schema_dir)
+    read_value(msg, value or b"", schema_dir)
     return msg
