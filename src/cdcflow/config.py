@@ -82,7 +82,8 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
 class SourceConfig(_Model):
-    """One landing zone and how to decode it.
+    """One source of raw messages and how to decode them: a landing zone (``path``, what
+    ``cdcflow run`` reads), or a DataFrame given through the Python API (no ``path``).
 
     ``replica_name``: how the source's tables are named in the catalog, a template of
     ``{source}``, ``{database}``, ``{schema}`` and ``{table}`` (lower-cased, other characters
@@ -93,7 +94,7 @@ class SourceConfig(_Model):
     """
 
     name: str
-    path: str
+    path: str | None = None
     dialect: str = "auto"
     keys: dict[str, list[str]] = Field(default_factory=dict)
     types: dict[str, dict[str, str]] = Field(default_factory=dict)
@@ -151,6 +152,9 @@ class TableConfig(_Model):
     current version in place.
     ``sequence_by``: a column of the row image whose value orders a key's events instead of
     the producer's ``sequence``.
+    ``apply_as_deletes``: a Spark SQL condition over the canonical event's fields (e.g.
+    ``after['op'] = 'D'``) marking row events that delete their key: such an event is applied
+    as a ``DELETE`` whose before image is its row image.
     """
 
     mode: Literal["merge", "append", "scd2"] = "merge"
@@ -161,6 +165,14 @@ class TableConfig(_Model):
     track_history_columns: list[str] | None = None
     track_history_except_columns: list[str] | None = None
     sequence_by: str | None = None
+    apply_as_deletes: str | None = None
+
+    @field_validator("apply_as_deletes")
+    @classmethod
+    def _condition(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must be a Spark SQL condition, e.g. after['op'] = 'D'")
+        return v
 
     @model_validator(mode="after")
     def _history(self) -> TableConfig:
@@ -334,7 +346,9 @@ def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
         update={
             "checkpoint": fix(cfg.checkpoint),
             "catalog": cfg.catalog.model_copy(update={"warehouse": fix(cfg.catalog.warehouse)}),
-            "sources": [s.model_copy(update={"path": fix(s.path)}) for s in cfg.sources],
+            "sources": [
+                s.model_copy(update={"path": fix(s.path)}) if s.path else s for s in cfg.sources
+            ],
             "outputs": [
                 o.model_copy(update={"path": fix(o.path)}) if o.path else o for o in cfg.outputs
             ],

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
+from cdcflow.engine.deletes import as_deletes, marked_sql
 from cdcflow.engine.history import (
     create_history_columns,
     history_merge_sql,
@@ -31,7 +32,14 @@ from cdcflow.engine.history import (
 )
 from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.keys import match_keys
-from cdcflow.engine.meta import MARKERS, SEGMENT, BatchMeta, aggregate, with_batch_columns
+from cdcflow.engine.meta import (
+    MARKERS,
+    SEGMENT,
+    BatchMeta,
+    aggregate,
+    target_expr,
+    with_batch_columns,
+)
 from cdcflow.engine.plan import Mode, TablePlan, TableState, decide
 from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.stage import (
@@ -78,8 +86,10 @@ from cdcflow.spark.sql import lit, q, view
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from cdcflow.pipeline.checkpoint import SourceRecord
+    from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
 
+#: The Spark local property naming the streaming query of a ``foreachBatch`` call.
+QUERY_ID = "sql.streaming.queryId"
 #: How often tombstones and closed segment groups past their retention are dropped.
 EXPIRY_INTERVAL = 3600.0
 
@@ -91,6 +101,11 @@ def source_options(src: object) -> DialectOptions:
         column_types={t: dict(c) for t, c in src.types.items()},  # type: ignore[attr-defined]
         extra=dict(src.options),  # type: ignore[attr-defined]
     )
+
+
+def delete_conditions(cfg: PipelineConfig) -> dict[str, str | None]:
+    """The ``apply_as_deletes`` condition of each table entry of a configuration."""
+    return {name: t.apply_as_deletes for name, t in cfg.tables.items()}
 
 
 class StopRequested(CdcflowError):
@@ -124,12 +139,16 @@ class BatchRunner:
         adaptive: bool = True,
         replay: bool = False,
         checkpoint: str | None = None,
+        owner: Checkpoint | None = None,
     ) -> None:
         """``replay``: the batches are replayed dead letters (late events by nature): no
-        split-message segments are judged and no transaction is held back."""
+        split-message segments are judged and no transaction is held back. ``checkpoint``:
+        Spark's checkpoint of the source's query, when known. ``owner``: the pipeline's
+        checkpoint, which records the streaming query that applies the source."""
         self.cfg = cfg
         #: Spark's checkpoint of the source's query (its file log names zero-byte files).
         self.checkpoint = checkpoint
+        self.owner = owner
         self.adaptive = adaptive
         self.record = record
         self.src = src
@@ -146,6 +165,9 @@ class BatchRunner:
         self.failure: BaseException | None = None
         # in a run that keeps following, expiry runs hourly; a run that drains ends with it
         self.last_expiry = time.time()
+        self._deletes = marked_sql(
+            delete_conditions(cfg), target_expr(record.replica_name, record.id)
+        )
         self.segment_stage = SegmentStage(
             self.catalog,
             self.internal,
@@ -167,6 +189,10 @@ class BatchRunner:
     # ------------------------------------------------------------------ entry
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """Apply one micro-batch: ``df`` holds raw messages (decoded here with the source's
+        dialect), decoded rows, or canonical events (see
+        :func:`cdcflow.decode.spark.decoded_frame`); a batch id already committed is
+        skipped."""
         while not self.shared.lock.acquire(timeout=0.2):
             if self.shared.stopping.is_set():
                 raise StopRequested(f"batch {batch_id} of source {self.source} left for later")
@@ -190,6 +216,8 @@ class BatchRunner:
         # (staging, merges) are ordinary batch queries that gain from it
         spark.conf.set("spark.sql.adaptive.enabled", "true" if self.adaptive else "false")
         check = self.first_batch
+        if check:
+            self._claim_query(spark)
         self.catalog.ensure_namespace(spark, self.namespace)
         self.catalog.ensure_namespace(spark, self.internal)
         if check:
@@ -199,7 +227,7 @@ class BatchRunner:
             ):
                 self.first_batch = False
                 return
-        decoded = self._columns(df).persist()
+        decoded = self._columns(self._frame(df)).persist()
         try:
             report = self._process(spark, decoded, batch_id, check, started)
         finally:
@@ -230,8 +258,41 @@ class BatchRunner:
         )
         return None if found is None else self._columns(found)
 
+    def _claim_query(self, spark: SparkSession) -> None:
+        """Record the streaming query running this batch as the source's (or refuse a query
+        with another checkpoint); find its checkpoint when it is the pipeline's. Batches run
+        outside a streaming query (replays) have no query."""
+        query = spark.sparkContext.getLocalProperty(QUERY_ID)
+        if not query or self.owner is None:
+            return
+        self.record = self.owner.claim_query(self.record, query)
+        if self.checkpoint is None and self.owner.query_id(self.record) == query:
+            self.checkpoint = self.owner.query_path(self.record)
+
+    def _frame(self, df: DataFrame) -> DataFrame:
+        """The decoded frame of a batch: raw messages decoded with the source's dialect,
+        canonical events given the decoded frame's columns."""
+        from cdcflow.decode.spark import decode_dataframe, decoded_frame, is_decoded
+
+        if is_decoded(df):
+            return decoded_frame(df)
+        return decode_dataframe(df, self.src.dialect, source_options(self.src), self.source)
+
     def _columns(self, df: DataFrame) -> DataFrame:
-        return with_batch_columns(df, self.source, self.record.replica_name)
+        """Decoded rows with the batch's working columns: segments tagged with this source
+        (whoever decoded them), events marked by ``apply_as_deletes`` turned into deletes."""
+        tag = (
+            f"CASE WHEN operation = '{SEGMENT}' THEN map_concat(map_filter(metadata, "
+            f"(k, v) -> k <> 'cdcflow.source'), map('cdcflow.source', {lit(self.source)})) "
+            "ELSE metadata END AS metadata"
+        )
+        columns = [tag if c == "metadata" else q(c) for c in df.columns]
+        if self._deletes is not None:
+            columns = [
+                tag if c == "metadata" else e
+                for c, e in zip(df.columns, as_deletes(df.columns, self._deletes), strict=True)
+            ]
+        return with_batch_columns(df.selectExpr(*columns), self.source, self.record.replica_name)
 
     def _migrate_tombstones(self, spark: SparkSession) -> None:
         """Tombstones kept one table per replica (``tombstones__<table>``, typed key columns)

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineConfig, SourceConfig
@@ -129,6 +129,8 @@ class SourceRecord:
     replica_name: str
     #: the ``cdcflow.pipeline`` value of its commits (the commit ledger)
     ledger: str
+    #: the id of the streaming query that applies it (recorded by its first batch)
+    query: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=2)
@@ -263,9 +265,7 @@ class Checkpoint:
             record = known.get(src.name)
             if record is None and src.renamed_from and src.renamed_from in known:
                 old = known.pop(src.renamed_from)
-                record = SourceRecord(
-                    old.id, src.name, src.path, src.dialect, old.replica_name, old.ledger
-                )
+                record = replace(old, name=src.name, path=src.path or "", dialect=src.dialect)
                 self.store.write(record.to_json(), "sources", record.id, SOURCE_FILE)
             if record is None:
                 if src.name in {r.id for r in known.values()}:
@@ -278,12 +278,43 @@ class Checkpoint:
                 )
                 names = template.replace("{source}", src.name)
                 ledger = f"{pipeline_id}/{src.name}"
-                record = SourceRecord(src.name, src.name, src.path, src.dialect, names, ledger)
+                record = SourceRecord(
+                    src.name, src.name, src.path or "", src.dialect, names, ledger
+                )
                 self.store.write(record.to_json(), "sources", record.id, SOURCE_FILE)
             else:
                 self._check(src, record)
             out.append((src, record))
         return out
+
+    def claim_query(self, record: SourceRecord, query: str) -> SourceRecord:
+        """Record the streaming query that applies a source (its first batch does), or refuse
+        another query: a query with a checkpoint of its own numbers its batches from 0 again,
+        and the commit ledger would take them for batches already committed."""
+        if record.query == query:
+            return record
+        if record.query is not None:
+            raise ConfigError(
+                f"source {record.name!r} is applied by streaming query {record.query} (its "
+                f"checkpoint); query {query} has another checkpoint, whose batch numbers would "
+                "collide with the batches already committed",
+                code="QUERY_CHANGED",
+                hint="run the query with its first checkpoint location "
+                f"({self.query_path(record)} unless it was given another), or apply it as a "
+                "new source (another source name)",
+            )
+        claimed = replace(record, query=query)
+        self.store.write(claimed.to_json(), "sources", record.id, SOURCE_FILE)
+        return claimed
+
+    def query_id(self, record: SourceRecord) -> str | None:
+        """The id of the streaming query checkpointed at :meth:`query_path`, if any."""
+        text = self.store.read("sources", record.id, "query", "metadata")
+        try:
+            found = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            return None
+        return str(found["id"]) if isinstance(found, dict) and "id" in found else None
 
     def query_path(self, record: SourceRecord) -> str:
         """Spark's checkpoint folder of one source's query."""
@@ -300,7 +331,9 @@ class Checkpoint:
             if not text:
                 continue
             doc = json.loads(text)
-            record = SourceRecord(**{k: doc[k] for k in SourceRecord.__dataclass_fields__})
+            record = SourceRecord(
+                **{k: doc[k] for k in SourceRecord.__dataclass_fields__ if k in doc}
+            )
             out[record.name] = record
         return out
 
@@ -317,9 +350,7 @@ class Checkpoint:
             )
         if src.dialect != record.dialect and record.dialect != "auto":
             # a dialect can be corrected (files already read stay as they were decoded)
-            updated = SourceRecord(
-                record.id, src.name, src.path, src.dialect, record.replica_name, record.ledger
-            )
+            updated = replace(record, name=src.name, path=src.path or "", dialect=src.dialect)
             self.store.write(updated.to_json(), "sources", record.id, SOURCE_FILE)
 
     # ------------------------------------------------------------------ earlier layout
@@ -359,6 +390,8 @@ class Checkpoint:
             # a sole source keeps the ledger it had, so a batch replayed after the upgrade is
             # still recognised
             ledger = pipeline_id if len(self.cfg.sources) == 1 else f"{pipeline_id}/{src.name}"
-            record = SourceRecord(src.name, src.name, src.path, src.dialect, "{table}", ledger)
+            record = SourceRecord(
+                src.name, src.name, src.path or "", src.dialect, "{table}", ledger
+            )
             self.store.write(record.to_json(), "sources", src.name, SOURCE_FILE)
         self.store.rename(["stream"], ["stream.before-per-source"])

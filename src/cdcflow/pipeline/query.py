@@ -1,10 +1,11 @@
-"""The pipeline: one Structured Streaming query per source, from landing zones to Iceberg tables.
+"""The pipeline: one Structured Streaming query per source, from raw messages to Iceberg tables.
 
 Each source is a ``binaryFile`` stream over its landing directory (local path or any Hadoop
-filesystem URI) with a checkpoint of its own (:mod:`cdcflow.pipeline.checkpoint`), so sources
-can be added, removed and renamed without touching the others' progress. Files are decoded by
-the registered dialects inside Spark (``mapInArrow``); each micro-batch goes through a
-:class:`~cdcflow.pipeline.batch.BatchRunner`. Batches of different sources never run at the
+filesystem URI), or a streaming DataFrame given through the Python API (Kafka-shaped rows,
+files, canonical events), with a checkpoint of its own (:mod:`cdcflow.pipeline.checkpoint`), so
+sources can be added, removed and renamed without touching the others' progress. Messages are
+decoded by the registered dialects inside Spark (``mapInArrow``); each micro-batch goes through
+a :class:`~cdcflow.pipeline.batch.BatchRunner`. Batches of different sources never run at the
 same time (they share the pipeline's internal tables). ``availableNow`` processes what is there
 and stops; ``follow`` keeps going with a processing-time trigger until :meth:`Pipeline.stop`.
 """
@@ -12,7 +13,7 @@ and stops; ``follow`` keeps going with a processing-time trigger until :meth:`Pi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
 from cdcflow.errors import CdcflowError, ConfigError
 from cdcflow.iceberg.catalog import Catalog
+from cdcflow.pipeline import results
 from cdcflow.pipeline.batch import BatchRunner, Shared, source_options
 from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
 from cdcflow.pipeline.report import BatchReport
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from cdcflow.decode.spark import Decoded
     from cdcflow.spark.session import SparkSettings
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
@@ -103,7 +106,16 @@ class RunResult:
 
 
 class Pipeline:
-    """A configured pipeline bound to a SparkSession."""
+    """A configured pipeline bound to a SparkSession: what ``cdcflow run`` runs, and the
+    Python API's way in.
+
+    :meth:`foreach_batch` gives the function that applies one source's micro-batches inside
+    one's own ``foreachBatch``; :meth:`start` starts one streaming query per source (over its
+    landing zone, or over a DataFrame given for it) and :meth:`wait` waits for them;
+    :meth:`run` does both. The pipeline holds its run lock from the first of those calls until
+    :meth:`close` (or the end of :meth:`wait`/:meth:`run`). :meth:`tables`, :meth:`table`,
+    :meth:`dead_letters` and :meth:`history` read the results.
+    """
 
     def __init__(self, cfg: PipelineConfig, spark: SparkSession | None = None) -> None:
         self.cfg = cfg
@@ -116,6 +128,100 @@ class Pipeline:
         self.queries: list[StreamingQuery] = []
         self.checkpoint: Checkpoint | None = None
         self.shared: Shared | None = None
+        self._sources: dict[str, tuple[SourceConfig, SourceRecord]] = {}
+
+    # ------------------------------------------------------------------ the run lock
+
+    def open(self) -> None:
+        """Take the pipeline's run lock and read (or create) its sources' records; nothing
+        when it is open already."""
+        if self.checkpoint is not None:
+            return
+        from cdcflow.engine.deletes import check_conditions
+        from cdcflow.pipeline.batch import delete_conditions
+
+        check_conditions(self.spark, delete_conditions(self.cfg))
+        checkpoint = Checkpoint(self.spark, self.cfg)
+        pid = checkpoint.pipeline_id()
+        checkpoint.acquire()
+        try:
+            self._sources = {src.name: (src, rec) for src, rec in checkpoint.sources(pid)}
+        except BaseException:
+            checkpoint.release()
+            raise
+        self.checkpoint = checkpoint
+        self.shared = Shared(Catalog(self.cfg.catalog.name))
+        self.runners, self.queries = [], []
+
+    def close(self) -> None:
+        """Stop the pipeline's queries and give its run lock back."""
+        self._stop_queries()
+        if self.checkpoint is not None:
+            self.checkpoint.release()
+            self.checkpoint = None
+
+    def __enter__(self) -> Pipeline:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _source(self, name: str | None) -> tuple[SourceConfig, SourceRecord]:
+        self.open()
+        if name is None:
+            if len(self.cfg.sources) != 1:
+                raise ConfigError(
+                    f"pipeline {self.cfg.pipeline!r} has {len(self.cfg.sources)} sources: name "
+                    "the one meant",
+                    hint="sources: " + ", ".join(s.name for s in self.cfg.sources),
+                )
+            name = self.cfg.sources[0].name
+        if name not in self._sources:
+            raise ConfigError(
+                f"no source {name!r} in pipeline {self.cfg.pipeline!r}",
+                hint="sources: " + ", ".join(s.name for s in self.cfg.sources),
+            )
+        return self._sources[name]
+
+    # ------------------------------------------------------------------ one's own foreachBatch
+
+    def foreach_batch(
+        self,
+        source: str | None = None,
+        on_report: Callable[[BatchReport], None] | None = None,
+        checkpoint: str | None = None,
+    ) -> BatchRunner:
+        """The ``foreachBatch`` function that applies one source's micro-batches (the sole
+        source unless named): ``fn(df, batch_id)`` with ``df`` holding raw messages, decoded
+        rows or canonical events. A batch id already committed changes nothing, so Spark's
+        replay of a batch after a crash is safe. ``checkpoint``: the query's checkpoint
+        location when it is not :meth:`checkpoint_location` (it names the zero-byte files of
+        ``binaryFile`` streams)."""
+        src, record = self._source(source)
+        assert self.shared is not None
+        runner = BatchRunner(
+            self.cfg,
+            record,
+            src,
+            self.shared,
+            on_report=on_report,
+            adaptive=self._adaptive(),
+            checkpoint=checkpoint,
+            owner=self.checkpoint,
+        )
+        self.runners.append(runner)
+        return runner
+
+    def checkpoint_location(self, source: str | None = None) -> str:
+        """Where the streaming query of a source keeps its checkpoint: inside the pipeline's
+        checkpoint folder, so that the two stay together."""
+        _, record = self._source(source)
+        assert self.checkpoint is not None
+        return self.checkpoint.query_path(record)
+
+    def _adaptive(self) -> bool:
+        return (self.spark.conf.get(ADAPTIVE, "true") or "true").lower() == "true"
 
     # ------------------------------------------------------------------ queries
 
@@ -135,6 +241,12 @@ class Pipeline:
         return session
 
     def _check_path(self, src: SourceConfig) -> None:
+        if src.path is None:
+            raise SourceMissing(
+                f"source {src.name!r} has no path, and no DataFrame was given for it",
+                hint="cdcflow run reads landing zones: set the source's path; from Python, "
+                "give the source's DataFrame to Pipeline.start (inputs)",
+            )
         if "://" in src.path:
             return
         path = Path(src.path)
@@ -149,44 +261,64 @@ class Pipeline:
             hint="check the path, or set create_path: true on the source to create it",
         )
 
-    def events(self, src: SourceConfig, record: SourceRecord, session: SparkSession) -> DataFrame:
-        """The decoded-events stream of one source."""
-        from cdcflow.decode.spark import decode_dataframe, read_raw
-
-        raw = read_raw(
-            session, src.path, streaming=True, max_files_per_trigger=src.max_files_per_batch
+    def stream(
+        self, src: SourceConfig, record: SourceRecord, data: DataFrame | Decoded | None
+    ) -> DataFrame:
+        """The decoded stream of one source: its landing zone's files, or the DataFrame given
+        for it (raw messages are decoded, canonical events pass as they are)."""
+        from cdcflow.decode.spark import (
+            Decoded,
+            decode_dataframe,
+            decoded_frame,
+            is_decoded,
+            read_raw,
         )
-        return decode_dataframe(raw, src.dialect, source_options(src), record.id)
+
+        if isinstance(data, Decoded):
+            return data.frame
+        if data is not None and is_decoded(data):
+            return decoded_frame(data)
+        if data is None:
+            assert src.path is not None
+            data = read_raw(
+                self._stream_session(),
+                src.path,
+                streaming=True,
+                max_files_per_trigger=src.max_files_per_batch,
+            )
+        return decode_dataframe(data, src.dialect, source_options(src), record.id)
 
     def start(
-        self, follow: bool = False, on_report: Callable[[BatchReport], None] | None = None
+        self,
+        follow: bool = False,
+        on_report: Callable[[BatchReport], None] | None = None,
+        inputs: Mapping[str, DataFrame | Decoded] | None = None,
     ) -> list[StreamingQuery]:
-        """Take the pipeline's run lock and start one query per source."""
-        self.runners, self.queries = [], []
+        """Take the pipeline's run lock and start one query per source, over the source's
+        landing zone or the streaming DataFrame ``inputs`` gives for it (by source name).
+        ``follow``: keep following (a processing-time trigger every ``follow_interval``);
+        otherwise process what is there and stop (``availableNow``)."""
+        given = dict(inputs or {})
+        unknown = sorted(set(given) - {s.name for s in self.cfg.sources})
+        if unknown:
+            raise ConfigError(
+                f"inputs for source(s) {', '.join(unknown)} not in pipeline {self.cfg.pipeline!r}",
+                hint="sources: " + ", ".join(s.name for s in self.cfg.sources),
+            )
         for src in self.cfg.sources:
-            self._check_path(src)
-        checkpoint = Checkpoint(self.spark, self.cfg)
-        pid = checkpoint.pipeline_id()
-        checkpoint.acquire()
-        self.checkpoint = checkpoint
+            if src.name not in given:
+                self._check_path(src)
+        self.open()
+        assert self.checkpoint is not None
         try:
-            adaptive = (self.spark.conf.get(ADAPTIVE, "true") or "true").lower() == "true"
-            self.shared = Shared(Catalog(self.cfg.catalog.name))
-            session = self._stream_session()
-            for src, record in checkpoint.sources(pid):
-                runner = BatchRunner(
-                    self.cfg,
-                    record,
-                    src,
-                    self.shared,
-                    on_report=on_report,
-                    adaptive=adaptive,
-                    checkpoint=checkpoint.query_path(record),
-                )
+            for src in self.cfg.sources:
+                _, record = self._sources[src.name]
+                location = self.checkpoint.query_path(record)
+                runner = self.foreach_batch(src.name, on_report, checkpoint=location)
                 writer = (
-                    self.events(src, record, session)
+                    self.stream(src, record, given.get(src.name))
                     .writeStream.foreachBatch(runner)
-                    .option("checkpointLocation", checkpoint.query_path(record))
+                    .option("checkpointLocation", location)
                     .queryName(f"cdcflow_{self.cfg.pipeline}_{record.id}")
                 )
                 if follow:
@@ -194,13 +326,21 @@ class Pipeline:
                     writer = writer.trigger(processingTime=f"{seconds} seconds")
                 else:
                     writer = writer.trigger(availableNow=True)
-                self.runners.append(runner)
                 self.queries.append(writer.start())
         except BaseException:
-            self._stop_queries()
-            checkpoint.release()
+            self.close()
             raise
         return self.queries
+
+    @property
+    def query(self) -> StreamingQuery:
+        """The streaming query of a pipeline with one source, once started."""
+        if len(self.queries) != 1:
+            raise CdcflowError(
+                f"pipeline {self.cfg.pipeline!r} runs {len(self.queries)} queries",
+                hint="use .queries (one per source, in the configuration's order)",
+            )
+        return self.queries[0]
 
     def stop(self) -> None:
         """Stop after the batch in progress (none is left half-done: a batch that had not
@@ -225,12 +365,23 @@ class Pipeline:
         timeout: float | None = None,
         should_stop: Callable[[], bool] | None = None,
         raise_on_failure: bool = True,
+        inputs: Mapping[str, DataFrame | Decoded] | None = None,
     ) -> RunResult:
-        """Run until the landing zones are drained (default) or, with ``follow``, until
-        ``should_stop()`` says so or ``timeout`` seconds pass. A failure ends the run: it is
-        raised, or with ``raise_on_failure=False`` reported in the result."""
+        """:meth:`start`, then :meth:`wait`."""
+        self.start(follow, on_report, inputs)
+        return self.wait(timeout, should_stop, raise_on_failure)
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        raise_on_failure: bool = True,
+    ) -> RunResult:
+        """Wait for the started queries: until they have processed what was there (without
+        ``follow``), or until ``should_stop()`` says so or ``timeout`` seconds pass; then give
+        the run lock back. A failure ends the run: it is raised, or with
+        ``raise_on_failure=False`` reported in the result."""
         result = RunResult()
-        self.start(follow, on_report)
         started = time.monotonic()
         try:
             while any(q.isActive for q in self.queries):
@@ -266,11 +417,28 @@ class Pipeline:
                 result.reports.extend(self.shared.reports)
             if result.failure is None and result.reports and self.runners:
                 self.runners[0].expire(self.spark)
-            if self.checkpoint is not None:
-                self.checkpoint.release()
+            self.close()
         if raise_on_failure and result.failure is not None:
             raise result.failure
         return result
+
+    # ------------------------------------------------------------------ results
+
+    def tables(self) -> list[str]:
+        """Names of the pipeline's replica and changelog tables."""
+        return results.replica_names(self.cfg, self.spark)
+
+    def table(self, name: str) -> DataFrame:
+        """One replica (or changelog) table, with its ``_cdc`` metadata column."""
+        return results.replica(self.cfg, self.spark, name)
+
+    def dead_letters(self) -> DataFrame:
+        """The pipeline's dead letters (see :func:`cdcflow.pipeline.results.dead_letters`)."""
+        return results.dead_letters(self.cfg, self.spark)
+
+    def history(self) -> DataFrame:
+        """The pipeline's batches (see :func:`cdcflow.pipeline.results.history`)."""
+        return results.history(self.cfg, self.spark)
 
 
 _DEBUG_HINT = "run with --debug for the whole trace"
