@@ -1,0 +1,377 @@
+"""cdcflow from PySpark: decode raw messages, apply canonical events, read the results.
+
+::
+
+    import cdcflow.api as cdc
+
+    decoded = cdc.decode(kafka_df, dialect="debezium")           # batch or streaming
+    pipe = cdc.start(decoded, namespace="shop", checkpoint="/chk/shop", keys=["id"])
+    pipe.wait()
+    pipe.table("customers").show()
+
+Settings are the configuration ``cdcflow run`` reads from YAML
+(:class:`~cdcflow.config.PipelineConfig`): give one (``config=``, a ``PipelineConfig``, a
+mapping or a YAML file), or keyword arguments that :func:`pipeline_config` turns into one, with
+the names Spark users know from ``apply_changes`` where the concept is the same. ``cdcflow
+run`` goes through the same :class:`~cdcflow.pipeline.query.Pipeline`, decoder and batch
+function. See ``docs/python-api.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cdcflow.config import PipelineConfig, SourceConfig, TableConfig, load_config, load_config_file
+from cdcflow.decode.spark import KAFKA_SCHEMA, Decoded, decode_dataframe
+from cdcflow.errors import ConfigError
+from cdcflow.pipeline.batch import source_options
+from cdcflow.pipeline.query import Pipeline, RunResult
+from cdcflow.pipeline.report import BatchReport
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "KAFKA_SCHEMA",
+    "BatchApplier",
+    "Decoded",
+    "Pipeline",
+    "PipelineConfig",
+    "RunResult",
+    "SourceConfig",
+    "TableConfig",
+    "decode",
+    "foreach_batch",
+    "pipeline",
+    "pipeline_config",
+    "start",
+    "table_config",
+]
+
+#: Source name given by :func:`pipeline_config` when none is.
+DEFAULT_SOURCE = "main"
+
+Config = PipelineConfig | Mapping[str, Any] | str | Path
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+def decode(
+    raw: DataFrame,
+    dialect: str = "auto",
+    *,
+    types: Mapping[str, Mapping[str, str]] | None = None,
+    keys: Mapping[str, Sequence[str]] | None = None,
+    options: Mapping[str, Any] | None = None,
+    source: SourceConfig | None = None,
+) -> Decoded:
+    """Decode a DataFrame of raw messages, batch or streaming, into canonical events.
+
+    ``raw`` holds rows of Spark's Kafka source (:data:`KAFKA_SCHEMA`: ``value`` and any of
+    ``key``, ``topic``, ``partition``, ``offset``, ``timestamp``, ``headers``), ``binaryFile``
+    rows (``path``, ``content``: one file each), or one binary or string column (one message
+    per row). A Kafka record's origin is ``kafka://<topic>/<partition>`` and its offset is its
+    delivery position, so the latest delivered copy of an event is the one with the highest
+    offset; its key and headers reach the dialects that read them.
+
+    ``dialect``: a registered dialect or ``auto`` (detected per message). ``types``: column
+    types per table for formats that carry none; ``keys``: key columns per table for producers
+    that send key values without names; ``options``: dialect options (e.g. ``schema_dir`` for
+    Confluent Avro). Or ``source``: a configured source, whose settings are used instead.
+
+    Decoding runs in Python workers over Arrow batches; nothing is collected to the driver.
+    The result's ``frame`` is what the apply functions take; ``events`` and ``rejected`` are
+    views of it.
+    """
+    if source is None:
+        source = _source(DEFAULT_SOURCE, dialect, types, keys, options)
+    frame = decode_dataframe(raw, source.dialect, source_options(source), source.name)
+    return Decoded(frame)
+
+
+def _source(
+    name: str,
+    dialect: str,
+    types: Mapping[str, Mapping[str, str]] | None,
+    keys: Mapping[str, Sequence[str]] | None,
+    options: Mapping[str, Any] | None,
+    replica_name: str | None = None,
+) -> SourceConfig:
+    doc: dict[str, Any] = {"name": name, "dialect": dialect}
+    if types:
+        doc["types"] = {t: dict(c) for t, c in types.items()}
+    if keys:
+        doc["keys"] = {t: list(k) for t, k in keys.items()}
+    if options:
+        doc["options"] = dict(options)
+    if replica_name is not None:
+        doc["replica_name"] = replica_name
+    cfg = load_config({"sources": [doc]}, "(decode)")
+    return cfg.sources[0]
+
+
+# ---------------------------------------------------------------------------- settings
+
+
+def table_config(
+    *,
+    keys: Sequence[str] | None = None,
+    sequence_by: str | None = None,
+    apply_as_deletes: str | None = None,
+    except_column_list: Sequence[str] | None = None,
+    stored_as_scd_type: int | str = 1,
+    track_history_column_list: Sequence[str] | None = None,
+    track_history_except_column_list: Sequence[str] | None = None,
+    name: str | None = None,
+    deletes: str = "hard",
+) -> TableConfig:
+    """A table's settings under ``apply_changes`` names.
+
+    ``keys``: key columns (default: the keys the events carry or the replica records).
+    ``sequence_by``: the column ordering a key's events (default ``sequence``, the producer's
+    commit order). ``apply_as_deletes``: a Spark SQL condition over the canonical event
+    (``operation``, ``after['op']``, ``metadata['…']``…) marking row events applied as deletes,
+    besides the producer's own deletes. ``except_column_list``: columns not written.
+    ``stored_as_scd_type``: 1 (current state, ``merge``) or 2 (history, ``scd2``).
+    ``track_history_column_list`` / ``track_history_except_column_list``: with type 2, the
+    columns whose changes open a new version. ``name``: the replica's name. ``deletes``:
+    ``hard`` (rows removed) or ``soft`` (rows kept, ``_cdc.deleted`` set).
+    """
+    return _table(_table_doc(locals()), "(table_config)")
+
+
+def _table_doc(args: Mapping[str, Any]) -> dict[str, Any]:
+    scd = str(args.get("stored_as_scd_type", 1))
+    if scd not in ("1", "2"):
+        raise ConfigError(
+            f"stored_as_scd_type must be 1 (current state) or 2 (history), got "
+            f"{args.get('stored_as_scd_type')!r}",
+            hint="for a changelog of every event, use tables={name: {'mode': 'append'}}",
+        )
+    doc: dict[str, Any] = {"mode": "merge" if scd == "1" else "scd2"}
+    sequence_by = args.get("sequence_by")
+    if sequence_by is not None and sequence_by != "sequence":
+        doc["sequence_by"] = sequence_by
+    renamed = {
+        "keys": "keys",
+        "apply_as_deletes": "apply_as_deletes",
+        "except_column_list": "except_columns",
+        "track_history_column_list": "track_history_columns",
+        "track_history_except_column_list": "track_history_except_columns",
+        "name": "name",
+    }
+    for arg, field in renamed.items():
+        value = args.get(arg)
+        if value is not None:
+            doc[field] = list(value) if isinstance(value, list | tuple) else value
+    if args.get("deletes", "hard") != "hard":
+        doc["deletes"] = args["deletes"]
+    return doc
+
+
+def _table(doc: Mapping[str, Any], origin: str) -> TableConfig:
+    cfg = load_config({"sources": [{"name": DEFAULT_SOURCE}], "tables": {"t": dict(doc)}}, origin)
+    return cfg.tables["t"]
+
+
+def pipeline_config(
+    *,
+    pipeline: str = "cdcflow",
+    checkpoint: str = "./checkpoints/cdcflow",
+    namespace: str = "cdc",
+    catalog: Mapping[str, Any] | None = None,
+    source: str = DEFAULT_SOURCE,
+    dialect: str = "auto",
+    types: Mapping[str, Mapping[str, str]] | None = None,
+    options: Mapping[str, Any] | None = None,
+    replica_name: str | None = None,
+    keys: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+    sequence_by: str | None = None,
+    apply_as_deletes: str | None = None,
+    except_column_list: Sequence[str] | None = None,
+    stored_as_scd_type: int | str = 1,
+    track_history_column_list: Sequence[str] | None = None,
+    track_history_except_column_list: Sequence[str] | None = None,
+    deletes: str = "hard",
+    table_names: Mapping[str, str] | None = None,
+    tables: Mapping[str, TableConfig | Mapping[str, Any]] | None = None,
+    **settings: Any,
+) -> PipelineConfig:
+    """A pipeline configuration from keyword arguments: one source (``source``, ``dialect``,
+    ``types``, ``options``, ``replica_name`` as in the YAML file) without a landing zone, and
+    table settings under ``apply_changes`` names (see :func:`table_config`) for every table.
+
+    ``keys`` is a list for every table, or a mapping per table name (which also names the
+    key columns for producers that send key values without names). ``table_names`` renames
+    replicas (``{"users": "customers"}``); ``tables`` gives whole entries per table (a
+    ``TableConfig`` or the YAML form, e.g. ``{"audit": {"mode": "append"}}``). Other keyword
+    arguments are top-level configuration keys (``consistency``, ``tombstone_retention``,
+    ``parallel_tables``, ``outputs``, …). Unknown names and bad values raise ``ConfigError``
+    naming them.
+    """
+    per_table = dict(keys) if isinstance(keys, Mapping) else {}
+    common = _table_doc(
+        {
+            "keys": None if isinstance(keys, Mapping) else keys,
+            "sequence_by": sequence_by,
+            "apply_as_deletes": apply_as_deletes,
+            "except_column_list": except_column_list,
+            "stored_as_scd_type": stored_as_scd_type,
+            "track_history_column_list": track_history_column_list,
+            "track_history_except_column_list": track_history_except_column_list,
+            "deletes": deletes,
+        }
+    )
+    entries: dict[str, Any] = {"default": common}
+    for name in sorted(set(per_table) | set(table_names or {})):
+        entry = dict(common)
+        if name in per_table:
+            entry["keys"] = list(per_table[name])
+        if table_names and name in table_names:
+            entry["name"] = table_names[name]
+        entries[name] = entry
+    for name, given in (tables or {}).items():
+        entries[name] = (
+            given.model_dump(exclude_defaults=True) if isinstance(given, TableConfig) else given
+        )
+    src: dict[str, Any] = {"name": source, "dialect": dialect}
+    if types:
+        src["types"] = {t: dict(c) for t, c in types.items()}
+    if per_table:
+        src["keys"] = {t: list(k) for t, k in per_table.items()}
+    if options:
+        src["options"] = dict(options)
+    if replica_name is not None:
+        src["replica_name"] = replica_name
+    doc: dict[str, Any] = {
+        "pipeline": pipeline,
+        "checkpoint": checkpoint,
+        "namespace": namespace,
+        "sources": [src],
+        "tables": entries,
+        **settings,
+    }
+    if catalog is not None:
+        doc["catalog"] = dict(catalog)
+    return load_config(doc, "(Python API)")
+
+
+def _config(config: Config | None, settings: Mapping[str, Any]) -> PipelineConfig:
+    if config is None:
+        return pipeline_config(**settings)
+    if settings:
+        raise ConfigError(
+            f"give a configuration or settings, not both (settings: {', '.join(sorted(settings))})",
+            hint="put the settings in the configuration, or leave config out",
+        )
+    if isinstance(config, PipelineConfig):
+        return config
+    if isinstance(config, str | Path):
+        return load_config_file(config)
+    return load_config(config, "(Python API)")
+
+
+# ---------------------------------------------------------------------------- applying
+
+
+def pipeline(
+    config: Config | None = None, *, spark: SparkSession | None = None, **settings: Any
+) -> Pipeline:
+    """The pipeline of a configuration (or of keyword arguments, see
+    :func:`pipeline_config`) on ``spark`` (default: the active session), to start, apply
+    from one's own ``foreachBatch`` (:meth:`Pipeline.foreach_batch`) or read results
+    (:meth:`Pipeline.table`, :meth:`Pipeline.dead_letters`, :meth:`Pipeline.history`)."""
+    return Pipeline(_config(config, settings), spark or _active())
+
+
+def _active() -> SparkSession | None:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+class BatchApplier:
+    """The ``foreachBatch`` function of one source: ``applier(df, batch_id)`` applies a
+    micro-batch of raw messages, decoded rows or canonical events with the same guarantees as
+    ``cdcflow run`` — a batch id already committed changes nothing, a crash mid-batch is
+    completed when Spark replays the batch. It holds the pipeline's run lock until
+    :meth:`close`."""
+
+    def __init__(
+        self,
+        pipe: Pipeline,
+        source: str | None = None,
+        on_report: Callable[[BatchReport], None] | None = None,
+    ) -> None:
+        self.pipeline = pipe
+        self.source = source
+        self._runner = pipe.foreach_batch(source, on_report)
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self._runner(df, batch_id)
+
+    @property
+    def checkpoint_location(self) -> str:
+        """The checkpoint location for the streaming query, inside the pipeline's checkpoint
+        folder (another location works too, but must stay the query's for good)."""
+        return self.pipeline.checkpoint_location(self.source)
+
+    @property
+    def reports(self) -> list[BatchReport]:
+        """What each batch applied so far did (counts, seconds per stage)."""
+        return list(self._runner.reports)
+
+    def close(self) -> None:
+        """Give the pipeline's run lock back."""
+        self.pipeline.close()
+
+    def __enter__(self) -> BatchApplier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def foreach_batch(
+    config: Config | None = None,
+    *,
+    source: str | None = None,
+    spark: SparkSession | None = None,
+    on_report: Callable[[BatchReport], None] | None = None,
+    **settings: Any,
+) -> BatchApplier:
+    """The function to give ``writeStream.foreachBatch`` (or to call with a DataFrame and a
+    batch id) that applies the micro-batches of one source — the sole source unless named —
+    of a configuration, or of keyword arguments (see :func:`pipeline_config`)."""
+    return BatchApplier(pipeline(config, spark=spark, **settings), source, on_report)
+
+
+def start(
+    data: DataFrame | Decoded,
+    config: Config | None = None,
+    *,
+    source: str | None = None,
+    follow: bool = False,
+    on_report: Callable[[BatchReport], None] | None = None,
+    **settings: Any,
+) -> Pipeline:
+    """Start the streaming queries of a pipeline whose source (the sole one unless named)
+    reads ``data``: a streaming DataFrame of raw messages (decoded with the source's
+    dialect), a :class:`Decoded` result, or canonical events. Other sources of a configuration
+    read their landing zones. ``follow``: keep following (a trigger every
+    ``follow_interval``); otherwise process what is available and stop. Returns the running
+    :class:`Pipeline`: ``.query`` (the ``StreamingQuery``), ``.wait()``, ``.stop()``."""
+    frame = data.frame if isinstance(data, Decoded) else data
+    pipe = Pipeline(_config(config, settings), frame.sparkSession)
+    name = source or (pipe.cfg.sources[0].name if len(pipe.cfg.sources) == 1 else None)
+    if name is None:
+        raise ConfigError(
+            f"pipeline {pipe.cfg.pipeline!r} has {len(pipe.cfg.sources)} sources: name the one "
+            "that reads the DataFrame",
+            hint="sources: " + ", ".join(s.name for s in pipe.cfg.sources),
+        )
+    pipe.start(follow, on_report, inputs={name: data})
+    return pipe

@@ -1,0 +1,278 @@
+"""The Python API on Spark: Kafka-shaped streams of every dialect decoded, canonical events
+applied from one's own ``foreachBatch`` (a crash, Spark's replay of the batch, a batch id
+applied twice), a pipeline started from a DataFrame, and its results read back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import cdcflow.api as cdc
+from cdcflow.decode.spark import RawShapeError, decoded_frame, raw_shape
+from cdcflow.engine.deletes import as_deletes, marked_sql
+from cdcflow.event import SPARK_COLUMNS
+from cdcflow.testing import oracle
+from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.renderers import renderer_names
+from cdcflow.testing.workload import Workload
+from tests import api_job
+from tests.kafka_shaped import kafka_batch, kafka_rendering, reference, same
+from tests.processes import pipeline_config
+from tests.scenario import ev
+
+pytestmark = pytest.mark.spark
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parquet(rows: list[dict[str, Any]], folder: Path, files: int = 1) -> Path:
+    """Kafka rows written as ``files`` parquet files (a stand-in for a topic)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    size = -(-len(rows) // files)
+    for i in range(files):
+        part = kafka_batch(rows[i * size : (i + 1) * size])
+        pq.write_table(pa.Table.from_batches([part]), folder / f"{i}.parquet")
+    return folder
+
+
+def _warehouse(spark: Any) -> str:
+    return str(spark.conf.get("spark.sql.catalog.cdc.warehouse"))
+
+
+def _equals_oracle(spark: Any, w: Workload, namespace: str) -> None:
+    expected = oracle.apply(w)
+    for name, table in w.tables.items():
+        cols = list(table.columns)
+        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
+        d = diff_table(name, list(expected[name].values()), actual, cols)
+        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+
+
+def _maps(row: Any) -> dict[str, Any]:
+    d = row.asDict()
+    for m in ("key", "before", "after", "metadata"):
+        d[m] = dict(d[m]) if d[m] is not None else None
+    return d
+
+
+def test_kafka_shaped_streams_of_every_dialect_decode(spark: Any, tmp_path: Path) -> None:
+    """A streaming DataFrame in the schema of Spark's Kafka source per dialect, decoded in
+    one query: the events the files give, each with its record's origin and offset."""
+    renderings = {name: kafka_rendering(name, tmp_path / name) for name in renderer_names()}
+    frames = []
+    for name, r in renderings.items():
+        stream = spark.readStream.schema(cdc.KAFKA_SCHEMA).parquet(
+            str(_parquet(r.rows, tmp_path / "topics" / name))
+        )
+        assert stream.isStreaming
+        o = r.options
+        decoded = cdc.decode(stream, name, types=o.column_types, keys=o.table_keys, options=o.extra)
+        frames.append(decoded.frame)
+    union = frames[0]
+    for f in frames[1:]:
+        union = union.unionByName(f)
+    query = (
+        union.writeStream.format("memory")
+        .queryName("api_decoded")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    rows = [_maps(r) for r in spark.table("api_decoded").collect()]
+    assert not [r for r in rows if r["error_code"]]
+    for name, r in renderings.items():
+        expected, segments = reference(r)
+        mine = [x for x in rows if x["dialect"] == name]
+        events = [x for x in mine if x["operation"] != "SEGMENT"]
+        assert sorted(map(same, events), key=repr) == expected, name
+        assert sum(x["operation"] == "SEGMENT" for x in mine) == segments, name
+        assert all(
+            e["origin"]
+            == f"kafka://{e['metadata']['kafka_topic']}/{e['metadata']['kafka_partition']}"
+            and str(e["offset"]) == e["metadata"]["kafka_offset"]
+            for e in events
+        ), name
+
+
+def test_raw_shapes_and_canonical_events(spark: Any) -> None:
+    """One string column is one message per row; a frame of canonical events from elsewhere
+    gains the decoded frame's columns; anything else is refused naming its columns."""
+    line = orjson.dumps(ev("INSERT", "users", 1, after={"id": 1}))
+    messages = spark.createDataFrame([(line.decode(),)], "body string")
+    assert raw_shape(messages) == "messages"
+    events = cdc.decode(messages, "savegress", keys={"users": ["id"]}).events
+    got = [_maps(r) for r in events.collect()]
+    assert [(e["operation"], e["table"], e["key"], e["origin"]) for e in got] == [
+        ("INSERT", "users", {"id": "1"}, None)
+    ]
+    canonical = events.select("table", "operation", "sequence", "key", "after")
+    frame = decoded_frame(canonical)
+    assert frame.columns == [n for n, _ in SPARK_COLUMNS]
+    filled = frame.collect()[0]
+    assert filled["id"].startswith("cdc-") and filled["partial"] is False
+    with pytest.raises(RawShapeError) as e:
+        raw_shape(spark.createDataFrame([(1, 2)], "a int, b int"))
+    assert str(e.value) == "[RAW_SHAPE] not a DataFrame of raw messages (columns: a int, b int)"
+
+
+def test_apply_as_deletes_marks_row_events_of_the_tables_named(spark: Any) -> None:
+    """Per table entry its own condition (an entry without one marks nothing), ``default``
+    for the others; deletes, markers and rejections are left alone."""
+    conditions = {"default": "after['op'] = 'D'", "orders": None, "items": "after['gone'] = '1'"}
+    rows = spark.createDataFrame(
+        [
+            ("users", "UPDATE", {"id": "1", "op": "D"}, None, None),
+            ("users", "UPDATE", {"id": "2", "op": "U"}, None, None),
+            ("orders", "UPDATE", {"id": "3", "op": "D"}, None, None),
+            ("items", "INSERT", {"id": "4", "gone": "1"}, None, None),
+            ("users", "UPDATE", {"id": "5", "op": "D"}, None, "BAD_JSON"),
+            ("users", "COMMIT", {"op": "D"}, None, None),
+        ],
+        "table string, operation string, after map<string,string>, "
+        "before map<string,string>, error_code string",
+    ).selectExpr("*", "false AS partial")
+    marked = marked_sql(conditions, "`table`")
+    assert marked is not None and marked_sql({"default": None}, "`table`") is None
+    out = rows.selectExpr(*as_deletes(rows.columns, marked)).collect()
+    assert [(r["operation"], r["after"], (r["before"] or {}).get("id")) for r in out] == [
+        ("DELETE", None, "1"),
+        ("UPDATE", {"id": "2", "op": "U"}, None),
+        ("UPDATE", {"id": "3", "op": "D"}, None),
+        ("DELETE", None, "4"),
+        ("UPDATE", {"id": "5", "op": "D"}, None),
+        ("COMMIT", {"op": "D"}, None),
+    ]
+
+
+def _kafka_frame(spark: Any, docs: list[tuple[int, int, dict[str, Any]]]) -> Any:
+    """A batch DataFrame of Kafka records (partition, offset, unified-format value)."""
+    rows = [(None, orjson.dumps(d), "pg", p, o, None, 0, None) for p, o, d in docs]
+    return spark.createDataFrame(rows, cdc.KAFKA_SCHEMA)
+
+
+def test_foreach_batch_applies_in_kafka_order_and_a_replayed_batch_changes_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """One's own ``foreachBatch`` function called with a batch of Kafka rows: two different
+    events at one sequence resolve to the one with the higher offset, whatever the rows'
+    order; ``apply_as_deletes`` deletes a row marked in its image. The same batch id given
+    again, by a new applier as after a restart, commits nothing."""
+    docs = [
+        (0, 9, ev("UPDATE", "users", 20, after={"id": 1, "name": "b", "op": "U"}, id="e-b")),
+        (0, 1, ev("INSERT", "users", 10, after={"id": 1, "name": "-", "op": "I"})),
+        (0, 5, ev("UPDATE", "users", 20, after={"id": 1, "name": "a", "op": "U"}, id="e-a")),
+        (1, 0, ev("INSERT", "users", 30, after={"id": 2, "name": "x", "op": "I"})),
+        (1, 1, ev("UPDATE", "users", 40, after={"id": 2, "name": "x", "op": "D"})),
+        (1, 2, ev("INSERT", "users", 50, after={"id": 3, "name": "y", "op": "I"})),
+    ]
+    batch = _kafka_frame(spark, docs)
+    settings: dict[str, Any] = {
+        "pipeline": "api_fb",
+        "checkpoint": str(tmp_path / "chk"),
+        "namespace": "api_fb",
+        "catalog": {"name": "cdc", "warehouse": _warehouse(spark)},
+        "dialect": "savegress",
+        "keys": ["id"],
+        "apply_as_deletes": "after['op'] = 'D'",
+    }
+    with cdc.foreach_batch(spark=spark, **settings) as apply:
+        apply(batch, 0)
+        (report,) = apply.reports
+    assert report.conflicts == 1 and report.dead_lettered == 0
+    pipe = cdc.pipeline(spark=spark, **settings)
+    rows = sorted((r["id"], r["name"]) for r in pipe.table("users").collect())
+    assert rows == [(1, "b"), (3, "y")]
+    snapshot = spark.sql("SELECT max(snapshot_id) FROM cdc.api_fb.users.snapshots").collect()
+
+    with cdc.foreach_batch(spark=spark, **settings) as again:
+        again(batch, 0)
+        assert again.reports == []
+        again(_kafka_frame(spark, [(1, 3, ev("DELETE", "users", 60, before={"id": 3}))]), 1)
+    assert spark.sql("SELECT max(snapshot_id) FROM cdc.api_fb.users.snapshots").collect() != (
+        snapshot
+    )
+    assert sorted((r["id"], r["name"]) for r in pipe.table("users").collect()) == [(1, "b")]
+    history = pipe.history().groupBy("batch_id").count().collect()
+    assert sorted((r["batch_id"], r["count"]) for r in history) == [(0, 1), (1, 1)]
+
+
+def test_own_foreach_batch_killed_after_a_commit_then_replayed_equals_the_oracle(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A user's job (``tests/api_job.py``) dies right after the merge of its second batch;
+    run again, Spark replays that batch with the same id and the replicas equal the oracle,
+    each batch once in the history, each bad record dead-lettered once. The same job with
+    another checkpoint location is refused: its batch ids would collide."""
+    r = kafka_rendering("savegress", tmp_path / "render", seed=5, transactions=30)
+    bad = {**r.rows[0], "value": b"{not json", "offset": 10_000}
+    noise = {**r.rows[0], "topic": "ignored", "value": b"{}", "offset": 10_001}
+    source = _parquet([*r.rows, bad, noise], tmp_path / "topic", files=3)
+    warehouse = _warehouse(spark)
+    config = pipeline_config(
+        tmp_path, warehouse, r.options, namespace="api_crash", files_per_batch=None
+    )
+    env = {**os.environ, "CDCFLOW_CRASH_AFTER": "merge@1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.api_job", str(config), str(source), warehouse],
+        cwd=_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 137, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["batch 0 applied"], proc.stdout
+
+    reports = api_job.run(spark, str(config), str(source))
+    assert [rep.batch_id for rep in reports] == [1, 2]
+    _equals_oracle(spark, r.workload, "api_crash")
+    pipe = cdc.pipeline(config, spark=spark)
+    history = pipe.history().groupBy("batch_id").count().collect()
+    assert sorted((h["batch_id"], h["count"]) for h in history) == [(0, 1), (1, 1), (2, 1)]
+    dead = pipe.dead_letters().collect()
+    assert [(d["origin"], d["offset"], d["error_code"]) for d in dead] == [
+        (f"kafka://{bad['topic']}/{bad['partition']}", 10_000, "NOT_JSON")
+    ]
+
+    with pytest.raises(Exception, match="QUERY_CHANGED"):
+        api_job.run(spark, str(config), str(source), str(tmp_path / "elsewhere"))
+
+
+def test_start_from_a_kafka_stream_and_read_the_results(spark: Any, tmp_path: Path) -> None:
+    """``start`` over a streaming DataFrame of Debezium records (keys in the Kafka key): the
+    replicas equal the oracle, and the tables, dead letters and history read back."""
+    r = kafka_rendering("debezium", tmp_path / "render", seed=3, transactions=25)
+    bad = {**r.rows[0], "value": b"\xff\xfe", "offset": 5_000}
+    stream = spark.readStream.schema(cdc.KAFKA_SCHEMA).parquet(
+        str(_parquet([*r.rows, bad], tmp_path / "topic"))
+    )
+    o = r.options
+    pipe = cdc.start(
+        stream,
+        pipeline="api_start",
+        checkpoint=str(tmp_path / "chk"),
+        namespace="api_start",
+        catalog={"name": "cdc", "warehouse": _warehouse(spark)},
+        dialect="debezium",
+        types=o.column_types,
+        keys=o.table_keys,
+        options=o.extra,
+    )
+    assert pipe.query.name == "cdcflow_api_start_main"
+    result = pipe.wait()
+    assert result.exit_status == 3 and result.dead_lettered == 1
+    _equals_oracle(spark, r.workload, "api_start")
+    assert set(pipe.tables()) == set(r.workload.tables)
+    dead = pipe.dead_letters().collect()
+    assert [(d["origin"], d["offset"], d["source"]) for d in dead] == [
+        (f"kafka://{bad['topic']}/{bad['partition']}", 5_000, "main")
+    ]
+    (batch,) = pipe.history().collect()
+    assert batch["dead_lettered"] == 1 and batch["events"] == result.events
