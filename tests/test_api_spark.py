@@ -18,6 +18,7 @@ import pytest
 import cdcflow.api as cdc
 from cdcflow.decode.spark import RawShapeError, decoded_frame, raw_shape
 from cdcflow.engine.deletes import as_deletes, marked_sql
+from cdcflow.errors import ConfigError
 from cdcflow.event import SPARK_COLUMNS
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
@@ -149,6 +150,24 @@ def test_apply_as_deletes_marks_row_events_of_the_tables_named(spark: Any) -> No
         ("UPDATE", {"id": "5", "op": "D"}, None),
         ("COMMIT", {"op": "D"}, None),
     ]
+
+
+def test_a_condition_spark_cannot_read_or_a_source_without_input_stops_before_any_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    settings: dict[str, Any] = {"checkpoint": str(tmp_path / "chk"), "namespace": "api_bad"}
+    bad = cdc.pipeline(spark=spark, apply_as_deletes="after['op' =", **settings)
+    with pytest.raises(ConfigError) as e:
+        bad.foreach_batch()
+    assert str(e.value).startswith(
+        "[CONFIG_INVALID] tables.default.apply_as_deletes: \"after['op' =\" is not a condition "
+        "over canonical events ("
+    )
+    with pytest.raises(ConfigError) as e:
+        cdc.pipeline(spark=spark, **settings).run()
+    assert str(e.value) == (
+        "[SOURCE_PATH_MISSING] source 'main' has no path, and no DataFrame was given for it"
+    )
 
 
 def _kafka_frame(spark: Any, docs: list[tuple[int, int, dict[str, Any]]]) -> Any:

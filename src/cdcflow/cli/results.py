@@ -142,14 +142,12 @@ def _internal(cfg: PipelineConfig, spark: SparkSession, name: str) -> str | None
 @_common
 def tables_cmd(config: str, output: str, full: bool) -> None:
     """List the replica tables of a pipeline with their row counts."""
-    from cdcflow.iceberg.catalog import Catalog
+    from cdcflow.pipeline.results import replica, replica_names
 
     cfg, spark = _session(config)
-    catalog = Catalog(cfg.catalog.name)
     rows = []
-    for name in sorted(catalog.table_names(spark, cfg.namespace)):
-        ident = catalog.ident(cfg.namespace, name)
-        n = spark.sql(f"SELECT count(*) AS n FROM {ident}").collect()[0]["n"]
+    for name in replica_names(cfg, spark):
+        n = replica(cfg, spark, name).count()
         rows.append((f"{cfg.catalog.name}.{cfg.namespace}.{name}", int(n)))
     emit(["table", "rows"], rows, output, full)
 
@@ -161,11 +159,10 @@ def tables_cmd(config: str, output: str, full: bool) -> None:
 @_common
 def show_cmd(config: str, table: str, limit: int, output: str, full: bool) -> None:
     """Show rows of a replica table."""
-    from cdcflow.spark.sql import q
+    from cdcflow.pipeline.results import replica
 
     cfg, spark = _session(config)
-    ident = f"{q(cfg.catalog.name)}.{q(cfg.namespace)}.{q(table)}"
-    _frame(spark.table(ident), limit, output, full)
+    _frame(replica(cfg, spark, table), limit, output, full)
 
 
 @click.command("sql")
@@ -185,12 +182,13 @@ def sql_cmd(config: str, query: str, limit: int, output: str, full: bool) -> Non
 @_common
 def history_cmd(config: str, limit: int, output: str, full: bool) -> None:
     """Show the batch history of a pipeline: counts, and the seconds each stage took."""
+    from cdcflow.pipeline.results import history
+
     cfg, spark = _session(config)
-    ident = _internal(cfg, spark, "batches")
-    if ident is None:
+    df = history(cfg, spark).orderBy("started_at", "batch_id", ascending=False)
+    if df.isEmpty():
         click.echo("no batches yet", err=output == "json")
         return
-    df = spark.sql(f"SELECT * FROM {ident} ORDER BY started_at DESC, batch_id DESC")
     if output == "json":
         _frame(df, limit, output, full)
         return

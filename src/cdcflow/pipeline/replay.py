@@ -161,18 +161,33 @@ def list_dead_letters(
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Columns and rows of the chosen dead letters, oldest first (``raw`` cut to
     ``raw_chars`` characters unless ``None``)."""
-    catalog = Catalog(cfg.catalog.name)
-    ident = catalog.ident(cfg.namespace + "__cdcflow", DEAD_LETTERS)
+    from cdcflow.pipeline.results import dead_letters
+
     ids = _source_ids(cfg, spark, chosen.sources) if chosen.sources else None
     raw = "CAST(raw AS string)"
     if raw_chars is not None:
         raw = f"substring({raw}, 1, {int(raw_chars)})"
-    replayed = ", replayed_at" if chosen.include_replayed else ""
-    df = spark.sql(
-        f"SELECT source, batch_id AS batch, first_seen, origin, line, offset, item, dialect, "
-        f"`table`, error_code, error_message, {raw} AS raw{replayed} FROM {ident} "
-        f"WHERE {chosen.where(ids)} ORDER BY first_seen, batch_id, origin, offset, item "
-        f"LIMIT {int(limit)}"
+    replayed = ["replayed_at"] if chosen.include_replayed else []
+    df = (
+        dead_letters(cfg, spark)
+        .where(chosen.where(ids))
+        .orderBy("first_seen", "batch_id", "origin", "offset", "item")
+        .limit(int(limit))
+        .selectExpr(
+            "source",
+            "batch_id AS batch",
+            "first_seen",
+            "origin",
+            "line",
+            "offset",
+            "item",
+            "dialect",
+            "`table`",
+            "error_code",
+            "error_message",
+            f"{raw} AS raw",
+            *replayed,
+        )
     )
     return list(df.columns), [tuple(r) for r in df.collect()]
 
