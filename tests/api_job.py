@@ -17,9 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def run(
-    spark: SparkSession, config: str, source_dir: str, query_checkpoint: str | None = None
-) -> list[BatchReport]:
+def run(spark: SparkSession, config: str, source_dir: str) -> list[BatchReport]:
     """Read the Kafka-shaped rows of ``source_dir`` one file per micro-batch and apply them,
     dropping the records of a topic the job does not want (the job's own logic)."""
     stream = (
@@ -38,7 +36,7 @@ def run(
 
         query = (
             stream.writeStream.foreachBatch(each)
-            .option("checkpointLocation", query_checkpoint or apply.checkpoint_location)
+            .option("checkpointLocation", apply.checkpoint_location)
             .trigger(availableNow=True)
             .start()
         )

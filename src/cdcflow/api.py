@@ -310,8 +310,8 @@ class BatchApplier:
         self.source = source
         self._runner = pipe.foreach_batch(source, on_report)
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self._runner(df, batch_id)
+    def __call__(self, df: DataFrame | Decoded, batch_id: int) -> None:
+        self._runner(df.frame if isinstance(df, Decoded) else df, batch_id)
 
     @property
     def checkpoint_location(self) -> str:
@@ -365,6 +365,11 @@ def start(
     ``follow_interval``); otherwise process what is available and stop. Returns the running
     :class:`Pipeline`: ``.query`` (the ``StreamingQuery``), ``.wait()``, ``.stop()``."""
     frame = data.frame if isinstance(data, Decoded) else data
+    if not frame.isStreaming:
+        raise ConfigError(
+            "start needs a streaming DataFrame (spark.readStream…)",
+            hint="apply a batch DataFrame with foreach_batch(...)(df, batch_id)",
+        )
     pipe = Pipeline(_config(config, settings), frame.sparkSession)
     name = source or (pipe.cfg.sources[0].name if len(pipe.cfg.sources) == 1 else None)
     if name is None:

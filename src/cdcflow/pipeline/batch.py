@@ -90,6 +90,8 @@ if TYPE_CHECKING:
 
 #: The Spark local property naming the streaming query of a ``foreachBatch`` call.
 QUERY_ID = "sql.streaming.queryId"
+#: The local property naming the query's run (Spark sets the job group to the run id).
+RUN_ID = "spark.jobGroup.id"
 #: How often tombstones and closed segment groups past their retention are dropped.
 EXPIRY_INTERVAL = 3600.0
 
@@ -161,6 +163,8 @@ class BatchRunner:
         self.internal = cfg.namespace + "__cdcflow"
         self.writer = Writer(self.catalog, self.pipeline_id)
         self.first_batch = True
+        #: the run of the streaming query that gave the last batch
+        self.run: str | None = None
         self.reports: list[BatchReport] = []
         self.failure: BaseException | None = None
         # in a run that keeps following, expiry runs hourly; a run that drains ends with it
@@ -215,6 +219,7 @@ class BatchRunner:
         # a streaming query's batch runs with adaptive execution off; the batch's own queries
         # (staging, merges) are ordinary batch queries that gain from it
         spark.conf.set("spark.sql.adaptive.enabled", "true" if self.adaptive else "false")
+        self._follow_run(spark)
         check = self.first_batch
         if check:
             self._claim_query(spark)
@@ -258,13 +263,27 @@ class BatchRunner:
         )
         return None if found is None else self._columns(found)
 
+    def _follow_run(self, spark: SparkSession) -> None:
+        """A query restarted with the same function begins a new run (and calls outside a
+        streaming query are a run of their own), whose first batch may be a replay of one
+        already committed: it is checked like the first batch of a process."""
+        context = spark.sparkContext
+        run = context.getLocalProperty(RUN_ID) if context.getLocalProperty(QUERY_ID) else None
+        run = run or "direct"
+        if self.run is not None and run != self.run:
+            self.first_batch = True
+        self.run = run
+
     def _claim_query(self, spark: SparkSession) -> None:
-        """Record the streaming query running this batch as the source's (or refuse a query
-        with another checkpoint); find its checkpoint when it is the pipeline's. Batches run
-        outside a streaming query (replays) have no query."""
-        query = spark.sparkContext.getLocalProperty(QUERY_ID)
-        if not query or self.owner is None:
+        """Record the streaming query running this batch as the source's (``direct`` outside
+        a streaming query), or refuse another; find the query's checkpoint when it is the
+        pipeline's. A runner without an owner (replays of dead letters, with a ledger of their
+        own) records nothing."""
+        if self.owner is None:
             return
+        from cdcflow.pipeline.checkpoint import DIRECT
+
+        query = spark.sparkContext.getLocalProperty(QUERY_ID) or DIRECT
         self.record = self.owner.claim_query(self.record, query)
         if self.checkpoint is None and self.owner.query_id(self.record) == query:
             self.checkpoint = self.owner.query_path(self.record)

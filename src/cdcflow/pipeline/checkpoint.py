@@ -43,6 +43,16 @@ LOCK_STALE_SECONDS = 60.0
 HEARTBEAT_SECONDS = 15.0
 
 
+#: What applies a source whose batches are given outside a streaming query.
+DIRECT = "direct"
+
+
+def _applier(query: str) -> str:
+    if query == DIRECT:
+        return "batches given outside a streaming query"
+    return f"streaming query {query}"
+
+
 class PipelineBusy(CdcflowError):
     """Another run of the same pipeline holds its checkpoint."""
 
@@ -288,16 +298,17 @@ class Checkpoint:
         return out
 
     def claim_query(self, record: SourceRecord, query: str) -> SourceRecord:
-        """Record the streaming query that applies a source (its first batch does), or refuse
-        another query: a query with a checkpoint of its own numbers its batches from 0 again,
+        """Record what applies a source — a streaming query's id, or :data:`DIRECT` for
+        batches given outside a streaming query (its first batch records it) — or refuse
+        anything else: a query with a checkpoint of its own numbers its batches from 0 again,
         and the commit ledger would take them for batches already committed."""
         if record.query == query:
             return record
         if record.query is not None:
             raise ConfigError(
-                f"source {record.name!r} is applied by streaming query {record.query} (its "
-                f"checkpoint); query {query} has another checkpoint, whose batch numbers would "
-                "collide with the batches already committed",
+                f"source {record.name!r} is applied by {_applier(record.query)}; "
+                f"{_applier(query)} would number its batches anew, colliding with the batches "
+                "already committed",
                 code="QUERY_CHANGED",
                 hint="run the query with its first checkpoint location "
                 f"({self.query_path(record)} unless it was given another), or apply it as a "
