@@ -80,6 +80,7 @@ from cdcflow.iceberg.layouts import (
     held_fields,
 )
 from cdcflow.iceberg.write import Statement, Writer, Written
+from cdcflow.pipeline.checkpoint import DIRECT
 from cdcflow.pipeline.report import BatchReport, StageClock, TableOutcome
 from cdcflow.spark.sql import lit, q, view
 
@@ -269,7 +270,7 @@ class BatchRunner:
         already committed: it is checked like the first batch of a process."""
         context = spark.sparkContext
         run = context.getLocalProperty(RUN_ID) if context.getLocalProperty(QUERY_ID) else None
-        run = run or "direct"
+        run = run or DIRECT
         if self.run is not None and run != self.run:
             self.first_batch = True
         self.run = run
@@ -281,8 +282,6 @@ class BatchRunner:
         own) records nothing."""
         if self.owner is None:
             return
-        from cdcflow.pipeline.checkpoint import DIRECT
-
         query = spark.sparkContext.getLocalProperty(QUERY_ID) or DIRECT
         self.record = self.owner.claim_query(self.record, query)
         if self.checkpoint is None and self.owner.query_id(self.record) == query:
