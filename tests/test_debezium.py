@@ -554,7 +554,7 @@ def test_transactions_consistency_crash_then_rerun_equals_oracle(
     to the oracle with nothing left held. (Crashes after the hold commit itself are proven
     dialect-independently in tests/test_crash.py.)"""
     from tests.processes import pipeline_config as _config
-    from tests.test_crash import _check, _run
+    from tests.test_crash import _check, _rerun, _run
 
     w = generate(17, tables=3, transactions=50, features=renderer_features(DIALECT))
     res = render(w, tmp_path / "landing", seed=17)
@@ -564,8 +564,7 @@ def test_transactions_consistency_crash_then_rerun_equals_oracle(
     )
     rc, lines = _run(config, None, crash_after="merge@2")
     assert rc == 137, lines
-    rc, lines = _run(config, None)
-    assert rc == 0, lines
+    assert _rerun(spark, config) == 0
     _check(spark, w, "crash_dbz")
     waiting = spark.sql(
         "SELECT count(*) AS n FROM cdc.crash_dbz__cdcflow.held WHERE released_batch IS NULL"

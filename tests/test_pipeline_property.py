@@ -24,7 +24,7 @@ _n = itertools.count()
 
 
 @pytest.mark.parametrize("dialect", renderer_names())
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     seed=st.integers(min_value=0, max_value=10**6),
     runs=st.integers(min_value=1, max_value=3),
