@@ -100,6 +100,20 @@ def _source(
     options: Mapping[str, Any] | None,
     replica_name: str | None = None,
 ) -> SourceConfig:
+    doc = _source_doc(name, dialect, types, keys, options, replica_name)
+    cfg = load_config({"sources": [doc]}, "(decode)")
+    return cfg.sources[0]
+
+
+def _source_doc(
+    name: str,
+    dialect: str,
+    types: Mapping[str, Mapping[str, str]] | None,
+    keys: Mapping[str, Sequence[str]] | None,
+    options: Mapping[str, Any] | None,
+    replica_name: str | None,
+) -> dict[str, Any]:
+    """A source's configuration mapping, as the YAML file would hold it."""
     doc: dict[str, Any] = {"name": name, "dialect": dialect}
     if types:
         doc["types"] = {t: dict(c) for t, c in types.items()}
@@ -109,8 +123,7 @@ def _source(
         doc["options"] = dict(options)
     if replica_name is not None:
         doc["replica_name"] = replica_name
-    cfg = load_config({"sources": [doc]}, "(decode)")
-    return cfg.sources[0]
+    return doc
 
 
 # ---------------------------------------------------------------------------- settings
@@ -237,15 +250,7 @@ def pipeline_config(
         entries[name] = (
             given.model_dump(exclude_defaults=True) if isinstance(given, TableConfig) else given
         )
-    src: dict[str, Any] = {"name": source, "dialect": dialect}
-    if types:
-        src["types"] = {t: dict(c) for t, c in types.items()}
-    if per_table:
-        src["keys"] = {t: list(k) for t, k in per_table.items()}
-    if options:
-        src["options"] = dict(options)
-    if replica_name is not None:
-        src["replica_name"] = replica_name
+    src = _source_doc(source, dialect, types, per_table, options, replica_name)
     doc: dict[str, Any] = {
         "pipeline": pipeline,
         "checkpoint": checkpoint,
