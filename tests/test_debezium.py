@@ -451,6 +451,23 @@ def test_auto_detection_leaves_look_alikes_to_their_dialect(folder: str, name: s
     assert claimed and DIALECT not in claimed
 
 
+def _with_field(ctype: str, name: str, value: Any) -> dict[str, Any]:
+    """A create whose column ``v`` is declared by a Connect schema as ``ctype``/``name``."""
+    params = {"scale": "2"} if name.endswith("Decimal") else None
+    image = {
+        "type": "struct",
+        "optional": True,
+        "field": "after",
+        "fields": [
+            {"type": "int64", "optional": False, "field": "id"},
+            {"type": ctype, "optional": True, "field": "v", "name": name, "parameters": params},
+        ],
+    }
+    schema = {"type": "struct", "name": "s.t.Envelope", "fields": [image]}
+    payload = {"op": "c", "after": {"id": 1, "v": value}, "source": {"table": "t"}}
+    return {"schema": schema, "payload": payload}
+
+
 @pytest.mark.parametrize(
     ("doc", "code"),
     [
@@ -465,6 +482,13 @@ def test_auto_detection_leaves_look_alikes_to_their_dialect(folder: str, name: s
         ({"schema": None, "payload": [1]}, "NOT_AN_EVENT"),
         ({"source": {}, "historyRecord": "{"}, "BAD_DDL"),
         ({"source": {"table": "t"}, "tableChanges": 5}, "BAD_FIELD"),
+        (_with_field("int64", "io.debezium.time.MicroTimestamp", 2**64 - 1), "BAD_VALUE"),
+        (_with_field("int32", "io.debezium.time.Date", 10**9), "BAD_VALUE"),
+        (_with_field("bytes", "org.apache.kafka.connect.data.Decimal", "abc"), "BAD_VALUE"),
+        (
+            {"op": "c", "after": {"id": 1}, "source": {"table": "t"}, "ts_ms": 9 * 10**14},
+            "BAD_TIMESTAMP",
+        ),
     ],
 )
 def test_bad_input_codes(doc: Any, code: str) -> None:

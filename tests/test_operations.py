@@ -3,6 +3,7 @@ and landing zones that are not what the configuration says."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,19 @@ def test_replica_names_cannot_change_under_a_running_source(spark: Any, tmp_path
     with pytest.raises(ConfigError) as e:
         Pipeline(_config(tmp_path, "names", [renamed]), spark).run()
     assert "'{table}'" in e.value.message and e.value.hint and "sources/s" in e.value.hint
+
+
+def test_a_source_forgotten_and_added_back_rereads_its_landing_zone_in_full(
+    spark: Any, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    land(landing, [ev("INSERT", "users", 10, after={"id": 1, "v": "a"})])
+    cfg = _config(tmp_path, "forget", [_source("pg", landing, "savegress", keys={"users": ["id"]})])
+    assert Pipeline(cfg, spark).run().events == 1
+    land(landing, [ev("INSERT", "users", 11, after={"id": 2, "v": "b"})])
+    shutil.rmtree(
+        Path(cfg.checkpoint) / "sources" / "pg"
+    )  # forgotten, then added back: its new query's batch 0 holds both files
+    assert Pipeline(cfg, spark).run().events == 2  # not taken for the earlier run's batch 0
+    rows = spark.sql("SELECT id, v FROM cdc.forget.users ORDER BY id").collect()
+    assert [(r["id"], r["v"]) for r in rows] == [(1, "a"), (2, "b")]

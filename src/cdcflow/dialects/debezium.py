@@ -586,7 +586,11 @@ class DebeziumDialect(Dialect):
                 # the payload disagrees with its schema (a number where bytes are declared):
                 # the value is taken as written
                 mismatch.append(col)
-            out[col] = self.value(col, _connect_value(v, field, t), t)
+            try:
+                connect = _connect_value(v, field, t)
+            except (ValueError, OverflowError) as e:  # bad base64, a date out of range
+                raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+            out[col] = self.value(col, connect, t)
         return out
 
     def _key(
@@ -722,7 +726,12 @@ def _millis(value: Any) -> dt.datetime | None:
         return None
     if value > 10**15:  # nanoseconds written as ts_ms (SQL Server docs example)
         value //= 1_000_000
-    return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
+    try:
+        return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
+    except (ValueError, OverflowError, OSError):
+        raise DebeziumDialect.fail(
+            "BAD_TIMESTAMP", f"ts_ms {value} is out of range"
+        ) from None
 
 
 def _text(value: Any) -> str | None:

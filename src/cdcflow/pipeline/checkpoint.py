@@ -287,7 +287,10 @@ class Checkpoint:
                     "{table}" if fresh and len(self.cfg.sources) == 1 else "{source}__{table}"
                 )
                 names = template.replace("{source}", src.name)
-                ledger = f"{pipeline_id}/{src.name}"
+                # a ledger of its own: a source forgotten (its folder deleted) and added back
+                # starts a new query whose batch ids begin at 0 again, which the ledger of the
+                # earlier one would take for batches already committed
+                ledger = f"{pipeline_id}/{src.name}/{uuid.uuid4().hex[:8]}"
                 record = SourceRecord(
                     src.name, src.name, src.path or "", src.dialect, names, ledger
                 )
