@@ -451,21 +451,11 @@ def test_auto_detection_leaves_look_alikes_to_their_dialect(folder: str, name: s
     assert claimed and DIALECT not in claimed
 
 
-def _with_field(ctype: str, name: str, value: Any) -> dict[str, Any]:
-    """A create whose column ``v`` is declared by a Connect schema as ``ctype``/``name``."""
+def _bad(ctype: str, name: str, value: Any) -> dict[str, Any]:
+    """A create whose column ``v``, declared as Connect ``ctype``/``name``, holds ``value``."""
     params = {"scale": "2"} if name.endswith("Decimal") else None
-    image = {
-        "type": "struct",
-        "optional": True,
-        "field": "after",
-        "fields": [
-            {"type": "int64", "optional": False, "field": "id"},
-            {"type": ctype, "optional": True, "field": "v", "name": name, "parameters": params},
-        ],
-    }
-    schema = {"type": "struct", "name": "s.t.Envelope", "fields": [image]}
-    payload = {"op": "c", "after": {"id": 1, "v": value}, "source": {"table": "t"}}
-    return {"schema": schema, "payload": payload}
+    field = {"field": "v", "type": ctype, "name": name, "parameters": params}
+    return _with_schema([{"field": "id", "type": "int64"}, field], {"id": 1, "v": value})
 
 
 @pytest.mark.parametrize(
@@ -482,12 +472,26 @@ def _with_field(ctype: str, name: str, value: Any) -> dict[str, Any]:
         ({"schema": None, "payload": [1]}, "NOT_AN_EVENT"),
         ({"source": {}, "historyRecord": "{"}, "BAD_DDL"),
         ({"source": {"table": "t"}, "tableChanges": 5}, "BAD_FIELD"),
-        (_with_field("int64", "io.debezium.time.MicroTimestamp", 2**64 - 1), "BAD_VALUE"),
-        (_with_field("int32", "io.debezium.time.Date", 10**9), "BAD_VALUE"),
-        (_with_field("bytes", "org.apache.kafka.connect.data.Decimal", "abc"), "BAD_VALUE"),
+        (_bad("int64", "io.debezium.time.MicroTimestamp", 2**64 - 1), "BAD_VALUE"),
+        (_bad("int32", "io.debezium.time.Date", 10**9), "BAD_VALUE"),
+        (_bad("bytes", "org.apache.kafka.connect.data.Decimal", "abc"), "BAD_VALUE"),
         (
             {"op": "c", "after": {"id": 1}, "source": {"table": "t"}, "ts_ms": 9 * 10**14},
             "BAD_TIMESTAMP",
+        ),
+        (
+            {
+                "op": "c",
+                "after": '{"_id": 1, "at": {"$date": 99999999999999999}}',
+                "source": {
+                    "connector": "mongodb",
+                    "db": "d",
+                    "collection": "c",
+                    "ts_ms": 1,
+                    "ord": 1,
+                },
+            },
+            "BAD_IMAGE",
         ),
     ],
 )

@@ -58,3 +58,9 @@ def test_crdb_hlc_short_fraction_is_a_decimal() -> None:
     # the fraction is the logical counter over 10 digits: "1.5" is logical 5000000000
     assert positions.crdb_hlc("1.5") == (1, 5_000_000_000)
     assert positions.crdb_hlc("1.5") > positions.crdb_hlc("1.0000000009")
+
+
+def test_timestamp_nanos_takes_offsets_at_the_ends_of_the_calendar() -> None:
+    assert positions.timestamp_nanos("2024-01-01T01:00:00.5+01:00") == 1704067200500000000
+    assert positions.timestamp_nanos("0001-01-01T00:00:00+01:00") == -62135600400 * 10**9
+    assert positions.timestamp_nanos("9999-12-31T23:59:59-01:00") == 253402304399 * 10**9

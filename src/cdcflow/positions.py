@@ -126,11 +126,11 @@ def timestamp_nanos(text: str) -> int:
         base = dt.datetime.fromisoformat(f"{day}T{h}:{mi}:{s}").replace(tzinfo=dt.UTC)
     except ValueError:
         raise ValueError(f"not a valid timestamp: {text!r}") from None
-    if tz and tz not in ("Z", "z"):
+    seconds = int(base.timestamp())
+    if tz and tz not in ("Z", "z"):  # in whole seconds: no datetime past year 1 or 9999
         sign = -1 if tz[0] == "-" else 1
         digits = tz[1:].replace(":", "")
-        base -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
-    seconds = int(base.timestamp())
+        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
     return seconds * 1_000_000_000 + int((frac or "0").ljust(9, "0"))
 
 

@@ -203,7 +203,12 @@ def ejson(value: Any) -> Any:
         if k == "$date":
             v = ejson(v)
             if isinstance(v, int):
-                return dt.datetime.fromtimestamp(v / 1000, dt.UTC)
+                try:
+                    return dt.datetime.fromtimestamp(v / 1000, dt.UTC)
+                except (ValueError, OverflowError, OSError):
+                    raise DebeziumDialect.fail(
+                        "BAD_IMAGE", f"$date {v} is out of range"
+                    ) from None
             return v
     return {k: ejson(v) for k, v in value.items()}
 
