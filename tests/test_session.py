@@ -88,3 +88,20 @@ def test_under_spark_submit_submitted_catalog_settings_win() -> None:
     plan = session_plan(_settings(catalog_options={"io-impl": "x.Y"}), submitted)
     assert "spark.sql.catalog.cdc.warehouse" not in plan.conf
     assert plan.conf["spark.sql.catalog.cdc.io-impl"] == "x.Y"
+
+
+def test_under_spark_submit_what_is_not_taken_is_said() -> None:
+    settings = SparkSettings(
+        master="local[4]",
+        iceberg_jar="/opt/iceberg.jar",
+        shuffle_partitions=3,
+        conf={"spark.driver.memory": "8g", "spark.ui.enabled": "1"},
+    )
+    ignored = "\n".join(session_plan(settings, _SUBMITTED).ignored)
+    assert "spark.master 'local[4]'" in ignored and "local-cluster[2,1,1024]" in ignored
+    assert "spark.iceberg_jar" in ignored and "--jars" in ignored
+    assert "spark.driver.memory" in ignored
+    assert "spark.sql.shuffle.partitions '3': the submitted value '8' is used" in ignored
+    assert "spark.ui.enabled" not in ignored  # taken: the submission does not set it
+    # nothing to say when the configuration asks for nothing the submission overrides
+    assert session_plan(SparkSettings(shuffle_partitions=8), _SUBMITTED).ignored == ()

@@ -163,6 +163,9 @@ class SessionPlan:
     master: str | None
     conf: Mapping[str, str]
     set_python: bool
+    #: settings of the configuration that the submission overrides or that cannot apply to a
+    #: JVM already running, each with why (said at session start, never silently dropped)
+    ignored: tuple[str, ...] = ()
 
 
 def session_plan(settings: SparkSettings, submitted: Mapping[str, str] | None) -> SessionPlan:
@@ -175,11 +178,35 @@ def session_plan(settings: SparkSettings, submitted: Mapping[str, str] | None) -
         return SessionPlan(master=settings.master, conf=spark_conf(settings), set_python=True)
     conf = spark_conf(settings, launch=False)
     kept = {k: v for k, v in conf.items() if k not in submitted and k not in _LAUNCH_ONLY}
+    ignored = _overridden(settings, conf, submitted)
     extensions = [e.strip() for e in submitted.get("spark.sql.extensions", "").split(",")]
     extensions = [e for e in extensions if e]
     if extensions and _EXTENSIONS not in extensions:
         kept["spark.sql.extensions"] = ",".join([*extensions, _EXTENSIONS])
-    return SessionPlan(master=None, conf=kept, set_python=False)
+    return SessionPlan(master=None, conf=kept, set_python=False, ignored=ignored)
+
+
+def _overridden(
+    settings: SparkSettings, conf: Mapping[str, str], submitted: Mapping[str, str]
+) -> tuple[str, ...]:
+    """What the configuration asks for that a ``spark-submit`` run does not take."""
+    out: list[str] = []
+    master = submitted.get("spark.master")
+    if settings.master != SparkSettings.master and settings.master != master:
+        out.append(f"spark.master {settings.master!r}: the submitted master {master!r} is used")
+    for name in ("iceberg_jar", "iceberg_packages"):
+        if getattr(settings, name):
+            out.append(
+                f"spark.{name}: the submitted JVM's classpath is used (give the Iceberg "
+                "runtime to spark-submit with --jars or --packages)"
+            )
+    for k in sorted(settings.conf):
+        if k in _LAUNCH_ONLY:
+            out.append(f"spark.conf {k}: applies at JVM launch; pass it to spark-submit")
+    for k in sorted(conf):
+        if k in submitted and submitted[k] != conf[k] and k != "spark.sql.extensions":
+            out.append(f"{k} {conf[k]!r}: the submitted value {submitted[k]!r} is used")
+    return tuple(out)
 
 
 def launched_by_spark_submit(environ: Mapping[str, str]) -> bool:
@@ -214,6 +241,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     for name in ("py4j", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.WARNING)
     plan = session_plan(settings, submitted_conf())
+    for what in plan.ignored:
+        logging.getLogger("cdcflow").warning("cdcflow: under spark-submit, ignored: %s", what)
     if plan.set_python:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
