@@ -28,7 +28,7 @@ test-fast: $(STAMP)
 
 # The long fuzz run: 10,000 mutated files per dialect and auto (the suite runs 1,000).
 fuzz: $(STAMP)
-	CDCFLOW_FUZZ_EXAMPLES=10000 CDCFLOW_FUZZ_MEMORY=1 $(PY) -m pytest -q -s tests/test_fuzz.py
+	CDCFLOW_HYPOTHESIS=explore CDCFLOW_FUZZ_EXAMPLES=10000 CDCFLOW_FUZZ_MEMORY=1 $(PY) -m pytest -q -s tests/test_fuzz.py
 
 bench: $(STAMP)
 	$(PY) -m bench
