@@ -37,6 +37,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench tools
 	$(VENV)/bin/ruff format --check src tests bench tools
 	$(VENV)/bin/mypy -p cdcflow
+	$(VENV)/bin/mypy bench tools
 
 # Regenerates src/cdcflow/proto/savegress_pb2.py from the .proto with the pinned grpcio-tools.
 proto: $(STAMP)

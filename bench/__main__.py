@@ -317,7 +317,13 @@ def write_tables(
 
 
 def _multi_cfg(
-    root: Path, name: str, landing: Path, tables: int, follow: str = "1s", parallel: int = 2
+    root: Path,
+    name: str,
+    landing: Path,
+    tables: int,
+    follow: str = "1s",
+    parallel: int = 2,
+    mode: str = "merge",
 ) -> Any:
     from cdcflow.config import load_config
 
@@ -325,6 +331,7 @@ def _multi_cfg(
     return load_config(
         {
             "pipeline": name,
+            "tables": {"default": {"mode": mode}},
             "checkpoint": str(root / f"ck_{name}"),
             "namespace": name,
             "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
@@ -381,6 +388,60 @@ def handwritten_tables(spark: Any, files: list[Path], namespace: str, tables: in
         src.unpersist()
 
 
+HISTORY_COLUMNS = f"{MULTI_COLUMNS}, __START_AT string, __END_AT string, __CURRENT boolean"
+
+
+def handwritten_history(spark: Any, files: list[Path], namespace: str, tables: int) -> None:
+    """The SCD type 2 job people write by hand: the newest event per key of the batch, then one
+    MERGE of a staged union that closes the current version and inserts the new one (a key's
+    earlier events in the same batch, and events arriving late, are not kept as versions)."""
+    for t in range(tables):
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS cdc.{namespace}.t{t:03d} ({HISTORY_COLUMNS}) "
+            "USING iceberg TBLPROPERTIES ('format-version'='2', "
+            "'write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
+            "'write.delete.mode'='merge-on-read')"
+        )
+    src = (
+        spark.read.text([str(f) for f in files])
+        .selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
+        .cache()
+    )
+    src.createOrReplaceTempView("bench_hist_raw")
+    changed = "(t.name <=> s.name AND t.qty <=> s.qty AND t.price <=> s.price) = false"
+    try:
+        for t in range(tables):
+            name = f"t{t:03d}"
+            spark.sql(f"""
+                SELECT coalesce(e.after.id, e.before.id) AS id, e.operation AS op,
+                       e.after.name AS name, e.after.qty AS qty,
+                       CAST(e.after.price AS decimal(10,2)) AS price,
+                       CAST(e.after.updated_at AS timestamp) AS updated_at,
+                       e.position.lsn AS lsn,
+                       row_number() OVER (PARTITION BY coalesce(e.after.id, e.before.id)
+                                          ORDER BY e.position.lsn DESC) AS rn
+                FROM bench_hist_raw WHERE e.`table` = '{name}'
+            """).where("rn = 1").createOrReplaceTempView("bench_hist_latest")
+            spark.sql(f"""
+                MERGE INTO cdc.{namespace}.{name} t
+                USING (
+                    SELECT s.id AS merge_key, s.* FROM bench_hist_latest s
+                    UNION ALL
+                    SELECT NULL AS merge_key, s.* FROM bench_hist_latest s
+                    JOIN cdc.{namespace}.{name} t ON t.id = s.id AND t.__CURRENT
+                    WHERE s.op <> 'DELETE' AND {changed}
+                ) s
+                ON t.id = s.merge_key AND t.__CURRENT
+                WHEN MATCHED AND (s.op = 'DELETE' OR {changed}) THEN
+                    UPDATE SET __END_AT = s.lsn, __CURRENT = false
+                WHEN NOT MATCHED AND s.op <> 'DELETE' THEN
+                    INSERT (id, name, qty, price, updated_at, __START_AT, __END_AT, __CURRENT)
+                    VALUES (s.id, s.name, s.qty, s.price, s.updated_at, s.lsn, NULL, true)
+            """)
+    finally:
+        src.unpersist()
+
+
 class _Follow:
     """A pipeline kept open with ``--follow`` in a thread; each landed batch is timed by the
     streaming query's own trigger duration (listing, planning, the batch, the commit)."""
@@ -410,7 +471,7 @@ class _Follow:
             time.sleep(0.1)
         raise RuntimeError("the follow query did not start")
 
-    def batch(self, land: Callable[[], None]) -> tuple[float, Any]:
+    def batch(self, land: Callable[[], object]) -> tuple[float, Any]:
         """Land files, wait for their batch; (trigger seconds, report)."""
         query = self._query()
         self.ready.clear()
@@ -434,11 +495,18 @@ class _Follow:
 
 
 def bench_shape(
-    spark: Any, root: Path, label: str, tables: int, events: int, keys: int
+    spark: Any,
+    root: Path,
+    label: str,
+    tables: int,
+    events: int,
+    keys: int,
+    mode: str = "merge",
 ) -> dict[str, Any]:
     """One batch of ``events`` events over ``tables`` existing tables: inside a running
     ``--follow`` pipeline (steady state), as the batch of a new run (scheduled use), and the
-    hand-written per-table pipeline over the same files (warm, tables existing)."""
+    hand-written per-table pipeline over the same files (warm, tables existing). ``mode``:
+    the tables' mode (``scd2``: history tables, against the hand-written SCD2 MERGE)."""
     from cdcflow.pipeline.query import Pipeline
 
     landing = root / f"{label}_landing"
@@ -451,11 +519,11 @@ def bench_shape(
         lsn = write_tables(path, events, tables, keys, seed=b + 10, first_lsn=lsn)
         batches.append(path)
 
-    def land(src: Path) -> Callable[[], None]:
-        return lambda: shutil.copy(src, landing / src.name)
+    def land(src: Path) -> Callable[[], object]:
+        return _copier(src, landing)
 
     landing.mkdir(parents=True)
-    cfg = _multi_cfg(root, f"bench_{label}", landing, tables)
+    cfg = _multi_cfg(root, f"bench_{label}", landing, tables, mode=mode)
     follow = _Follow(spark, cfg)
     try:
         load_s, _ = follow.batch(land(files / "0.jsonl"))
@@ -470,12 +538,14 @@ def bench_shape(
 
     hand_ns = f"bench_{label}_hand"
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS cdc.{hand_ns}")
-    handwritten_tables(spark, [files / "0.jsonl"], hand_ns, tables)
-    handwritten_tables(spark, [batches[0]], hand_ns, tables)  # warm
+    hand = handwritten_history if mode == "scd2" else handwritten_tables
+    hand(spark, [files / "0.jsonl"], hand_ns, tables)
+    hand(spark, [batches[0]], hand_ns, tables)  # warm
     t = time.perf_counter()
-    handwritten_tables(spark, [batches[1]], hand_ns, tables)
+    hand(spark, [batches[1]], hand_ns, tables)
     hand_s = time.perf_counter() - t
     return {
+        "mode": mode,
         "tables": tables,
         "events": events,
         "hand_written_seconds": hand_s,
@@ -492,7 +562,7 @@ def bench_shape(
     }
 
 
-def _copier(src: Path, landing: Path) -> Callable[[], None]:
+def _copier(src: Path, landing: Path) -> Callable[[], object]:
     return lambda: shutil.copy(src, landing / src.name)
 
 
@@ -527,7 +597,8 @@ def bench_parallel(
 
 def _shape_line(tag: str, r: dict[str, Any]) -> str:
     return (
-        f"({tag}) {r['events']:,} events over {r['tables']} existing table(s): cdcflow "
+        f"({tag}) {r['events']:,} events over {r['tables']} existing "
+        f"{'history table(s) (scd2)' if r.get('mode') == 'scd2' else 'table(s)'}: cdcflow "
         f"{r['ours_steady_seconds']:.1f}s steady (--follow), {r['ours_new_run_seconds']:.1f}s as "
         f"a new run; hand-written {r['hand_written_seconds']:.1f}s; time ratio "
         f"{r['ratio_steady']:.2f}× steady, {r['ratio_new_run']:.2f}× new run"
@@ -820,7 +891,7 @@ def receiver_only() -> dict[str, Any]:
 #: parallel_tables values (g) compares (``BENCH_PARALLEL=4,8`` to try others).
 CHOICES = tuple(int(x) for x in os.environ.get("BENCH_PARALLEL", "1,2,4").split(","))
 
-PARTS = ("decode", "e2e", "growth", "receiver", "many", "small", "parallel")
+PARTS = ("decode", "e2e", "growth", "receiver", "many", "small", "parallel", "history")
 
 
 def _decode_line(d: dict[str, Any]) -> str:
@@ -900,6 +971,11 @@ def _run_spark_parts(spark: Any, root: Path, chosen: set[str], results: dict[str
             spark, root, "small", tables=1, events=int(20_000 * SCALE), keys=5_000
         )
         print(_shape_line("f", f), flush=True)
+    if "history" in chosen:
+        h = results["history"] = bench_shape(
+            spark, root, "history", tables=1, events=int(20_000 * SCALE), keys=5_000, mode="scd2"
+        )
+        print(_shape_line("h", h), flush=True)
     if "parallel" in chosen:
         print("(g) the steady batch of (e) by parallel_tables:", flush=True)
         results["parallel_tables"] = bench_parallel(
