@@ -206,9 +206,7 @@ def ejson(value: Any) -> Any:
                 try:
                     return dt.datetime.fromtimestamp(v / 1000, dt.UTC)
                 except (ValueError, OverflowError, OSError):
-                    raise DebeziumDialect.fail(
-                        "BAD_IMAGE", f"$date {v} is out of range"
-                    ) from None
+                    raise DebeziumDialect.fail("BAD_IMAGE", f"$date {v} is out of range") from None
             return v
     return {k: ejson(v) for k, v in value.items()}
 
@@ -734,9 +732,7 @@ def _millis(value: Any) -> dt.datetime | None:
     try:
         return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
     except (ValueError, OverflowError, OSError):
-        raise DebeziumDialect.fail(
-            "BAD_TIMESTAMP", f"ts_ms {value} is out of range"
-        ) from None
+        raise DebeziumDialect.fail("BAD_TIMESTAMP", f"ts_ms {value} is out of range") from None
 
 
 def _text(value: Any) -> str | None:
