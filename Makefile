@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast fuzz bench lint proto check-install cluster-demo clean
+.PHONY: setup demo test test-fast fuzz bench lint proto check-install constraints cluster-demo clean
 
 # pyproject.toml declares ranges; constraints.txt pins the exact versions installed here and in CI.
 $(STAMP): pyproject.toml constraints.txt
@@ -51,6 +51,12 @@ CHECK_PYARROW ?= 18.1.0
 check-install:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	$(PYTHON) tools/check_install.py --python $(PYTHON) --pyspark $(CHECK_PYSPARK) --pyarrow $(CHECK_PYARROW) .
+
+# Resolves pyproject.toml's ranges afresh in a throwaway venv (the newest versions inside them) and
+# rewrites constraints.txt with what was installed; review the diff, then run `make test`.
+constraints:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
+	$(PYTHON) tools/constraints.py --python $(PYTHON) .
 
 # spark-submit of the built wheel runs the demo on a local cluster of two executor JVMs
 # (docs/deploy.md); a few minutes, and two venvs in build/cluster-demo the first time.
