@@ -350,12 +350,14 @@ def _multi_cfg(
     )
 
 
-def handwritten_tables(spark: Any, files: list[Path], namespace: str, tables: int) -> None:
-    """What people write by hand for many tables: parse the batch once, then per table a
-    row_number dedup and one MERGE, one table after another."""
+def _hand_start(
+    spark: Any, files: list[Path], namespace: str, tables: int, columns: str, view: str
+) -> Any:
+    """The hand-written jobs' start: their tables, and the batch parsed once (cached) as
+    ``view``."""
     for t in range(tables):
         spark.sql(
-            f"CREATE TABLE IF NOT EXISTS cdc.{namespace}.t{t:03d} ({MULTI_COLUMNS}) USING iceberg "
+            f"CREATE TABLE IF NOT EXISTS cdc.{namespace}.t{t:03d} ({columns}) USING iceberg "
             "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
             "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')"
         )
@@ -364,7 +366,14 @@ def handwritten_tables(spark: Any, files: list[Path], namespace: str, tables: in
         .selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
         .cache()
     )
-    src.createOrReplaceTempView("bench_multi_raw")
+    src.createOrReplaceTempView(view)
+    return src
+
+
+def handwritten_tables(spark: Any, files: list[Path], namespace: str, tables: int) -> None:
+    """What people write by hand for many tables: parse the batch once, then per table a
+    row_number dedup and one MERGE, one table after another."""
+    src = _hand_start(spark, files, namespace, tables, MULTI_COLUMNS, "bench_multi_raw")
     try:
         for t in range(tables):
             name = f"t{t:03d}"
@@ -395,19 +404,7 @@ def handwritten_history(spark: Any, files: list[Path], namespace: str, tables: i
     """The SCD type 2 job people write by hand: the newest event per key of the batch, then one
     MERGE of a staged union that closes the current version and inserts the new one (a key's
     earlier events in the same batch, and events arriving late, are not kept as versions)."""
-    for t in range(tables):
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS cdc.{namespace}.t{t:03d} ({HISTORY_COLUMNS}) "
-            "USING iceberg TBLPROPERTIES ('format-version'='2', "
-            "'write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
-            "'write.delete.mode'='merge-on-read')"
-        )
-    src = (
-        spark.read.text([str(f) for f in files])
-        .selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
-        .cache()
-    )
-    src.createOrReplaceTempView("bench_hist_raw")
+    src = _hand_start(spark, files, namespace, tables, HISTORY_COLUMNS, "bench_hist_raw")
     changed = "(t.name <=> s.name AND t.qty <=> s.qty AND t.price <=> s.price) = false"
     try:
         for t in range(tables):
