@@ -4,24 +4,44 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast fuzz bench lint proto check-install constraints cluster-demo clean
+# The second Spark line, tested beside the default one (constraints-spark35.txt).
+VENV35 := .venv-spark35
+STAMP35 := $(VENV35)/.installed
+
+.PHONY: setup setup-spark35 demo test test-spark35 test-fast fuzz bench lint proto check-install constraints cluster-demo clean
 
 # pyproject.toml declares ranges; constraints.txt pins the exact versions installed here and in CI.
-$(STAMP): pyproject.toml constraints.txt
+# The jars (Iceberg's Spark runtime, JDBC drivers, Spark's Kafka connector) are resolved by their
+# Maven coordinates into cdcflow's jar cache once; runs need no network afterwards.
+define install
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	@command -v java >/dev/null || { echo "error: java not found: install a Java 17 runtime (e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[spark,dev]'
-	@touch $(STAMP)
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet -c $(2) -e '.[spark,dev]'
+	$(1)/bin/cdcflow jars --fetch
+	@touch $(1)/.installed
+endef
+
+$(STAMP): pyproject.toml constraints.txt
+	$(call install,$(VENV),constraints.txt)
+
+$(STAMP35): pyproject.toml constraints-spark35.txt
+	$(call install,$(VENV35),constraints-spark35.txt)
 
 setup: $(STAMP)
+
+setup-spark35: $(STAMP35)
 
 demo: $(STAMP)
 	$(VENV)/bin/cdcflow demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The whole suite on Spark 3.5 with Iceberg's 3.5 runtime (CI runs it after `make test`).
+test-spark35: $(STAMP35)
+	$(VENV35)/bin/python -m pytest -q
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark"
@@ -43,20 +63,25 @@ lint: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/cdcflow/proto/savegress.proto
 
-# Installs cdcflow (with the spark extra) into a throwaway venv that already has another PySpark 3.5
+# Installs cdcflow (with the spark extra) into a throwaway venv that already has another PySpark 4.1
 # patch release and another pyarrow than constraints.txt, as a user's stack would, and fails if pip
-# replaces either. Downloads PySpark once (about 320 MB, then from pip's cache); not part of `test`.
-CHECK_PYSPARK ?= 3.5.1
+# replaces either. Downloads PySpark once (about 450 MB, then from pip's cache); not part of `test`.
+# CHECK_PYSPARK=3.5.1 checks a Spark 3.5 stack the same way.
+CHECK_PYSPARK ?= 4.1.0
 CHECK_PYARROW ?= 18.1.0
 check-install:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	$(PYTHON) tools/check_install.py --python $(PYTHON) --pyspark $(CHECK_PYSPARK) --pyarrow $(CHECK_PYARROW) .
 
 # Resolves pyproject.toml's ranges afresh in a throwaway venv (the newest versions inside them) and
-# rewrites constraints.txt with what was installed; review the diff, then run `make test`.
+# rewrites constraints.txt and constraints-spark35.txt with what was installed; review the diff,
+# then run `make test`. PySpark is held to releases whose own Kafka connector resolves from Maven.
+CONSTRAINTS_PINS ?= --pin pyspark==4.1.1
+CONSTRAINTS35_PINS ?= --pin pyspark==3.5.7
 constraints:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
-	$(PYTHON) tools/constraints.py --python $(PYTHON) .
+	$(PYTHON) tools/constraints.py --python $(PYTHON) $(CONSTRAINTS_PINS) .
+	$(PYTHON) tools/constraints.py --python $(PYTHON) --spark 3.5 $(CONSTRAINTS35_PINS) .
 
 # spark-submit of the built wheel runs the demo on a local cluster of two executor JVMs
 # (docs/deploy.md); a few minutes, and two venvs in build/cluster-demo the first time.
@@ -67,4 +92,4 @@ cluster-demo: $(STAMP)
 	scripts/cluster-demo.sh $(PYTHON)
 
 clean:
-	rm -rf $(VENV) warehouse checkpoints .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV35) warehouse checkpoints .pytest_cache .mypy_cache .ruff_cache

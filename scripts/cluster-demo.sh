@@ -30,7 +30,8 @@ PYSPARK=$("$OUT/driver/bin/python" -c 'import os, pyspark; print(os.path.dirname
 rm -rf "$OUT/spark-home" && mkdir "$OUT/spark-home"
 for d in bin jars python; do ln -s "$PYSPARK/$d" "$OUT/spark-home/$d"; done
 
-JAR=$("$OUT/driver/bin/python" -c 'from cdcflow.spark.session import default_iceberg_jar as j; print(j())')
+# the jars a session needs, by Maven coordinates, resolved once into cdcflow's jar cache
+JARS=$("$OUT/driver/bin/cdcflow" jars --fetch --print jars)
 SUBMIT=$("$OUT/driver/bin/python" -c 'import cdcflow.submit as s; print(s.__file__)')
 cd "$OUT"
 set -x
@@ -40,7 +41,7 @@ time SPARK_HOME=$PWD/spark-home driver/bin/spark-submit \
     --conf spark.pyspark.python="$PWD/executors/bin/python" \
     --conf spark.executor.memory=512m \
     --conf spark.log.level=WARN \
-    --jars "$JAR" \
+    --jars "$JARS" \
     --py-files cdcflow.zip \
     "$SUBMIT" demo --dir demo-data
 set +x

@@ -11,6 +11,7 @@ import venv
 from pathlib import Path
 
 import orjson
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -25,25 +26,29 @@ def _declared() -> list[Requirement]:
     return [Requirement(r) for r in reqs]
 
 
-def _pins() -> dict[str, str]:
+def _pins(file: str) -> dict[str, str]:
     pins: dict[str, str] = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
+    for line in (ROOT / file).read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             name, _, version = line.partition("==")
-            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            assert version, f"{file}: {line!r} is not an exact pin"
             pins[canonicalize_name(name)] = version
     return pins
 
 
-def test_every_declared_dependency_is_pinned_inside_its_range() -> None:
-    pins = _pins()
+@pytest.mark.parametrize(
+    ("file", "line"), [("constraints.txt", "4.1"), ("constraints-spark35.txt", "3.5")]
+)
+def test_every_declared_dependency_is_pinned_inside_its_range(file: str, line: str) -> None:
+    pins = _pins(file)
     for req in _declared():
         name = canonicalize_name(req.name)
-        assert name in pins, f"{req.name} has no pin in constraints.txt"
+        assert name in pins, f"{req.name} has no pin in {file}"
         assert req.specifier.contains(pins[name], prereleases=True), (
-            f"constraints.txt pins {req.name}=={pins[name]}, outside {req}"
+            f"{file} pins {req.name}=={pins[name]}, outside {req}"
         )
+    assert pins["pyspark"].startswith(line + "."), f"{file} is the Spark {line} line"
 
 
 def _stand_in(site: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
@@ -59,17 +64,10 @@ def _stand_in(site: Path, name: str, version: str, requires: tuple[str, ...] = (
     (info / "RECORD").write_text("")
 
 
-def test_install_keeps_an_existing_pyspark_and_pyarrow(tmp_path: Path) -> None:
-    """pip's resolver, run for real (``--dry-run``) against an environment holding PySpark
-    3.5.1, pyarrow 18.1.0 and NumPy 1 (their metadata, as pip reads them) and no pandas: it
-    installs cdcflow, its own dependencies and pandas (PySpark's ``sql`` extra), and replaces
-    none of them. ``make check-install`` does the same with the real packages."""
-    env = tmp_path / "env"
-    venv.create(env, with_pip=False)
-    [site] = (env / "lib").glob("python3*/site-packages")
-    _stand_in(
-        site,
-        "pyspark",
+#: What an existing environment of each Spark line holds (PySpark's own requirements as its
+#: metadata states them, and the NumPy it allows).
+_STACKS = {
+    "3.5": (
         "3.5.1",
         (
             "py4j==0.10.9.7",
@@ -77,10 +75,36 @@ def test_install_keeps_an_existing_pyspark_and_pyarrow(tmp_path: Path) -> None:
             'pyarrow>=4.0.0; extra == "sql"',
             'numpy<2,>=1.15; extra == "sql"',
         ),
-    )
+        "1.26.4",
+    ),
+    "4.1": (
+        "4.1.0",
+        (
+            "py4j<0.10.9.10,>=0.10.9.7",
+            'pandas>=2.2.0; extra == "sql"',
+            'pyarrow>=15.0.0; extra == "sql"',
+            'numpy>=1.21; extra == "sql"',
+        ),
+        "2.3.5",
+    ),
+}
+
+
+@pytest.mark.parametrize("line", sorted(_STACKS))
+def test_install_keeps_an_existing_pyspark_and_pyarrow(tmp_path: Path, line: str) -> None:
+    """pip's resolver, run for real (``--dry-run``) against an environment holding PySpark
+    3.5.1 (or 4.1.0), pyarrow 18.1.0 and NumPy (their metadata, as pip reads them) and no
+    pandas: it installs cdcflow, its own dependencies and pandas (PySpark's ``sql`` extra),
+    and replaces none of them. ``make check-install`` does the same with the real
+    packages."""
+    pyspark, requires, numpy = _STACKS[line]
+    env = tmp_path / "env"
+    venv.create(env, with_pip=False)
+    [site] = (env / "lib").glob("python3*/site-packages")
+    _stand_in(site, "pyspark", pyspark, requires)
     _stand_in(site, "py4j", "0.10.9.7")
     _stand_in(site, "pyarrow", "18.1.0")
-    _stand_in(site, "numpy", "1.26.4")
+    _stand_in(site, "numpy", numpy)
     repo = tmp_path / "cdcflow"
     repo.mkdir()
     shutil.copy2(ROOT / "pyproject.toml", repo)

@@ -11,13 +11,13 @@ import pytest
 
 from cdcflow.errors import EnvironmentProblem
 from cdcflow.spark.session import (
-    ICEBERG_JAR,
     SparkSettings,
     launched_by_spark_submit,
     session_plan,
 )
 
 _EXT = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+ICEBERG_JAR = "iceberg-spark-runtime-4.1_2.13-1.12.0.jar"
 _ABSENT_JAR = f"/nonexistent/{ICEBERG_JAR}"
 
 #: What ``SparkConf().getAll()`` holds in a driver started by ``spark-submit --master
@@ -105,3 +105,82 @@ def test_under_spark_submit_what_is_not_taken_is_said() -> None:
     assert "spark.ui.enabled" not in ignored  # taken: the submission does not set it
     # nothing to say when the configuration asks for nothing the submission overrides
     assert session_plan(SparkSettings(shuffle_partitions=8), _SUBMITTED).ignored == ()
+
+
+# ---------------------------------------------------------------------- jars by coordinates
+
+
+def test_the_jars_follow_the_spark_line() -> None:
+    from cdcflow.spark import jars
+    from cdcflow.spark.session import coordinates
+
+    v = jars.ICEBERG_VERSION
+    assert coordinates(SparkSettings(), "4.1.1") == (
+        f"org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:{v}",
+        jars.SQLITE_JDBC,
+        jars.POSTGRESQL_JDBC,
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1",
+    )
+    assert coordinates(SparkSettings(), "3.5.1")[0] == (
+        f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:{v}"
+    )
+    assert coordinates(SparkSettings(), "3.5.1")[-1] == (
+        "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1"
+    )
+    # a cluster's own Iceberg: by coordinates instead of cdcflow's, or as a local jar
+    own = coordinates(SparkSettings(iceberg_packages="org.apache.iceberg:x:1"), "4.1.1")
+    assert own[0] == jars.SQLITE_JDBC and "org.apache.iceberg:x:1" in own
+    assert not any(
+        "iceberg" in c for c in coordinates(SparkSettings(iceberg_jar="/j.jar"), "4.1.1")
+    )
+    with pytest.raises(EnvironmentProblem) as e:
+        jars.spark_line("4.0.1")
+    assert e.value.code == "SPARK_UNSUPPORTED" and "3.5 and 4.1" in e.value.message
+
+
+def test_the_jar_cache_records_what_a_set_resolved_to(tmp_path: Path) -> None:
+    from cdcflow.spark.jars import JarCache, local_paths
+
+    cache = JarCache(tmp_path)
+    wanted = ["a:b:1", "c:d:2"]
+    assert cache.lookup(wanted) is None
+    files = [tmp_path / "ivy" / "jars" / n for n in ("a_b-1.jar", "c_d-2.jar")]
+    files[0].parent.mkdir(parents=True)
+    for f in files:
+        f.write_bytes(b"")
+    cache.record(wanted, [str(f) for f in files])
+    assert cache.lookup(list(reversed(wanted))) == [str(f) for f in files]  # a set: any order
+    assert cache.lookup(["a:b:1"]) is None
+    files[1].unlink()
+    assert cache.lookup(wanted) is None  # a file gone: resolve again
+    spark_jars = f"file://{files[0]},file:///elsewhere/x.jar,,{files[1]}"
+    assert local_paths(spark_jars, tmp_path / "ivy") == [str(files[0]), str(files[1])]
+
+
+def test_the_embedded_catalog_is_an_sqlite_file_inside_the_warehouse() -> None:
+    from cdcflow.errors import ConfigError
+    from cdcflow.spark.session import catalog_conf, catalog_uri
+
+    conf = catalog_conf(SparkSettings(warehouse="/data/wh"))
+    assert conf["spark.sql.catalog.cdc.type"] == "jdbc"
+    assert conf["spark.sql.catalog.cdc.uri"] == "jdbc:sqlite:/data/wh/catalog.db"
+    assert conf["spark.sql.catalog.cdc.jdbc.schema-version"] == "V1"
+    given = SparkSettings(catalog_uri="jdbc:postgresql://db/cat", warehouse="s3://b/wh")
+    assert catalog_uri(given) == "jdbc:postgresql://db/cat"
+    assert catalog_uri(SparkSettings(catalog_type="hadoop")) is None
+    with pytest.raises(ConfigError) as e:
+        catalog_uri(SparkSettings(warehouse="s3://b/wh"))
+    assert "needs catalog.uri" in e.value.message
+
+
+@pytest.mark.spark
+def test_a_jar_that_cannot_be_resolved_is_named(tmp_path: Path) -> None:
+    from cdcflow.spark.jars import JarCache
+    from cdcflow.spark.session import resolve_jars
+
+    with pytest.raises(EnvironmentProblem) as e:
+        resolve_jars(["org.apache.iceberg:iceberg-no-such-module:0.0.1"], JarCache(tmp_path))
+    assert e.value.code == "JAR_UNRESOLVED"
+    assert "org.apache.iceberg:iceberg-no-such-module:0.0.1" in e.value.message
+    assert "unresolved dependency" in e.value.message  # what Spark's resolver said
+    assert "cdcflow jars --fetch" in e.value.message and str(tmp_path) in e.value.message

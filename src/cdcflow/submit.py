@@ -1,7 +1,7 @@
 """The file to give ``spark-submit``: runs the ``cdcflow`` command line with the arguments that
 follow it, in the driver ``spark-submit`` starts::
 
-    spark-submit --master … --jars iceberg-spark-runtime-3.5_2.12-1.9.2.jar \\
+    spark-submit --master … --packages "$(cdcflow jars --print packages)" \\
         "$(python -c 'import cdcflow.submit as s; print(s.__file__)')" run pipeline.yaml
 
 Importing it does nothing; ``docs/deploy.md`` has the whole command.

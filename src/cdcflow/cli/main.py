@@ -28,6 +28,8 @@ COMMANDS: list[tuple[str, str]] = [
     ("cdcflow.cli.results", "history_cmd"),
     ("cdcflow.cli.results", "watermarks_cmd"),
     ("cdcflow.cli.serve", "serve_cmd"),
+    ("cdcflow.cli.jars", "jars_cmd"),
+    ("cdcflow.cli.catalog", "migrate_catalog_cmd"),
 ]
 
 

@@ -1,10 +1,12 @@
 """The SparkSession builder used everywhere.
 
-Defaults: ``local[*]``, the Iceberg 1.9.2 Spark runtime jar from the installed PyPI wheel
-``snowpark-connect-deps-iceberg`` (no Maven repository needed), an Iceberg Hadoop catalog named
-``cdc`` with warehouse ``./warehouse``, UTC session time zone, workers on the driver's Python,
-Spark logging at WARN. Everything can be overridden. Settings apply to the first session of a
-process (``getOrCreate``).
+Defaults: ``local[*]``; the jars cdcflow needs by their Maven coordinates (the Iceberg Spark
+runtime of the running PySpark's line, the catalog's JDBC driver, Spark's Kafka connector),
+resolved once into cdcflow's jar cache and loaded from it afterwards (:mod:`cdcflow.spark.jars`);
+an Iceberg JDBC catalog named ``cdc`` on an SQLite file inside the warehouse ``./warehouse``,
+which readers other than Spark open by table name; UTC session time zone; workers on the
+driver's Python; Spark logging at WARN. Everything can be overridden. Settings apply to the
+first session of a process (``getOrCreate``).
 
 Under ``spark-submit`` the JVM is already running with the submitted configuration: its master
 and every key it set win over the configuration file and these defaults (see
@@ -16,18 +18,21 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.errors import ConfigError, EnvironmentProblem
+from cdcflow.spark import jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
+#: The file of the embedded catalog, inside the warehouse.
+CATALOG_FILE = "catalog.db"
 _EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
 #: Keys that only mean something when cdcflow itself starts the JVM: under ``spark-submit`` the
@@ -51,12 +56,14 @@ class SparkSettings:
     master: str = "local[*]"
     app_name: str = "cdcflow"
     catalog_name: str = "cdc"
-    catalog_type: str = "hadoop"
+    catalog_type: str = "jdbc"
     catalog_uri: str | None = None
     warehouse: str = "./warehouse"
     catalog_options: Mapping[str, str] = field(default_factory=dict)
     iceberg_jar: str | None = None
     iceberg_packages: str | None = None
+    #: further jars by Maven coordinates (resolved and cached like cdcflow's own)
+    packages: tuple[str, ...] = ()
     shuffle_partitions: int = 4
     conf: Mapping[str, str] = field(default_factory=dict)
     log_level: str = "WARN"
@@ -88,30 +95,56 @@ def find_java() -> str:
     return found
 
 
-def default_iceberg_jar() -> str:
-    """The Iceberg runtime jar shipped by the ``snowpark-connect-deps-iceberg`` wheel."""
-    try:
-        import snowpark_connect_deps_iceberg as pkg
-    except ImportError:
-        raise EnvironmentProblem(
-            "the Iceberg runtime wheel is not installed: install cdcflow with the spark extra "
-            "(`pip install 'cdcflow[spark]'`) or set spark.iceberg_jar / iceberg_packages",
-            code="ICEBERG_JAR_MISSING",
-        ) from None
-    jar = Path(pkg.__file__).parent / "jars" / ICEBERG_JAR
-    return str(jar)
-
-
 def _warehouse(path: str) -> str:
     if "://" in path:
         return path
     return str(Path(path).resolve())
 
 
-def spark_conf(settings: SparkSettings, *, launch: bool = True) -> dict[str, str]:
+def catalog_uri(settings: SparkSettings) -> str | None:
+    """The catalog's URI: the configured one, else for a JDBC catalog the embedded default, an
+    SQLite file inside a local warehouse."""
+    if settings.catalog_uri or settings.catalog_type != "jdbc":
+        return settings.catalog_uri
+    if "://" in settings.warehouse and not settings.warehouse.startswith("file:"):
+        raise ConfigError(
+            f"catalog type jdbc with warehouse {settings.warehouse!r} needs catalog.uri (a JDBC "
+            "URL such as jdbc:postgresql://host/db): the embedded SQLite catalog file needs a "
+            "local warehouse"
+        )
+    folder = Path(settings.warehouse.removeprefix("file:")).resolve()
+    return f"jdbc:sqlite:{folder / CATALOG_FILE}"
+
+
+def catalog_conf(settings: SparkSettings) -> dict[str, str]:
+    """The session settings that define the catalog (``spark.sql.catalog.<name>*``); they can
+    also be set on a running session, which loads a catalog when it is first named."""
+    cat = f"spark.sql.catalog.{settings.catalog_name}"
+    conf = {cat: "org.apache.iceberg.spark.SparkCatalog", f"{cat}.type": settings.catalog_type}
+    conf[f"{cat}.warehouse"] = _warehouse(settings.warehouse)
+    # A streaming query runs its batches in a cloned session with its own catalog instance; a
+    # cached table in one session would then miss the other's commits. Load fresh metadata.
+    conf[f"{cat}.cache-enabled"] = "false"
+    uri = catalog_uri(settings)
+    if uri:
+        conf[f"{cat}.uri"] = uri
+    if settings.catalog_type == "jdbc":
+        # V1: the schema with views that pyiceberg's SqlCatalog shares; SQLite writers of one
+        # file (tables committed concurrently) wait for each other instead of failing
+        conf[f"{cat}.jdbc.schema-version"] = "V1"
+        if uri and uri.startswith("jdbc:sqlite:"):
+            conf[f"{cat}.jdbc.busy_timeout"] = "60000"
+    for k, v in settings.catalog_options.items():
+        conf[f"{cat}.{k}"] = str(v)
+    return conf
+
+
+def spark_conf(
+    settings: SparkSettings, *, launch: bool = True, jar_files: Sequence[str] = ()
+) -> dict[str, str]:
     """The Spark configuration a session gets (without building it). ``launch``: with the keys
     that only apply when cdcflow starts the JVM itself (driver memory, the workers' Python, the
-    Iceberg jar, which must then exist)."""
+    jars: ``jar_files``, and a local ``iceberg_jar``, which must then exist)."""
     conf: dict[str, str] = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.extensions": _EXTENSIONS,
@@ -121,37 +154,72 @@ def spark_conf(settings: SparkSettings, *, launch: bool = True) -> dict[str, str
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
-    cat = f"spark.sql.catalog.{settings.catalog_name}"
-    conf[cat] = "org.apache.iceberg.spark.SparkCatalog"
-    conf[f"{cat}.type"] = settings.catalog_type
-    conf[f"{cat}.warehouse"] = _warehouse(settings.warehouse)
-    # A streaming query runs its batches in a cloned session with its own catalog instance; a
-    # cached table in one session would then miss the other's commits. Load fresh metadata.
-    conf[f"{cat}.cache-enabled"] = "false"
-    if settings.catalog_uri:
-        conf[f"{cat}.uri"] = settings.catalog_uri
-    for k, v in settings.catalog_options.items():
-        conf[f"{cat}.{k}"] = str(v)
+    conf.update(catalog_conf(settings))
     if launch:
         conf["spark.pyspark.python"] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
         conf["spark.driver.memory"] = "4g"
-        conf.update(_jar_conf(settings))
-    conf.update({k: str(v) for k, v in settings.conf.items()})
+        local = [settings.iceberg_jar] if settings.iceberg_jar else []
+        for jar in local:
+            if "://" not in jar and not Path(jar).exists():
+                raise EnvironmentProblem(
+                    f"Iceberg runtime jar not found: {jar}. Point spark.iceberg_jar at an "
+                    "iceberg-spark-runtime jar of the running Spark's line, or leave it unset "
+                    "to have cdcflow resolve it by its Maven coordinates.",
+                    code="ICEBERG_JAR_MISSING",
+                )
+        files = [*local, *jar_files]
+        if files:
+            conf["spark.jars"] = ",".join(files)
+    for k, v in settings.conf.items():
+        if k == "spark.jars" and conf.get(k):
+            conf[k] = ",".join([conf[k], str(v)])
+        else:
+            conf[k] = str(v)
     return conf
 
 
-def _jar_conf(settings: SparkSettings) -> dict[str, str]:
-    if settings.iceberg_packages:
-        return {"spark.jars.packages": settings.iceberg_packages}
-    jar = settings.iceberg_jar or default_iceberg_jar()
-    if "://" not in jar and not Path(jar).exists():
-        raise EnvironmentProblem(
-            f"Iceberg runtime jar not found: {jar}. Install cdcflow with the spark extra, "
-            "or point spark.iceberg_jar at an iceberg-spark-runtime-3.5 jar.",
-            code="ICEBERG_JAR_MISSING",
-        )
-    return {"spark.jars": jar}
+def coordinates(settings: SparkSettings, spark_version: str) -> tuple[str, ...]:
+    """The Maven coordinates a session started by cdcflow loads: the Iceberg runtime of the
+    Spark line (or ``iceberg_packages``; none with a local ``iceberg_jar``), the JDBC drivers
+    and Spark's Kafka connector, and ``packages``."""
+    given = [c.strip() for c in (settings.iceberg_packages or "").split(",") if c.strip()]
+    own = not (settings.iceberg_jar or given)
+    return jars.required(spark_version, iceberg=own, extra=[*given, *settings.packages])
+
+
+def resolve_jars(
+    wanted: Sequence[str], cache: jars.JarCache | None = None, *, quiet: bool = True
+) -> list[str]:
+    """The local jar files of a set of coordinates: from the cache, else resolved now by
+    Spark's resolver in a child process (the only step that needs the network) and recorded.
+    A set that cannot be resolved raises ``JAR_UNRESOLVED`` naming what was looked for."""
+    cache = cache or jars.JarCache(jars.cache_root())
+    if not wanted:
+        return []
+    found = cache.lookup(wanted)
+    if found is not None:
+        return found
+    cache.root.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "cdcflow.spark.resolve", str(cache.ivy), *wanted],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    lines = done.stdout.splitlines()
+    resolved = [ln.removeprefix("JAR ") for ln in lines if ln.startswith("JAR ")]
+    if done.returncode != 0 or not resolved:
+        reasons = [
+            ln.strip()
+            for ln in done.stderr.splitlines()
+            if "unresolved dependency" in ln or "not found" in ln.lower() or "JAVA_" in ln
+        ]
+        raise jars.unresolved(wanted, cache, reasons[-6:])
+    if not quiet:
+        sys.stderr.write(done.stderr)
+    cache.record(wanted, resolved)
+    return resolved
 
 
 @dataclass(frozen=True)
@@ -168,14 +236,22 @@ class SessionPlan:
     ignored: tuple[str, ...] = ()
 
 
-def session_plan(settings: SparkSettings, submitted: Mapping[str, str] | None) -> SessionPlan:
+def session_plan(
+    settings: SparkSettings,
+    submitted: Mapping[str, str] | None,
+    jar_files: Sequence[str] = (),
+) -> SessionPlan:
     """Decide the session's master and settings. ``submitted`` is the configuration of a JVM
     that ``spark-submit`` started (``None`` when cdcflow starts its own): then the submitted
     master and every submitted key win, the keys that only apply at JVM launch are left to
     the submission (``--jars``, ``--driver-memory``, ``spark.pyspark.python``), and Iceberg's
     SQL extensions are added to any the submission names."""
     if submitted is None:
-        return SessionPlan(master=settings.master, conf=spark_conf(settings), set_python=True)
+        return SessionPlan(
+            master=settings.master,
+            conf=spark_conf(settings, jar_files=jar_files),
+            set_python=True,
+        )
     conf = spark_conf(settings, launch=False)
     kept = {k: v for k, v in conf.items() if k not in submitted and k not in _LAUNCH_ONLY}
     ignored = _overridden(settings, conf, submitted)
@@ -194,7 +270,7 @@ def _overridden(
     master = submitted.get("spark.master")
     if settings.master != SparkSettings.master and settings.master != master:
         out.append(f"spark.master {settings.master!r}: the submitted master {master!r} is used")
-    for name in ("iceberg_jar", "iceberg_packages"):
+    for name in ("iceberg_jar", "iceberg_packages", "packages"):
         if getattr(settings, name):
             out.append(
                 f"spark.{name}: the submitted JVM's classpath is used (give the Iceberg "
@@ -234,13 +310,29 @@ def session_running() -> bool:
     return SparkContext._active_spark_context is not None
 
 
+def _embedded_warehouse(settings: SparkSettings) -> None:
+    """Create the folder of an embedded catalog's SQLite file (SQLite creates no folders)."""
+    uri = catalog_uri(settings)
+    if uri and uri.startswith("jdbc:sqlite:"):
+        path = uri.removeprefix("jdbc:sqlite:")
+        if not path.startswith(":"):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
 def build_session(settings: SparkSettings | None = None) -> SparkSession:
     """Create (or get) the SparkSession with Iceberg configured."""
     settings = settings or SparkSettings()
     find_java()
     for name in ("py4j", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    plan = session_plan(settings, submitted_conf())
+    submitted = submitted_conf()
+    files: list[str] = []
+    if submitted is None:
+        _embedded_warehouse(settings)
+        import pyspark
+
+        files = resolve_jars(coordinates(settings, pyspark.__version__))
+    plan = session_plan(settings, submitted, files)
     for what in plan.ignored:
         logging.getLogger("cdcflow").warning("cdcflow: under spark-submit, ignored: %s", what)
     if plan.set_python:
