@@ -171,7 +171,7 @@ def _pipeline_cfg(root: Path, name: str, landing: Path) -> Any:
             "pipeline": name,
             "checkpoint": str(root / f"ck_{name}"),
             "namespace": name,
-            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
+            "catalog": {"name": "cdc", "warehouse": str(root / "warehouse")},
             "sources": [
                 {
                     "name": "s",
@@ -334,7 +334,7 @@ def _multi_cfg(
             "tables": {"default": {"mode": mode}},
             "checkpoint": str(root / f"ck_{name}"),
             "namespace": name,
-            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
+            "catalog": {"name": "cdc", "warehouse": str(root / "warehouse")},
             "follow_interval": follow,
             "parallel_tables": parallel,
             "sources": [

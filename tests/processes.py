@@ -39,7 +39,7 @@ def pipeline_config(
         "pipeline": namespace,
         "checkpoint": str(root / "checkpoint"),
         "namespace": namespace,
-        "catalog": {"name": "cdc", "type": "hadoop", "warehouse": warehouse},
+        "catalog": {"name": "cdc", "warehouse": warehouse},
         "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": SHORT_RUN_CONF},
         "sources": [source],
         **extra,

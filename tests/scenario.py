@@ -64,7 +64,7 @@ def config(root: Path, name: str, **overrides: Any) -> PipelineConfig:
         "pipeline": name,
         "checkpoint": str(root / "checkpoint"),
         "namespace": name,
-        "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
+        "catalog": {"name": overrides.pop("catalog", "cdc"), "warehouse": str(root / "warehouse")},
         "sources": [
             {
                 "name": "src",

@@ -16,7 +16,7 @@ def test_defaults() -> None:
     cfg = load_config(BASE)
     assert cfg.table("anything").mode == "merge"
     assert cfg.retention_seconds == 7 * 86400
-    assert cfg.catalog.type == "hadoop"
+    assert cfg.catalog.type == "jdbc"
 
 
 def test_unknown_key_is_named() -> None:

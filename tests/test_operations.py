@@ -36,7 +36,7 @@ def _config(root: Path, name: str, sources: list[dict], **extra: Any) -> Pipelin
             "pipeline": name,
             "checkpoint": str(root / "checkpoint"),
             "namespace": name,
-            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(root / "warehouse")},
+            "catalog": {"name": "cdc", "warehouse": str(root / "warehouse")},
             "sources": sources,
             **extra,
         }

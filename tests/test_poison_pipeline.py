@@ -60,7 +60,7 @@ def test_poison_files_among_good_ones(spark: Any, tmp_path: Path) -> None:
             "pipeline": "poison",
             "checkpoint": str(tmp_path / "checkpoint"),
             "namespace": "poison",
-            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(tmp_path / "wh")},
+            "catalog": {"name": "cdc", "warehouse": str(tmp_path / "wh")},
             "sources": [
                 {
                     "name": "ds",

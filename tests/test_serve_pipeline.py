@@ -93,7 +93,7 @@ def test_posted_bodies_become_exact_replicas(
             "pipeline": "served",
             "checkpoint": str(tmp_path / "checkpoint"),
             "namespace": "served",
-            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(tmp_path / "wh")},
+            "catalog": {"name": "cdc", "warehouse": str(tmp_path / "wh")},
             "sources": [
                 {
                     "name": "crdb",

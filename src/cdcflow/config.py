@@ -5,7 +5,7 @@ Example::
     pipeline: shop                     # name; identifies this pipeline in table commits
     checkpoint: ./checkpoints/shop
     namespace: shop                    # Iceberg namespace of the replicas
-    catalog: {name: cdc, type: hadoop, warehouse: ./warehouse}
+    catalog: {name: cdc, type: jdbc, warehouse: ./warehouse}   # the embedded default
     spark: {master: "local[*]", conf: {spark.driver.memory: 4g}}
     sources:
       - name: pg
@@ -57,10 +57,14 @@ class _Model(BaseModel):
 
 
 class CatalogConfig(_Model):
-    """The Iceberg catalog the replicas live in."""
+    """The Iceberg catalog the replicas live in. The default is embedded: Iceberg's JDBC
+    catalog on an SQLite file inside the warehouse (``<warehouse>/catalog.db``), which pyiceberg
+    and the engines over it open by table name; ``uri`` points a JDBC catalog elsewhere
+    (PostgreSQL). ``hadoop`` is a catalog in the warehouse folder itself (earlier versions'
+    default; one writer at a time)."""
 
     name: str = "cdc"
-    type: Literal["hadoop", "rest", "hive", "jdbc", "glue"] = "hadoop"
+    type: Literal["hadoop", "rest", "hive", "jdbc", "glue"] = "jdbc"
     uri: str | None = None
     warehouse: str = "./warehouse"
     options: dict[str, str] = Field(default_factory=dict)
@@ -73,6 +77,7 @@ class SparkConfig(_Model):
     shuffle_partitions: int = 4
     iceberg_jar: str | None = None
     iceberg_packages: str | None = None
+    packages: list[str] = Field(default_factory=list)
     conf: dict[str, str] = Field(default_factory=dict)
 
 

@@ -32,7 +32,7 @@ def demo_config(
             "pipeline": f"demo_{dialect}",
             "checkpoint": str(workdir / "checkpoints" / dialect),
             "namespace": f"demo_{dialect}",
-            "catalog": {"name": "cdc", "type": "hadoop", "warehouse": str(workdir / "warehouse")},
+            "catalog": {"name": "cdc", "warehouse": str(workdir / "warehouse")},
             "spark": {"master": "local[2]", "shuffle_partitions": 2},
             "sources": [
                 {
@@ -54,9 +54,9 @@ def run_demo(
     workdir: Path, *, seed: int = 7, transactions: int = 150, echo: Callable[[str], None] = print
 ) -> bool:
     """Run the demo; returns whether every replica equals the oracle."""
-    from cdcflow.pipeline.query import Pipeline, spark_settings
+    from cdcflow.pipeline.query import Pipeline, open_session
     from cdcflow.pipeline.report import format_report
-    from cdcflow.spark.session import build_session, session_running
+    from cdcflow.spark.session import session_running
     from cdcflow.testing import oracle
     from cdcflow.testing.compare import diff_table, history_shape, read_replica
     from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
@@ -89,7 +89,7 @@ def run_demo(
         tables = {history: {"mode": "scd2"}} if history else {}
         cfg = demo_config(workdir, dialect, first.options, tables)
         if spark is None:
-            spark = build_session(spark_settings(cfg))
+            spark = open_session(cfg)
         pipe = Pipeline(cfg, spark)
         echo(f"[{dialect}] run 1: {len(first.files)} file(s) in {landing}")
         pipe.run(on_report=lambda r: echo("  " + format_report(r)))

@@ -24,11 +24,10 @@ _CUT = 60
 
 def _session(config: str) -> tuple[PipelineConfig, SparkSession]:
     from cdcflow.config import load_config_file
-    from cdcflow.pipeline.query import spark_settings
-    from cdcflow.spark.session import build_session
+    from cdcflow.pipeline.query import open_session
 
     cfg = load_config_file(config)
-    return cfg, build_session(spark_settings(cfg))
+    return cfg, open_session(cfg)
 
 
 def duration(seconds: float | None) -> str:

@@ -52,6 +52,7 @@ def spark_settings(cfg: PipelineConfig) -> SparkSettings:
             "shuffle_partitions": s.shuffle_partitions,
             "iceberg_jar": s.iceberg_jar,
             "iceberg_packages": s.iceberg_packages,
+            "packages": tuple(s.packages),
             "conf": dict(s.conf),
             "catalog_name": c.name,
             "catalog_type": c.type,
@@ -60,6 +61,34 @@ def spark_settings(cfg: PipelineConfig) -> SparkSettings:
             "catalog_options": dict(c.options),
         }
     )
+
+
+def open_session(cfg: PipelineConfig) -> SparkSession:
+    """The session of a pipeline, built from its configuration; a local warehouse that a
+    Hadoop catalog wrote is refused when the catalog configured is another one (its tables
+    would look absent, and replicas would start again beside them)."""
+    from cdcflow.spark.session import build_session, catalog_uri
+
+    settings = spark_settings(cfg)
+    uri = catalog_uri(settings)
+    if uri and uri.startswith("jdbc:sqlite:") and "://" not in settings.warehouse:
+        from cdcflow.iceberg.migrate import unregistered
+
+        found = unregistered(
+            Path(settings.warehouse), Path(uri.removeprefix("jdbc:sqlite:")), cfg.catalog.name
+        )
+        if found:
+            names = ", ".join(f"{t.namespace}.{t.name}" for t in found[:5])
+            more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+            raise ConfigError(
+                f"warehouse {settings.warehouse} holds {len(found)} table(s) written by a Hadoop "
+                f"catalog ({names}{more}) that catalog {cfg.catalog.name!r} does not list",
+                code="HADOOP_WAREHOUSE",
+                hint="to go on with the Hadoop catalog, set `catalog: {type: hadoop}`; to move "
+                "the tables into the embedded catalog, run `cdcflow migrate-catalog CONFIG` "
+                "(docs/operations.md, Moving a Hadoop warehouse)",
+            )
+    return build_session(settings)
 
 
 class SourceMissing(ConfigError):
@@ -120,9 +149,7 @@ class Pipeline:
     def __init__(self, cfg: PipelineConfig, spark: SparkSession | None = None) -> None:
         self.cfg = cfg
         if spark is None:
-            from cdcflow.spark.session import build_session
-
-            spark = build_session(spark_settings(cfg))
+            spark = open_session(cfg)
         self.spark = spark
         self.runners: list[BatchRunner] = []
         self.queries: list[StreamingQuery] = []
@@ -228,15 +255,23 @@ class Pipeline:
     def _stream_session(self) -> SparkSession:
         """A session for the streaming queries: the pipeline session's settings with adaptive
         execution off, which streaming does not support (Spark would turn it off itself and
-        warn). Each batch turns it back on for the batch's own queries."""
+        warn). Each batch turns it back on for the batch's own queries. Settings made on the
+        running session that Spark does not know (a catalog added at run time,
+        ``spark.sql.catalog.<name>``) are carried over too; static ones cannot differ."""
+        from pyspark.errors import AnalysisException
+
         session = self.spark.newSession()
         confs = self.spark._jsparkSession.sessionState().conf().getAllConfs()
         it = confs.iterator()
         while it.hasNext():
             entry = it.next()
             key, value = str(entry._1()), str(entry._2())
-            if key != ADAPTIVE and session.conf.isModifiable(key):
+            if key == ADAPTIVE or session.conf.get(key, None) == value:
+                continue
+            try:
                 session.conf.set(key, value)
+            except AnalysisException:  # a static setting: the new session has the JVM's own
+                continue
         session.conf.set(ADAPTIVE, "false")
         return session
 
