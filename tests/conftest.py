@@ -41,8 +41,74 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The scenario world (``tests/scenario_world.py``), run once for every scenario test."""
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Apache Kafka broker for the run (KRaft, from its Maven artifacts)."""
+    from cdcflow.testing.services.kafka import KafkaBroker
+
+    with KafkaBroker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One PostgreSQL server for the run (Debian's packages, logical decoding on)."""
+    from cdcflow.testing.services.postgres import Postgres
+
+    with Postgres(tmp_path_factory.mktemp("postgres") / "data") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Iceberg REST catalog server for the run (from Iceberg's Maven artifacts)."""
+    from cdcflow.testing.services.rest import RestCatalog
+
+    with RestCatalog(tmp_path_factory.mktemp("rest")) as server:
+        yield server
+
+
+#: The catalogs the scenario suite runs on: the embedded default (the session's ``cdc``),
+#: Iceberg's JDBC catalog on PostgreSQL, Iceberg's REST catalog.
+CATALOGS = ("cdc", "pg", "rest")
+
+
+def use_catalog(request: pytest.FixtureRequest, name: str) -> str:
+    """Make catalog ``name`` (one of :data:`CATALOGS`) a catalog of the test session, starting
+    the server behind it the first time it is asked for; returns its name."""
+    from cdcflow.spark.session import SparkSettings, catalog_conf
+
+    spark = request.getfixturevalue("spark")
+    factory = request.getfixturevalue("tmp_path_factory")
+    if name == "pg":
+        server = request.getfixturevalue("postgres")
+        settings = SparkSettings(
+            catalog_name="pg",
+            catalog_uri=server.jdbc_url,
+            warehouse=str(factory.mktemp("pg-warehouse")),
+            catalog_options={"jdbc.user": server.user, "jdbc.password": server.password},
+        )
+    elif name == "rest":
+        server = request.getfixturevalue("rest_catalog")
+        settings = SparkSettings(
+            catalog_name="rest",
+            catalog_type="rest",
+            catalog_uri=server.uri,
+            warehouse=str(server.warehouse),
+        )
+    else:
+        return name
+    for key, value in catalog_conf(settings).items():
+        spark.conf.set(key, value)
+    return name
+
+
+@pytest.fixture(scope="session", params=CATALOGS)
+def world(
+    request: pytest.FixtureRequest, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """The scenario world (``tests/scenario_world.py``), run once per catalog for every
+    scenario test."""
     from tests.scenario_world import build
 
-    return build(spark, tmp_path_factory.mktemp("scenarios"))
+    catalog = use_catalog(request, str(request.param))
+    return build(spark, tmp_path_factory.mktemp(f"scenarios-{catalog}"), catalog)

@@ -67,8 +67,8 @@ KEYS = {
 }
 
 
-def build(spark: Any, root: Path) -> dict[str, Any]:
-    """Land and run the three runs; what the tests read back."""
+def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
+    """Land and run the three runs into ``catalog``; what the tests read back."""
     tables: dict[str, Any] = {"s3_soft": {"deletes": "soft"}}
     tables.update({t: {"mode": "scd2", "keys": ["id"]} for t in HISTORY_TABLES})
     tables["h7_tracked"] = {**tables["h7_tracked"], "track_history_columns": ["name"]}
@@ -82,7 +82,7 @@ def build(spark: Any, root: Path) -> dict[str, Any]:
     }
     tables["dbx_users"] = dbx
     tables["dbx_users_city"] = {**dbx, "track_history_except_columns": ["city"]}
-    cfg = config(root, "scen", keys=KEYS, tables=tables)
+    cfg = config(root, "scen", keys=KEYS, tables=tables, catalog=catalog)
     landing = root / "landing"
     run1 = [
         # 1: order by sequence, duplicates, conflicts

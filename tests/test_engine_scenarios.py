@@ -68,7 +68,8 @@ def test_6_added_column_and_type_conflict(spark: Any, world: dict) -> None:
     ]
     cfg = world["cfg"]
     dl = spark.sql(
-        f"SELECT error_code, error_message FROM cdc.{cfg.namespace}__cdcflow.dead_letters "
+        f"SELECT error_code, error_message FROM {cfg.catalog.name}.{cfg.namespace}__cdcflow."
+        "dead_letters "
         "WHERE `table` = 's6_schema'"
     ).collect()
     assert [r["error_code"] for r in dl] == ["TYPE_CONFLICT"]
@@ -84,7 +85,8 @@ def test_8_bad_input_is_dead_lettered_good_input_applied(spark: Any, world: dict
     cfg = world["cfg"]
     assert [r["id"] for r in rows(spark, cfg, "s8_bad", "id")] == [1, 2]
     dl = spark.sql(
-        f"SELECT error_code, origin, line, offset, raw FROM cdc.{cfg.namespace}__cdcflow."
+        "SELECT error_code, origin, line, offset, raw FROM "
+        f"{cfg.catalog.name}.{cfg.namespace}__cdcflow."
         "dead_letters WHERE origin LIKE '%" + world["bad_file"].name + "' ORDER BY line"
     ).collect()
     assert [(r["error_code"], r["line"]) for r in dl] == [
@@ -102,7 +104,7 @@ def test_run3_redelivery_made_no_new_dead_letters(spark: Any, world: dict) -> No
     # the redelivered run-1 files hold no bad lines; dead letters of run 1 stay single
     cfg = world["cfg"]
     n = spark.sql(
-        f"SELECT count(*) AS n FROM cdc.{cfg.namespace}__cdcflow.dead_letters "
+        f"SELECT count(*) AS n FROM {cfg.catalog.name}.{cfg.namespace}__cdcflow.dead_letters "
         "WHERE error_code = 'NOT_JSON'"
     ).collect()[0]["n"]
     assert n == 1

@@ -115,7 +115,7 @@ def test_bad_events_are_dead_lettered(spark: Any, world: dict) -> None:
     cfg = world["cfg"]
     assert versions(spark, cfg, "h10_bad", "v") == [(1, "a", at(10), None, True)]
     dead = spark.sql(
-        f"SELECT error_code FROM cdc.{cfg.namespace}__cdcflow.dead_letters "
+        f"SELECT error_code FROM {cfg.catalog.name}.{cfg.namespace}__cdcflow.dead_letters "
         "WHERE error_message LIKE '%h10_bad%'"
     ).collect()
     # one per delivery: run 1 and its redelivery in run 3
@@ -147,7 +147,7 @@ def test_the_databricks_scd2_example(spark: Any, world: dict) -> None:
         (126, "Lily", "Cancun", (2,), None),
     ]
     # the columns that drove the feed are not written
-    columns = spark.table(f"cdc.{cfg.namespace}.dbx_users").columns
+    columns = spark.table(f"{cfg.catalog.name}.{cfg.namespace}.dbx_users").columns
     assert "operation" not in columns and "sequenceNum" not in columns
 
 
