@@ -919,12 +919,26 @@ def main(argv: list[str] | None = None) -> int:
     if chosen == {"receiver"}:
         results["receiver"] = receiver_only()
     else:
+        import pyspark
+
+        from cdcflow.spark.jars import ICEBERG_VERSION, iceberg_runtime
         from cdcflow.spark.session import SparkSettings, build_session
 
+        # BENCH_ICEBERG=1.11.0: that Iceberg release's Spark runtime instead of cdcflow's
+        iceberg = os.environ.get("BENCH_ICEBERG")
+        packages = None
+        if iceberg:
+            packages = iceberg_runtime(pyspark.__version__).rsplit(":", 1)[0] + f":{iceberg}"
+        results["versions"] = {"spark": pyspark.__version__, "iceberg": iceberg or ICEBERG_VERSION}
+        print(f"Spark {pyspark.__version__}, Iceberg {iceberg or ICEBERG_VERSION}", flush=True)
         root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
         try:
             spark = build_session(
-                SparkSettings(warehouse=str(root / "warehouse"), shuffle_partitions=4)
+                SparkSettings(
+                    warehouse=str(root / "warehouse"),
+                    shuffle_partitions=4,
+                    iceberg_packages=packages,
+                )
             )
             _run_spark_parts(spark, root, chosen, results)
         finally:

@@ -1,10 +1,11 @@
-"""Installs cdcflow into an existing PySpark 3.5 environment and fails if pip replaces its
-pyspark or pyarrow (``make check-install``).
+"""Installs cdcflow into an existing PySpark environment and fails if pip replaces its pyspark
+or pyarrow (``make check-install``).
 
-A throwaway venv under a temporary folder gets a PySpark 3.5 patch release and a pyarrow that
-differ from ``constraints.txt`` (with NumPy 1, and without pandas, as a bare ``pip install
-pyspark`` leaves it); then ``pip install <repo>`` and ``pip install '<repo>[spark]'``, without
-the constraints, as a user would. The venv is removed afterwards unless ``--keep``.
+A throwaway venv under a temporary folder gets a PySpark patch release (4.1 by default, or 3.5
+with NumPy 1) and a pyarrow that differ from the constraints files (without pandas, as a bare
+``pip install pyspark`` leaves it); then ``pip install <repo>`` and ``pip install
+'<repo>[spark]'``, without the constraints, as a user would, and a smoke test that names the
+jars cdcflow would load for that PySpark. The venv is removed afterwards unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ SMOKE = (
     "import cdcflow.cli.main; "
     "from cdcflow.outputs.stream import post; "
     "from cdcflow.serve.server import Metrics; "
-    "from cdcflow.spark.session import default_iceberg_jar; "
-    "print('imports ok; iceberg jar:', default_iceberg_jar().rsplit('/', 1)[-1])"
+    "from cdcflow.spark.session import SparkSettings, coordinates; "
+    "print('imports ok; jars:', ','.join(coordinates(SparkSettings(), pyspark.__version__)))"
 )
 
 
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("repo", type=Path, help="the cdcflow repository")
     parser.add_argument("--python", default=sys.executable, help="interpreter of the venv")
-    parser.add_argument("--pyspark", required=True, help="PySpark 3.5.x already installed")
+    parser.add_argument("--pyspark", required=True, help="PySpark already installed")
     parser.add_argument("--pyarrow", required=True, help="pyarrow already installed")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         run([args.python, "-m", "venv", str(venv)], log)
         py = str(venv / "bin" / "python")
         pip = [py, "-m", "pip", "--disable-pip-version-check", "install"]
-        run([*pip, f"pyspark=={args.pyspark}", f"pyarrow=={args.pyarrow}", "numpy<2"], log)
+        numpy = ["numpy<2"] if args.pyspark.startswith("3.") else []
+        run([*pip, f"pyspark=={args.pyspark}", f"pyarrow=={args.pyarrow}", *numpy], log)
         before = versions(py, KEPT)
         log.clear()  # only what installing cdcflow prints is judged
         run([*pip, str(repo)], log)

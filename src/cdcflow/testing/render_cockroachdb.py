@@ -330,12 +330,15 @@ def _message(
     return _Msg(table, at, doc, karr)
 
 
-def _messages(workload: Workload, window: range, rng: random.Random | None) -> list[_Msg]:
+def _messages(
+    workload: Workload, window: range, rng: random.Random | None, feed: str | None = None
+) -> list[_Msg]:
     plan = _plan(workload)
     out: list[_Msg] = []
+    given = feed
     for n in window:
         for net in plan.nets[n]:
-            feed = table_feed(workload, net.table)
+            feed = given or table_feed(workload, net.table)
             out.append(
                 _message(
                     workload,
@@ -351,7 +354,7 @@ def _messages(workload: Workload, window: range, rng: random.Random | None) -> l
         if rng is None:
             continue
         for fill in plan.backfills[n]:
-            feed = table_feed(workload, fill.table)
+            feed = given or table_feed(workload, fill.table)
             keys = workload.tables[fill.table].key
             old_copy = rng.random() < 0.5
             for row in fill.rows:
@@ -462,6 +465,26 @@ def render(
                 else _write(_cloud_again(again, seed), again.read_bytes())
             )
     return RenderResult(files=written, options=decode_options(workload), messages=total)
+
+
+def kafka_messages(
+    workload: Workload, *, seed: int, transactions: slice | None = None, faults: bool = True
+) -> tuple[list[tuple[str, list[Any], dict[str, Any]]], str | None]:
+    """The changefeed of every table through a Kafka sink: (table, key array, value) in the
+    order each table's feed emits them (with at-least-once redelivery and schema-change
+    backfills when ``faults``), and the resolved timestamp closing the window."""
+    rng = random.Random(seed)
+    window = range(len(workload.transactions))[transactions or slice(None)]
+    msgs = _messages(workload, window, rng if faults else None, feed="kafka")
+    per_table: dict[str, list[_Msg]] = {}
+    for m in msgs:
+        per_table.setdefault(m.table, []).append(m)
+    out: list[tuple[str, list[Any], dict[str, Any]]] = []
+    for table, tmsgs in sorted(per_table.items()):
+        for m in _with_faults(tmsgs, rng) if faults else tmsgs:
+            out.append((table, m.key, m.doc))
+    resolved = hlc_text(hlc(workload, window[-1], 5)) if len(window) else None
+    return out, resolved
 
 
 def _is_cloud(path: Path) -> bool:
