@@ -522,8 +522,9 @@ class BatchStage:
         others = [p for t, p in self.plans.items() if t not in merged]
         if any(p.bad_shapes or p.schema.conflicts or p.foreign for p in others):
             parts.append(
-                f"SELECT _target, _reject, count(*), 0L, 0L, 0L, 0L, 0L, 0L FROM {self.validated} "
-                f"WHERE _reject IS NOT NULL AND NOT array_contains("
+                "SELECT _target, _reject AS code, count(*) AS n, 0L AS conflicts, 0L AS winners, "
+                "0L AS buried, 0L AS deletes, 0L AS writes, 0L AS live "
+                f"FROM {self.validated} WHERE _reject IS NOT NULL AND NOT array_contains("
                 f"{string_array(sorted(merged))}, _target) GROUP BY 1, 2"
             )
         out: dict[str, TableStats] = {}
