@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 
 import click
@@ -19,7 +20,9 @@ def run_cmd(config: str, follow: bool) -> None:
     events to Iceberg tables. Stops when everything present is processed, unless --follow;
     Ctrl-C or SIGTERM then stops after the batch in progress.
 
-    Exit status: 0 everything applied, 3 some messages were dead-lettered, 1 the run failed."""
+    Exit status: 0 everything applied, 3 some messages were dead-lettered, 1 the run failed,
+    2 it could not start (a configuration problem, a missing landing zone, another run of the
+    same pipeline)."""
     from cdcflow.config import load_config_file
     from cdcflow.errors import CdcflowError
     from cdcflow.pipeline.query import Pipeline
@@ -27,8 +30,11 @@ def run_cmd(config: str, follow: bool) -> None:
     from cdcflow.spark.session import session_running
 
     cfg = load_config_file(config)
-    own_session = not session_running()
+    # no JVM is started before the checks that need none (paths, the run lock)
+    own_session = "pyspark" not in sys.modules or not session_running()
     pipeline = Pipeline(cfg)
+    pipeline.check_paths()
+    pipeline.open()
     echo_err(
         f"pipeline {cfg.pipeline}: {len(cfg.sources)} source(s) → "
         f"{cfg.catalog.name}.{cfg.namespace}" + (" (following)" if follow else "")
@@ -47,7 +53,7 @@ def run_cmd(config: str, follow: bool) -> None:
             echo_err(f"{failure}\nhint: {failure.hint}")
         else:
             echo_err(str(failure))
-    if own_session:
+    if own_session and pipeline.has_session:
         # Stopped here rather than by the JVM's exit, so that a local-cluster master ends the
         # application instead of seeing its executors die and launching new ones.
         pipeline.spark.stop()

@@ -13,7 +13,7 @@ and stops; ``follow`` keeps going with a processing-time trigger until :meth:`Pi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +25,7 @@ from cdcflow.pipeline import results
 from cdcflow.pipeline.batch import BatchRunner, Shared, source_options
 from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
 from cdcflow.pipeline.report import BatchReport
+from cdcflow.spark.errors import DEBUG_HINT, first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -118,34 +119,48 @@ class Pipeline:
     """
 
     def __init__(self, cfg: PipelineConfig, spark: SparkSession | None = None) -> None:
+        """``spark``: the session to run on; without one, the configuration's session is built
+        when first needed (after the checks that need no Spark: paths, the run lock)."""
         self.cfg = cfg
-        if spark is None:
-            from cdcflow.spark.session import build_session
-
-            spark = build_session(spark_settings(cfg))
-        self.spark = spark
+        self._spark = spark
         self.runners: list[BatchRunner] = []
         self.queries: list[StreamingQuery] = []
         self.checkpoint: Checkpoint | None = None
         self.shared: Shared | None = None
         self._sources: dict[str, tuple[SourceConfig, SourceRecord]] = {}
 
+    @property
+    def spark(self) -> SparkSession:
+        """The pipeline's SparkSession (built from the configuration on first use when none
+        was given)."""
+        if self._spark is None:
+            from cdcflow.spark.session import build_session
+
+            self._spark = build_session(spark_settings(self.cfg))
+        return self._spark
+
+    @property
+    def has_session(self) -> bool:
+        """Whether the pipeline's SparkSession exists yet."""
+        return self._spark is not None
+
     # ------------------------------------------------------------------ the run lock
 
     def open(self) -> None:
-        """Take the pipeline's run lock and read (or create) its sources' records; nothing
-        when it is open already."""
+        """Take the pipeline's run lock and read (or create) its sources' records, then check
+        the table conditions with Spark; nothing when it is open already. A checkpoint on a
+        local disk is locked before Spark starts."""
         if self.checkpoint is not None:
             return
         from cdcflow.engine.deletes import check_conditions
         from cdcflow.pipeline.batch import delete_conditions
 
-        check_conditions(self.spark, delete_conditions(self.cfg))
-        checkpoint = Checkpoint(self.spark, self.cfg)
+        checkpoint = Checkpoint(self.cfg, lambda: self.spark)
         pid = checkpoint.pipeline_id()
         checkpoint.acquire()
         try:
             self._sources = {src.name: (src, rec) for src, rec in checkpoint.sources(pid)}
+            check_conditions(self.spark, delete_conditions(self.cfg))
         except BaseException:
             checkpoint.release()
             raise
@@ -240,6 +255,13 @@ class Pipeline:
         session.conf.set(ADAPTIVE, "false")
         return session
 
+    def check_paths(self, given: Iterable[str] = ()) -> None:
+        """Refuse a source whose landing zone does not exist (``SOURCE_PATH_MISSING``), unless
+        it may be created or a DataFrame is ``given`` for it (by source name); no Spark."""
+        for src in self.cfg.sources:
+            if src.name not in given:
+                self._check_path(src)
+
     def _check_path(self, src: SourceConfig) -> None:
         if src.path is None:
             raise SourceMissing(
@@ -305,9 +327,7 @@ class Pipeline:
                 f"inputs for source(s) {', '.join(unknown)} not in pipeline {self.cfg.pipeline!r}",
                 hint="sources: " + ", ".join(s.name for s in self.cfg.sources),
             )
-        for src in self.cfg.sources:
-            if src.name not in given:
-                self._check_path(src)
+        self.check_paths(given)
         self.open()
         assert self.checkpoint is not None
         try:
@@ -408,7 +428,7 @@ class Pipeline:
                         exc = q.exception()
                         if exc is not None:
                             result.failure = CdcflowError(
-                                _first_line(exc), code="PIPELINE_FAILED", hint=_DEBUG_HINT
+                                first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT
                             )
                             break
         finally:
@@ -439,11 +459,3 @@ class Pipeline:
     def history(self) -> DataFrame:
         """The pipeline's batches (see :func:`cdcflow.pipeline.results.history`)."""
         return results.history(self.cfg, self.spark)
-
-
-_DEBUG_HINT = "run with --debug for the whole trace"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)[:500]
