@@ -144,3 +144,58 @@ def test_checks_that_need_no_spark_answer_before_spark_starts(spark: None, tmp_p
         f"[SOURCE_PATH_MISSING] source 's': landing zone {tmp_path / 'landing'} does not exist",
         "hint: check the path, or set create_path: true on the source to create it",
     ]
+
+
+def test_follow_stopped_with_its_jvm_by_sigterm_stops_cleanly_and_expiry_waits(
+    spark: Any, tmp_path: Path
+) -> None:
+    # SIGTERM to the whole process group (a service manager stopping the unit, Ctrl-C in a
+    # terminal): the JVM shuts down at the same time as the run stops
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    w = generate(32, tables=2, transactions=10)
+    first = slice(0, 7)
+    res = render_to_landing(
+        w, tmp_path / "landing", seed=32, files=2, duplicates=0.0, transactions=first
+    )
+    assert any(c.kind == "delete" for t in w.transactions[first] for c in t.changes)
+    config = pipeline_config(
+        tmp_path,
+        warehouse,
+        res.options,
+        "term_group",
+        files_per_batch=None,
+        follow_interval="1s",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow", "run", str(config), "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    out: list[str] = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("batch "):
+            break
+    os.killpg(proc.pid, signal.SIGTERM)
+    rest, err = proc.communicate(timeout=300)
+    text = "".join(out) + rest
+    assert proc.returncode == 0, text + err
+    assert text.splitlines()[-1].endswith("· stopped"), text
+    assert "Traceback" not in err and "Exception" not in err, err
+    assert not (tmp_path / "checkpoint" / LOCK_FILE).exists()
+    tombstones = "cdc.term_group__cdcflow.tombstones"
+    spark.catalog.refreshTable(tombstones)
+    kept = spark.table(tombstones).count()
+    assert kept > 0
+    # expiry is left to the next run: its first batch drops what is past the retention
+    old = "('accounts', '[1]', 'p0', timestamp'2020-01-01')"
+    spark.sql(f"INSERT INTO {tombstones} VALUES {old}")
+    later = slice(7, None)
+    render_to_landing(w, tmp_path / "landing", seed=33, files=1, duplicates=0.0, transactions=later)
+    assert main(["run", str(config)]) == 0
+    spark.catalog.refreshTable(tombstones)
+    assert spark.table(tombstones).where("deleted_at < timestamp'2021-01-01'").count() == 0
+    assert spark.table(tombstones).count() >= kept

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -34,7 +36,8 @@ def run_cmd(config: str, follow: bool) -> None:
     own_session = "pyspark" not in sys.modules or not session_running()
     pipeline = Pipeline(cfg)
     pipeline.check_paths()
-    pipeline.open()
+    with StopSignals.spare_spark():
+        pipeline.open()
     echo_err(
         f"pipeline {cfg.pipeline}: {len(cfg.sources)} source(s) → "
         f"{cfg.catalog.name}.{cfg.namespace}" + (" (following)" if follow else "")
@@ -53,10 +56,10 @@ def run_cmd(config: str, follow: bool) -> None:
             echo_err(f"{failure}\nhint: {failure.hint}")
         else:
             echo_err(str(failure))
-    if own_session and pipeline.has_session:
+    if own_session:
         # Stopped here rather than by the JVM's exit, so that a local-cluster master ends the
         # application instead of seeing its executors die and launching new ones.
-        pipeline.spark.stop()
+        pipeline.stop_session()
     if result.exit_status:
         raise click.exceptions.Exit(result.exit_status)
 
@@ -68,6 +71,20 @@ class StopSignals:
     def __init__(self) -> None:
         self._count = 0
         self._previous: dict[int, object] = {}
+
+    @staticmethod
+    @contextmanager
+    def spare_spark() -> Iterator[None]:
+        """SIGTERM ignored while Spark's JVM starts: a JVM started with the signal ignored
+        keeps ignoring it, so a SIGTERM to the whole process group (a service manager, a
+        terminal) reaches only this process, which stops after the batch in progress and then
+        stops Spark — instead of Spark shutting down under the batch. (PySpark starts the JVM
+        with SIGINT ignored for the same reason.)"""
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     def received(self) -> bool:
         """Whether a stop was asked for."""

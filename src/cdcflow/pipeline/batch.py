@@ -168,8 +168,9 @@ class BatchRunner:
         self.run: str | None = None
         self.reports: list[BatchReport] = []
         self.failure: BaseException | None = None
-        # in a run that keeps following, expiry runs hourly; a run that drains ends with it
-        self.last_expiry = time.time()
+        # the first batch of a run drops what is past the retention, then every hour: never
+        # the way out of a run, when a stop may find the JVM shutting down
+        self.last_expiry = 0.0
         self._deletes = marked_sql(
             delete_conditions(cfg), target_expr(record.replica_name, record.id)
         )

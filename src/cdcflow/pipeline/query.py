@@ -12,6 +12,7 @@ and stops; ``follow`` keeps going with a processing-time trigger until :meth:`Pi
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -138,11 +139,6 @@ class Pipeline:
 
             self._spark = build_session(spark_settings(self.cfg))
         return self._spark
-
-    @property
-    def has_session(self) -> bool:
-        """Whether the pipeline's SparkSession exists yet."""
-        return self._spark is not None
 
     # ------------------------------------------------------------------ the run lock
 
@@ -369,7 +365,7 @@ class Pipeline:
             return
         self.shared.stopping.set()
         with self.shared.lock:
-            self._stop_queries()
+            _quietly(self._stop_queries)
 
     def _stop_queries(self) -> None:
         for q in self.queries:
@@ -416,31 +412,59 @@ class Pipeline:
                 if any(q.exception() is not None for q in self.queries):
                     break
                 time.sleep(0.2)
-            for q in self.queries:
-                q.awaitTermination()
-            stopping = self.shared is not None and self.shared.stopping.is_set()
-            if not stopping:
-                failures = [r.failure for r in self.runners if r.failure is not None]
-                if failures:
-                    result.failure = failures[0]
-                else:
-                    for q in self.queries:
-                        exc = q.exception()
-                        if exc is not None:
-                            result.failure = CdcflowError(
-                                first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT
-                            )
-                            break
+            ended = self._await_queries()
+            if not self.stopping:
+                result.failure = self._failure(ended)
         finally:
-            self._stop_queries()
             if self.shared is not None:
                 result.reports.extend(self.shared.reports)
-            if result.failure is None and result.reports and self.runners:
-                self.runners[0].expire(self.spark)
-            self.close()
+            if self.stopping:
+                # the JVM may be shutting down with this process (a signal to its whole
+                # process group): what is left to ask of it may fail, and nothing is lost
+                _quietly(self.close)
+            else:
+                self.close()
         if raise_on_failure and result.failure is not None:
             raise result.failure
         return result
+
+    def stop_session(self) -> None:
+        """Stop the pipeline's SparkSession, if it was started (after a stop asked for by a
+        signal, the JVM may be gone already)."""
+        if self._spark is None:
+            return
+        if self.stopping:
+            _quietly(self._spark.stop)
+        else:
+            self._spark.stop()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was asked for (:meth:`stop`)."""
+        return self.shared is not None and self.shared.stopping.is_set()
+
+    def _await_queries(self) -> BaseException | None:
+        """Wait for every query to end; the first exception one ended with, if any."""
+        ended: BaseException | None = None
+        for q in self.queries:
+            try:
+                q.awaitTermination()
+            except Exception as e:  # the query's failure, judged by the caller
+                ended = ended or e
+        return ended
+
+    def _failure(self, ended: BaseException | None) -> BaseException | None:
+        """What ended the run: a batch's own failure, else a query's."""
+        failures = [r.failure for r in self.runners if r.failure is not None]
+        if failures:
+            return failures[0]
+        for q in self.queries:
+            exc = q.exception()
+            if exc is not None:
+                return CdcflowError(first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT)
+        if ended is not None:
+            return CdcflowError(first_line(ended), code="PIPELINE_FAILED", hint=DEBUG_HINT)
+        return None
 
     # ------------------------------------------------------------------ results
 
@@ -459,3 +483,12 @@ class Pipeline:
     def history(self) -> DataFrame:
         """The pipeline's batches (see :func:`cdcflow.pipeline.results.history`)."""
         return results.history(self.cfg, self.spark)
+
+
+def _quietly(step: Callable[[], object]) -> None:
+    """Run a step of stopping whose failure changes nothing: a JVM that is shutting down
+    refuses calls, and every query it ran is stopped anyway."""
+    try:
+        step()
+    except Exception:  # py4j errors of a JVM going away
+        logging.getLogger("cdcflow").debug("while stopping", exc_info=True)
