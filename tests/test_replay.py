@@ -201,3 +201,58 @@ def test_a_batch_whose_tables_all_lack_keys_is_dead_lettered_then_replayed_once_
     got = spark.sql("SELECT id, name, price FROM cdc.gadgets.gadgets ORDER BY id").collect()
     assert [tuple(r) for r in got] == [(2, "nut", 1), (3, "gear", 7)]
     assert _open(spark, "gadgets") == {"TYPE_CONFLICT": 1}
+
+
+def _typed_event(seq: int, key: int, **columns: tuple[str, str]) -> tuple[Any, ...]:
+    """A canonical event of table ``ledger``: columns as (wire string, canonical type)."""
+    after = {"id": str(key), **{c: v for c, (v, _) in columns.items()}}
+    types = {"id": "bigint", **{c: t for c, (_, t) in columns.items()}}
+    return ("ledger", "INSERT", f"p{seq:03d}!", after, types)
+
+
+@pytest.mark.spark
+def test_a_new_column_takes_a_type_holding_every_value_and_a_widened_one_takes_replays(
+    spark: Any, tmp_path: Path
+) -> None:
+    import cdcflow.api as cdc
+
+    schema = "table string, operation string, sequence string, after map<string,string>, "
+    schema += "types map<string,string>"
+    apply = cdc.foreach_batch(
+        spark=spark, checkpoint=str(tmp_path / "chk"), namespace="widening", keys=["id"]
+    )
+    first = [
+        _typed_event(1, 1, balance=("10.50", "decimal(10,2)"), fee=("0.10", "decimal(5,2)")),
+        _typed_event(2, 2, balance=("20.25", "decimal(10,2)"), fee=("0.20", "decimal(5,2)")),
+        _typed_event(3, 3, balance=("30.00", "decimal(10,2)"), fee=("0.30", "decimal(5,2)")),
+        _typed_event(4, 4, balance=("9000000000000000000", "bigint"), fee=("0.40", "decimal(5,2)")),
+    ]
+    apply(spark.createDataFrame(first, schema), 0)
+    columns = dict(spark.table("cdc.widening.ledger").dtypes)
+    assert (columns["balance"], columns["fee"]) == ("decimal(21,2)", "decimal(5,2)")
+    assert apply.reports[-1].dead_lettered == 0
+    apply(spark.createDataFrame([_typed_event(5, 5, fee=("7", "bigint"))], schema), 1)
+    apply.close()
+    assert _open(spark, "widening") == {"TYPE_CONFLICT": 1}
+    (reason,) = spark.sql("SELECT error_message FROM cdc.widening__cdcflow.dead_letters").collect()
+    assert reason[0] == (
+        "column 'fee' is decimal(5,2); a value of type bigint cannot be stored in it without "
+        "loss: widen the column (ALTER TABLE … ALTER COLUMN … TYPE; Iceberg allows "
+        "int→bigint, float→double, decimal precision up) or declare the column's type in the "
+        "source's types, then replay the dead letters"
+    )
+    spark.sql("ALTER TABLE cdc.widening.ledger ALTER COLUMN fee TYPE decimal(21,2)")
+    cfg = cdc.pipeline_config(checkpoint=str(tmp_path / "chk"), namespace="widening", keys=["id"])
+    replayed = replay_dead_letters(cfg, spark, DeadLetterFilter(codes=("TYPE_CONFLICT",)))
+    assert (
+        replayed.summary()
+        == "replay: 1 dead letter(s) (main: 1); 1 event(s), 0 dead-lettered again"
+    )
+    rows = spark.sql("SELECT id, balance, fee FROM cdc.widening.ledger ORDER BY id").collect()
+    assert [(r["id"], str(r["balance"]), str(r["fee"])) for r in rows] == [
+        (1, "10.50", "0.10"),
+        (2, "20.25", "0.20"),
+        (3, "30.00", "0.30"),
+        (4, "9000000000000000000.00", "0.40"),
+        (5, "None", "7.00"),
+    ]

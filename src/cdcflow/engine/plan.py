@@ -275,7 +275,7 @@ def decide(
     schema = plan_schema(existing_columns(state, mode), written)
     if sequence_by and sequence_by in dropped:
         # an ordering column that is not written still has a type
-        ordering = plan_schema(None, {sequence_by: meta.seen.get(sequence_by, set())})
+        ordering = plan_schema(None, {sequence_by: meta.seen.get(sequence_by, {})})
         sequence_type = ordering.types.get(sequence_by)
     else:
         sequence_type = schema.types.get(sequence_by) if sequence_by else None
