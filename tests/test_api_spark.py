@@ -240,6 +240,40 @@ def test_own_foreach_batch_applies_in_kafka_order_and_a_replayed_batch_changes_n
     assert pipe.dead_letters().count() == 1 and pipe.history().count() == 1
 
 
+def test_a_batch_id_applied_again_in_the_same_process_commits_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """As after a task retry: the function called again with a batch id it applied already
+    (the latest, or an earlier one) changes nothing — not only on the first call of a
+    process."""
+    lines = [
+        orjson.dumps(ev("INSERT", "users", 10, after={"id": 1, "name": "a"})).decode(),
+        orjson.dumps(ev("DELETE", "users", 20, before={"id": 1, "name": "a"})).decode(),
+        "{not json",
+    ]
+    batches = [spark.createDataFrame([(line,)], "body string") for line in lines]
+    settings: dict[str, Any] = {
+        "checkpoint": str(tmp_path / "chk"),
+        "namespace": "api_again",
+        "dialect": "savegress",
+        "keys": ["id"],
+    }
+    tagged = "SELECT count(*) FROM cdc.api_again.{}.snapshots WHERE summary['cdcflow.batch'] = '{}'"
+    with cdc.foreach_batch(spark=spark, **settings) as apply:
+        apply(batches[0], 0)
+        apply(batches[0], 0)
+        apply(batches[1], 1)
+        apply(batches[2], 2)
+        apply(batches[1], 1)
+        apply(batches[2], 2)
+        assert [r.batch_id for r in apply.reports] == [0, 1, 2]
+    assert spark.sql(tagged.format("users", 0)).collect()[0][0] == 1
+    assert spark.sql(tagged.format("users", 1)).collect()[0][0] == 1
+    pipe = cdc.pipeline(spark=spark, **settings)
+    assert sorted(r["batch_id"] for r in pipe.history().collect()) == [0, 1, 2]
+    assert pipe.dead_letters().count() == 1 and pipe.table("users").count() == 0
+
+
 def test_own_foreach_batch_killed_after_a_commit_then_replayed_equals_the_oracle(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -164,6 +164,8 @@ class BatchRunner:
         self.internal = cfg.namespace + "__cdcflow"
         self.writer = Writer(self.catalog, self.pipeline_id)
         self.first_batch = True
+        #: the highest batch id this function has begun to apply
+        self.begun: int | None = None
         #: the run of the streaming query that gave the last batch
         self.run: str | None = None
         self.reports: list[BatchReport] = []
@@ -222,9 +224,12 @@ class BatchRunner:
         # (staging, merges) are ordinary batch queries that gain from it
         spark.conf.set("spark.sql.adaptive.enabled", "true" if self.adaptive else "false")
         self._follow_run(spark)
-        check = self.first_batch
-        if check:
+        if self.first_batch:
             self._claim_query(spark)
+        # the first batch of a run may be a replay of one already committed, and so may any
+        # batch id not above those already begun (a task retried, a call repeated)
+        check = self.first_batch or (self.begun is not None and batch_id <= self.begun)
+        self.begun = batch_id if self.begun is None else max(self.begun, batch_id)
         self.catalog.ensure_namespace(spark, self.namespace)
         self.catalog.ensure_namespace(spark, self.internal)
         if check:
