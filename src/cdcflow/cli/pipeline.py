@@ -45,7 +45,7 @@ def run_cmd(config: str, follow: bool) -> None:
     with StopSignals() as signals:
         result = pipeline.run(
             follow=follow,
-            on_report=lambda r: click.echo(format_report(r)),
+            on_report=lambda r: click.echo(format_report(r, source=len(cfg.sources) > 1)),
             should_stop=signals.received,
             raise_on_failure=False,
         )

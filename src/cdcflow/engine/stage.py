@@ -186,6 +186,9 @@ class BatchStage:
         self.validated = view(self.spark.sql(self.validated_sql()), "validated")
         self.staged: DataFrame | None = None
         self.staged_view: str | None = None
+        #: the merge tables' rows before the collapse, and whether tombstones were looked up
+        self.rows_view: str | None = None
+        self.tombstones = False
         #: scd2 tables: per (table, key, sequence) the winning event (see engine.history)
         self.winners_view: str | None = None
         self._checkpoints: list[DataFrame] = []
@@ -484,6 +487,8 @@ class BatchStage:
             )
         # the collapsed rows are read twice by the tombstone look-up (the batch's keys, then
         # the rows): kept once (measured: one checkpoint over both costs more than two)
+        self.rows_view = rows
+        self.tombstones = tombstones is not None
         collapsed = self.spark.sql(self.collapsed_sql(rows)).localCheckpoint(eager=True)
         self._checkpoints.append(collapsed)
         staged = self.spark.sql(self.staged_sql(view(collapsed, "collapsed"), tombstones))
@@ -496,17 +501,44 @@ class BatchStage:
 
     def stats(self) -> dict[str, TableStats]:
         """Counts of every table, from the staged rows (one small aggregate): events,
-        conflicts, winners, rows buried by tombstones, deletes and writes, and rejections by
-        code. Rejections of tables that are not merged (changelogs, tables without keys) are
-        counted over the batch only when a rule other than ``KEY_UNKNOWN`` applies to them."""
+        conflicts, winners, events buried by tombstones or a ``TRUNCATE``, deletes and writes,
+        and rejections by code. Rejections of tables that are not merged (changelogs, tables
+        without keys) are counted over the batch only when a rule other than ``KEY_UNKNOWN``
+        applies to them."""
         parts = []
         if self.staged_view is not None:
+            # buried: every event of a key whose newest lost to its tombstone, a delete that
+            # is its tombstone's own replay
             parts.append(
                 "SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, "
                 "sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, "
-                "count_if(NOT _live AND NOT _bad) AS buried, count_if(_live AND NOT _exists) "
-                "AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, "
+                "sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) "
+                "+ count_if(_live AND _seq = _tomb) AS buried, "
+                "count_if(_live AND NOT _exists) AS deletes, "
+                "count_if(_live AND (_exists OR _soft)) AS writes, "
                 f"count_if(_live) AS live FROM {self.staged_view} GROUP BY 1, 2"
+            )
+        if self.staged_view is not None and self.rows_view is not None and self.tombstones:
+            # older events of a key that are at or below its tombstone, beside a newer one
+            parts.append(
+                "SELECT r._target, CAST(NULL AS string) AS code, 0L AS n, 0L AS conflicts, "
+                "0L AS winners, count(DISTINCT r._kj, r._seq) AS buried, 0L AS deletes, "
+                "0L AS writes, 0L AS live "
+                f"FROM {self.rows_view} r JOIN (SELECT _target, _kj, _seq, _tomb "
+                f"FROM {self.staged_view} WHERE _live AND _tomb IS NOT NULL AND _n_win > 1) s "
+                "ON r._target = s._target AND r._kj = s._kj "
+                "WHERE NOT r._bad AND r._seq < s._seq AND r._seq <= s._tomb GROUP BY 1"
+            )
+        marked = [p for p in self.merge if p.watermark]
+        if marked:
+            # events at or below a TRUNCATE the table already reflects
+            marks = string_map({p.target: lit(p.watermark) for p in marked})
+            parts.append(
+                "SELECT _target, CAST(NULL AS string) AS code, 0L AS n, 0L AS conflicts, "
+                "0L AS winners, count(*) AS buried, 0L AS deletes, 0L AS writes, 0L AS live "
+                f"FROM {self.validated} WHERE _reject IS NULL AND operation IN {_ROW_OPS} "
+                f"AND array_contains({string_array(p.target for p in marked)}, _target) "
+                f"AND NOT coalesce(sequence > element_at({marks}, _target), false) GROUP BY 1"
             )
         if self.winners_view is not None:
             # scd2: no event is stale (late ones become history); deletes and writes are the
@@ -536,14 +568,15 @@ class BatchStage:
                 rejected.setdefault(r["_target"], {})[r["code"]] = int(r["n"])
                 counted.add(r["_target"])
                 continue
+            base = out.get(r["_target"], TableStats())
             out[r["_target"]] = TableStats(
-                events=int(r["n"]),
-                conflicts=int(r["conflicts"]),
-                winners=int(r["winners"]),
-                buried=int(r["buried"]),
-                deletes=int(r["deletes"]),
-                writes=int(r["writes"]),
-                live=int(r["live"]),
+                events=base.events + int(r["n"]),
+                conflicts=base.conflicts + int(r["conflicts"]),
+                winners=base.winners + int(r["winners"]),
+                buried=base.buried + int(r["buried"]),
+                deletes=base.deletes + int(r["deletes"]),
+                writes=base.writes + int(r["writes"]),
+                live=base.live + int(r["live"]),
             )
         for p in others:
             if p.key_problem and p.meta.keyed_events and p.target not in counted:

@@ -585,14 +585,26 @@ class BatchRunner:
         with clock.stage("dead_letters"):
             if dead:
                 dead_n = self._dead_letters(spark, dead, batch_id, check)
+        # every message that gave no event and ends as a dead letter counts as one event
+        unread = meta.rejected
+        if seg is not None:
+            unread += seg.rejected + seg.dead_segments + seg.late
+        dead_input = unread + sum(o.dead_lettered for o in outcomes)
+        total = meta.events + unread
+        duplicates = sum(o.duplicates for o in outcomes)
+        conflicts = sum(o.conflicts for o in outcomes)
+        stale = sum(o.stale for o in outcomes)
         report = BatchReport(
             batch_id=batch_id,
-            events=meta.events,
+            events=total,
             operations=dict(meta.ops),
-            duplicates=sum(o.duplicates for o in outcomes),
-            conflicts=sum(o.conflicts for o in outcomes),
-            stale=sum(o.stale for o in outcomes),
-            dead_lettered=dead_n,
+            duplicates=duplicates,
+            conflicts=conflicts,
+            stale=stale,
+            dead_lettered=dead_input,
+            applied=total - duplicates - conflicts - stale - dead_input,
+            undelivered=max(0, dead_n - dead_input) if self.cfg.outputs else 0,
+            source=self.src.name,
             tables={o.table: o.events for o in outcomes},
             seconds=time.time() - started,
             outcomes=tuple(outcomes),
@@ -632,7 +644,8 @@ class BatchRunner:
                 log = pool.submit(self._history_log, spark, stage, batch_id)
                 internal.append(log)
             for plan in plans:
-                job = pool.submit(self._table, spark, plan, stage, stats, batch_id, log)
+                events_of = meta.tables[plan.target].events
+                job = pool.submit(self._table, spark, plan, events_of, stage, stats, batch_id, log)
                 tables.append((plan, job))
             merged = {p.target for p in stage.merge}
             if any(s.deletes for t, s in stats.items() if t in merged):
@@ -664,13 +677,15 @@ class BatchRunner:
         self,
         spark: SparkSession,
         plan: TablePlan,
+        events: int,
         stage: BatchStage,
         stats: dict[str, TableStats],
         batch_id: int,
         log: Future[Written] | None = None,
     ) -> tuple[TableOutcome, float]:
         """One table's statements, in order: a truncate, then the merge (or changelog); for
-        an scd2 table, its versions once the history log holds the batch (``log``)."""
+        an scd2 table, its versions once the history log holds the batch (``log``).
+        ``events``: the table's events in the batch."""
         started = time.perf_counter()
         s = stats.get(plan.target, TableStats())
         rejected = sum((s.rejected or {}).values())
@@ -683,7 +698,7 @@ class BatchRunner:
             outcome = TableOutcome(
                 plan.name,
                 "scd2",
-                plan.meta.events,
+                events,
                 s.duplicates,
                 s.conflicts,
                 0,
@@ -697,7 +712,7 @@ class BatchRunner:
                 self.writer.run(
                     spark, Statement(self.namespace, plan.name, "append", sql), batch_id
                 )
-            outcome = TableOutcome(plan.name, "append", plan.meta.events, dead_lettered=rejected)
+            outcome = TableOutcome(plan.name, "append", events, dead_lettered=rejected)
             return outcome, time.perf_counter()
         if plan.keys is not None and plan.truncate is not None:
             sql = truncate_sql(ident, plan.truncate)
@@ -717,7 +732,7 @@ class BatchRunner:
         outcome = TableOutcome(
             plan.name,
             "merge",
-            plan.meta.events,
+            events,
             s.duplicates,
             s.conflicts,
             stale + s.buried,
@@ -798,7 +813,7 @@ class BatchRunner:
         sql = f"""
             INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
                                  duplicates, conflicts, stale, dead_lettered, tables, seconds,
-                                 stages, source)
+                                 stages, source, applied, undelivered)
             SELECT {lit(self.pipeline_id)}, {report.batch_id},
               timestamp_millis({int(started * 1000)}), current_timestamp(), {report.events},
               {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
@@ -806,7 +821,7 @@ class BatchRunner:
               {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
               {report.seconds:.3f}D,
               {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"},
-              {lit(self.source)}
+              {lit(self.source)}, {report.applied}, {report.undelivered}
         """
         self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)
 

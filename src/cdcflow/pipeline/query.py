@@ -85,7 +85,8 @@ class RunResult:
 
     @property
     def dead_lettered(self) -> int:
-        return sum(r.dead_lettered for r in self.reports)
+        """Dead letters the run wrote (undelivered events included)."""
+        return sum(r.dead_lettered + r.undelivered for r in self.reports)
 
     @property
     def exit_status(self) -> int:

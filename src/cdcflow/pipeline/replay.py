@@ -114,7 +114,8 @@ class ReplayResult:
 
     @property
     def dead_lettered(self) -> int:
-        return sum(r.dead_lettered for r in self.reports)
+        """Dead letters the replay wrote (undelivered events included)."""
+        return sum(r.dead_lettered + r.undelivered for r in self.reports)
 
     @property
     def exit_status(self) -> int:
