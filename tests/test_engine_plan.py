@@ -263,7 +263,7 @@ def test_except_columns_are_not_written_but_an_ordering_column_keeps_its_type() 
         sequence_by="n",
     )
     assert plan.schema.types == {"id": "bigint", "v": "string"}  # a key is always written
-    assert (plan.sequence_by, plan.sequence_type) == ("n", "int")
+    assert (plan.sequence_by, plan.sequence_types) == (("n",), ("int",))
 
 
 # ---------------------------------------------------------------- column types

@@ -128,16 +128,20 @@ def encoded_sql(value: str, t: str | None) -> str | None:
 
 
 def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
-    """The events, with ``sequence`` taken from the column that orders a table's events
-    (``sequence_by``): the ``after`` image's value, else the ``before`` image's (deletes);
-    ``NULL`` (rejected as ``SEQUENCE_MISSING``) when the event has none or the column's type
-    cannot order events."""
+    """The events, with ``sequence`` taken from the columns that order a table's events
+    (``sequence_by``, compared in turn: their encodings one after the other): each the
+    ``after`` image's value, else the ``before`` image's (deletes); ``NULL`` (rejected as
+    ``SEQUENCE_MISSING``) when the event lacks one or a column's type cannot order events."""
     branches = []
     for p in plans:
         if not p.sequence_by:
             continue
-        value = f"coalesce(after[{lit(p.sequence_by)}], before[{lit(p.sequence_by)}])"
-        encoded = encoded_sql(value, p.sequence_type)
+        parts = [
+            encoded_sql(f"coalesce(after[{lit(c)}], before[{lit(c)}])", t)
+            for c, t in zip(p.sequence_by, p.sequence_types, strict=True)
+        ]
+        found = [e for e in parts if e is not None]
+        encoded = f"concat({', '.join(found)})" if len(found) == len(parts) else None
         branches.append(f"WHEN {lit(p.target)} THEN {encoded or 'CAST(NULL AS string)'}")
     if not branches:
         return events
@@ -146,6 +150,20 @@ def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
     return events.withColumn(
         "sequence", F.expr(f"CASE _target {' '.join(branches)} ELSE sequence END")
     )
+
+
+def newest_truncates(
+    spark: SparkSession, events: DataFrame, plans: Sequence[TablePlan]
+) -> dict[str, str]:
+    """The newest ``TRUNCATE`` of each table ordered by ``sequence_by`` columns, in their
+    order (one small query, only for batches that hold such a ``TRUNCATE``)."""
+    targets = string_array(p.target for p in plans)
+    rows = spark.sql(
+        f"SELECT _target, max(sequence) AS seq FROM {view(sequenced(events, plans), 'trunc')} "
+        f"WHERE operation = 'TRUNCATE' AND error_code IS NULL "
+        f"AND array_contains({targets}, _target) GROUP BY _target"
+    ).collect()
+    return {r["_target"]: r["seq"] for r in rows if r["seq"] is not None}
 
 
 # --------------------------------------------------------------------------- the batch
@@ -291,8 +309,10 @@ class BatchStage:
             msg = string_map(
                 {
                     p.target: lit(
-                        f"the event has no value of column {p.sequence_by!r}, which orders "
-                        f"table {p.name}'s events (sequence_by)"
+                        f"the event lacks a value of column(s) "
+                        f"{', '.join(repr(c) for c in p.sequence_by)}, or one of a type that "
+                        f"orders (integer, date, timestamp, text), which order table {p.name}'s "
+                        "events (sequence_by)"
                     )
                     for p in ordered
                 }

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
-from cdcflow.engine.deletes import as_deletes, marked_sql
 from cdcflow.engine.history import (
     create_history_columns,
     history_merge_sql,
@@ -41,6 +40,7 @@ from cdcflow.engine.meta import (
     with_batch_columns,
 )
 from cdcflow.engine.plan import Mode, TablePlan, TableState, decide
+from cdcflow.engine.rules import applied, conditions, marked_sql
 from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.stage import (
     BatchStage,
@@ -50,6 +50,7 @@ from cdcflow.engine.stage import (
     create_replica_columns,
     expire_tombstones_sql,
     merge_sql,
+    newest_truncates,
     release_checkpoint,
     tombstones_sql,
     truncate_sql,
@@ -104,11 +105,6 @@ def source_options(src: object) -> DialectOptions:
         column_types={t: dict(c) for t, c in src.types.items()},  # type: ignore[attr-defined]
         extra=dict(src.options),  # type: ignore[attr-defined]
     )
-
-
-def delete_conditions(cfg: PipelineConfig) -> dict[str, str | None]:
-    """The ``apply_as_deletes`` condition of each table entry of a configuration."""
-    return {name: t.apply_as_deletes for name, t in cfg.tables.items()}
 
 
 class StopRequested(CdcflowError):
@@ -173,9 +169,16 @@ class BatchRunner:
         # the first batch of a run drops what is past the retention, then every hour: never
         # the way out of a run, when a stop may find the JVM shutting down
         self.last_expiry = 0.0
-        self._deletes = marked_sql(
-            delete_conditions(cfg), target_expr(record.replica_name, record.id)
-        )
+        target = target_expr(record.replica_name, record.id)
+        #: the table rules' marks (SQL), ``None`` where no table has the rule
+        self._rules = {
+            rule: marked_sql(conditions(cfg, setting), target)
+            for rule, setting in (
+                ("deletes", "apply_as_deletes"),
+                ("truncates", "apply_as_truncates"),
+                ("nulls", "ignore_null_updates"),
+            )
+        }
         self.segment_stage = SegmentStage(
             self.catalog,
             self.internal,
@@ -304,17 +307,18 @@ class BatchRunner:
 
     def _columns(self, df: DataFrame) -> DataFrame:
         """Decoded rows with the batch's working columns: segments tagged with this source
-        (whoever decoded them), events marked by ``apply_as_deletes`` turned into deletes."""
+        (whoever decoded them), the tables' rules applied (``apply_as_deletes``,
+        ``apply_as_truncates``, ``ignore_null_updates``)."""
         tag = (
             f"CASE WHEN operation = '{SEGMENT}' THEN map_concat(map_filter(metadata, "
             f"(k, v) -> k <> 'cdcflow.source'), map('cdcflow.source', {lit(self.source)})) "
             "ELSE metadata END AS metadata"
         )
         columns = [tag if c == "metadata" else q(c) for c in df.columns]
-        if self._deletes is not None:
+        if any(self._rules.values()):
             columns = [
                 tag if c == "metadata" else e
-                for c, e in zip(df.columns, as_deletes(df.columns, self._deletes), strict=True)
+                for c, e in zip(df.columns, applied(df.columns, **self._rules), strict=True)
             ]
         return with_batch_columns(df.selectExpr(*columns), self.source, self.record.replica_name)
 
@@ -474,26 +478,37 @@ class BatchRunner:
         ]
         if unnamed:
             matched = match_keys(spark, events, unnamed)
-        for target, name, mode in pending:
+
+        def plan_of(target: str, name: str, mode: Mode, truncate_at: str | None) -> TablePlan:
             tcfg = self.cfg.table(target)
-            plans.append(
-                decide(
-                    target,
-                    name,
-                    mode,
-                    meta.tables[target],
-                    states[target],
-                    source=self.source,
-                    configured_keys=tcfg.keys,
-                    source_keys=self._source_keys(name),
-                    matched_keys=matched.get(target),
-                    soft_deletes=tcfg.deletes == "soft",
-                    except_columns=tcfg.except_columns,
-                    track_history=tcfg.track_history_columns,
-                    track_history_except=tcfg.track_history_except_columns,
-                    sequence_by=tcfg.sequence_by,
-                )
+            return decide(
+                target,
+                name,
+                mode,
+                meta.tables[target],
+                states[target],
+                source=self.source,
+                configured_keys=tcfg.keys,
+                source_keys=self._source_keys(name),
+                matched_keys=matched.get(target),
+                soft_deletes=tcfg.deletes == "soft",
+                except_columns=tcfg.except_columns,
+                columns=tcfg.columns,
+                track_history=tcfg.track_history_columns,
+                track_history_except=tcfg.track_history_except_columns,
+                sequence_by=tcfg.sequence_by,
+                truncate_at=truncate_at,
             )
+
+        plans = [plan_of(t, name, mode, None) for t, name, mode in pending]
+        ordered = [p for p in plans if p.sequence_by and p.meta.ops.get("TRUNCATE")]
+        if ordered:
+            # a TRUNCATE of a table ordered by its columns is placed in their order
+            found = newest_truncates(spark, events, ordered)
+            plans = [
+                plan_of(t, name, mode, found.get(t)) if t in found else p
+                for p, (t, name, mode) in zip(plans, pending, strict=True)
+            ]
         return plans
 
     def _source_keys(self, name: str) -> list[str] | None:

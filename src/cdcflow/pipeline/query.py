@@ -64,6 +64,43 @@ def spark_settings(cfg: PipelineConfig) -> SparkSettings:
     )
 
 
+def bind_catalog(spark: SparkSession, cfg: PipelineConfig) -> None:
+    """Give a session the configuration's catalog, so it is set in one place: a session
+    without a catalog of that name gets it (Spark loads catalogs on first use); one whose
+    catalog of that name is configured otherwise than the configuration says is refused
+    (``CATALOG_MISMATCH``) when the configuration names a catalog, and used as it is when not."""
+    from cdcflow.spark.session import spark_conf
+
+    name = cfg.catalog.name
+    prefix = f"spark.sql.catalog.{name}"
+    wanted = {
+        k: v
+        for k, v in spark_conf(spark_settings(cfg), launch=False).items()
+        if k == prefix or k.startswith(prefix + ".")
+    }
+    if spark.conf.get(prefix, None) is None:
+        for k, v in wanted.items():
+            spark.conf.set(k, v)
+        return
+    if "catalog" not in cfg.model_fields_set:
+        return
+    differ = sorted(
+        k
+        for k, v in wanted.items()
+        if not k.endswith(".cache-enabled") and spark.conf.get(k, None) not in (v, None)
+    )
+    differ += sorted(k for k in wanted if spark.conf.get(k, None) is None and k != prefix)
+    if differ:
+        shown = ", ".join(f"{k}={spark.conf.get(k, None)!r} (not {wanted[k]!r})" for k in differ)
+        raise ConfigError(
+            f"the session's catalog {name!r} is not the configuration's: {shown}",
+            code="CATALOG_MISMATCH",
+            hint="give the catalog once: in the configuration (cdcflow.api.session(config) "
+            "builds the session with it), or leave catalog out of the configuration to use "
+            "the session's",
+        )
+
+
 class SourceMissing(ConfigError):
     """A source's landing zone does not exist."""
 
@@ -149,15 +186,14 @@ class Pipeline:
         local disk is locked before Spark starts."""
         if self.checkpoint is not None:
             return
-        from cdcflow.engine.deletes import check_conditions
-        from cdcflow.pipeline.batch import delete_conditions
+        from cdcflow.engine.rules import check_conditions
 
         checkpoint = Checkpoint(self.cfg, lambda: self.spark)
         pid = checkpoint.pipeline_id()
         checkpoint.acquire()
         try:
             self._sources = {src.name: (src, rec) for src, rec in checkpoint.sources(pid)}
-            check_conditions(self.spark, delete_conditions(self.cfg))
+            check_conditions(self.spark, self.cfg)
         except BaseException:
             checkpoint.release()
             raise
