@@ -121,8 +121,7 @@ def _run_without_spark(config: Path) -> tuple[int, float, bool, str]:
     return int(rc), float(seconds), imported == "True", proc.stderr
 
 
-@pytest.mark.parametrize("spark", [None])  # no SparkSession: the checks come before Spark
-def test_checks_that_need_no_spark_answer_before_spark_starts(spark: None, tmp_path: Path) -> None:
+def test_checks_that_need_no_spark_answer_before_spark_starts(tmp_path: Path) -> None:
     config = pipeline_config(tmp_path, str(tmp_path / "warehouse"), DialectOptions(), "early")
     (tmp_path / "landing").mkdir()
     cfg = load_config_file(config)
