@@ -140,6 +140,34 @@ def test_apply_changes_names_map_onto_the_yaml_configuration() -> None:
     assert got.table("users").name == "customers" and got.table("orders").keys is None
 
 
+def test_more_apply_changes_names_map_onto_the_yaml_configuration() -> None:
+    got = cdc.pipeline_config(
+        ignore_null_updates=True,
+        apply_as_truncates="after['op'] = 'T'",
+        column_list=["id", "name"],
+        sequence_by=["epoch", "n"],
+    )
+    yaml_form = """
+        sources: [{name: main}]
+        tables:
+          default:
+            ignore_null_updates: true
+            apply_as_truncates: "after['op'] = 'T'"
+            columns: [id, name]
+            sequence_by: [epoch, n]
+    """
+    assert got == load_config(yaml.safe_load(yaml_form))
+    assert load_config(yaml.safe_load(yaml_form.replace("[epoch, n]", "epoch"))).table(
+        "t"
+    ).sequence_by == ["epoch"]
+    with pytest.raises(ConfigError) as e:
+        cdc.pipeline_config(column_list=["a"], except_column_list=["b"])
+    assert str(e.value) == (
+        "[CONFIG_INVALID] invalid configuration (Python API): tables.default: Value error, "
+        "give columns or except_columns, not both"
+    )
+
+
 def test_defaults_are_the_yaml_defaults() -> None:
     cfg = cdc.pipeline_config(keys=["id"], sequence_by="sequence")
     assert cfg.table("anything") == load_config(

@@ -17,9 +17,10 @@ import pytest
 
 import cdcflow.api as cdc
 from cdcflow.decode.spark import RawShapeError, decoded_frame, raw_shape
-from cdcflow.engine.deletes import as_deletes, marked_sql
+from cdcflow.engine.rules import applied, marked_sql
 from cdcflow.errors import ConfigError
 from cdcflow.event import SPARK_COLUMNS
+from cdcflow.spark.columns import column_sql
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.renderers import renderer_names
@@ -141,7 +142,7 @@ def test_apply_as_deletes_marks_row_events_of_the_tables_named(spark: Any) -> No
     ).selectExpr("*", "false AS partial")
     marked = marked_sql(conditions, "`table`")
     assert marked is not None and marked_sql({"default": None}, "`table`") is None
-    out = rows.selectExpr(*as_deletes(rows.columns, marked)).collect()
+    out = rows.selectExpr(*applied(rows.columns, deletes=marked)).collect()
     assert [(r["operation"], r["after"], (r["before"] or {}).get("id")) for r in out] == [
         ("DELETE", None, "1"),
         ("UPDATE", {"id": "2", "op": "U"}, None),
@@ -240,6 +241,40 @@ def test_own_foreach_batch_applies_in_kafka_order_and_a_replayed_batch_changes_n
     assert pipe.dead_letters().count() == 1 and pipe.history().count() == 1
 
 
+def test_a_batch_id_applied_again_in_the_same_process_commits_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """As after a task retry: the function called again with a batch id it applied already
+    (the latest, or an earlier one) changes nothing — not only on the first call of a
+    process."""
+    lines = [
+        orjson.dumps(ev("INSERT", "users", 10, after={"id": 1, "name": "a"})).decode(),
+        orjson.dumps(ev("DELETE", "users", 20, before={"id": 1, "name": "a"})).decode(),
+        "{not json",
+    ]
+    batches = [spark.createDataFrame([(line,)], "body string") for line in lines]
+    settings: dict[str, Any] = {
+        "checkpoint": str(tmp_path / "chk"),
+        "namespace": "api_again",
+        "dialect": "savegress",
+        "keys": ["id"],
+    }
+    tagged = "SELECT count(*) FROM cdc.api_again.{}.snapshots WHERE summary['cdcflow.batch'] = '{}'"
+    with cdc.foreach_batch(spark=spark, **settings) as apply:
+        apply(batches[0], 0)
+        apply(batches[0], 0)
+        apply(batches[1], 1)
+        apply(batches[2], 2)
+        apply(batches[1], 1)
+        apply(batches[2], 2)
+        assert [r.batch_id for r in apply.reports] == [0, 1, 2]
+    assert spark.sql(tagged.format("users", 0)).collect()[0][0] == 1
+    assert spark.sql(tagged.format("users", 1)).collect()[0][0] == 1
+    pipe = cdc.pipeline(spark=spark, **settings)
+    assert sorted(r["batch_id"] for r in pipe.history().collect()) == [0, 1, 2]
+    assert pipe.dead_letters().count() == 1 and pipe.table("users").count() == 0
+
+
 def test_own_foreach_batch_killed_after_a_commit_then_replayed_equals_the_oracle(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -310,3 +345,94 @@ def test_start_from_a_kafka_stream_and_read_the_results(spark: Any, tmp_path: Pa
     ]
     (batch,) = pipe.history().collect()
     assert batch["dead_lettered"] == 1 and batch["events"] == result.events
+
+
+def test_apply_changes_settings_databricks_users_reach_for(spark: Any, tmp_path: Path) -> None:
+    """``ignore_null_updates``, ``apply_as_truncates`` and ``apply_as_deletes`` as Columns,
+    ``column_list``, and ``sequence_by`` over two columns (a struct): compared in turn."""
+    from pyspark.sql import functions as F
+
+    def user(op: str, key: int, epoch: int, n: int, **after: Any) -> str:
+        row = {"id": key, "epoch": epoch, "n": n, "op": op, "secret": "s", **after}
+        return orjson.dumps(ev("UPSERT", "users", epoch * 100 + n, after=row)).decode()
+
+    settings: dict[str, Any] = {
+        "checkpoint": str(tmp_path / "chk"),
+        "namespace": "api_dbx",
+        "dialect": "savegress",
+        "keys": ["id"],
+        "sequence_by": F.struct("epoch", "n"),
+        "ignore_null_updates": True,
+        "apply_as_deletes": F.col("after")["op"] == "D",
+        "apply_as_truncates": F.col("after")["op"] == "T",
+        "column_list": ["name", "city", "epoch", "n"],
+    }
+    cfg = cdc.pipeline_config(**settings)
+    assert cfg.table("users").model_dump(exclude_defaults=True) == {
+        "keys": ["id"],
+        "columns": ["name", "city", "epoch", "n"],
+        "sequence_by": ["epoch", "n"],
+        "apply_as_deletes": "(after['op'] = 'D')",
+        "apply_as_truncates": "(after['op'] = 'T')",
+        "ignore_null_updates": True,
+    }
+    first = [
+        user("I", 1, 1, 1, name="a", city="x"),
+        user("U", 1, 1, 2, name="b", city=None),  # a NULL leaves the city as it was
+        user("U", 1, 0, 9, name="old", city="old"),  # older by epoch, whatever n says
+        user("I", 2, 1, 1, name="z", city="y"),
+        user("D", 2, 1, 2),
+    ]
+    later = [
+        user("I", 3, 2, 1, name="c", city="w"),
+        user("T", 9, 2, 5),  # every row older than (2, 5) goes
+        user("I", 4, 2, 6, name="d", city=None),
+    ]
+    with cdc.foreach_batch(spark=spark, **settings) as apply:
+        apply(spark.createDataFrame([(m,) for m in first], "body string"), 0)
+        got = spark.sql("SELECT * FROM cdc.api_dbx.users ORDER BY id").collect()
+        assert [r.asDict() for r in got] == [
+            {"id": 1, "name": "b", "city": "x", "epoch": 1, "n": 2, "_cdc": got[0]["_cdc"]}
+        ]
+        apply(spark.createDataFrame([(m,) for m in later], "body string"), 1)
+    rows = spark.sql("SELECT id, name, city FROM cdc.api_dbx.users ORDER BY id").collect()
+    assert [tuple(r) for r in rows] == [(4, "d", None)]
+    with pytest.raises(ConfigError) as e:
+        cdc.pipeline_config(sequence_by=F.col("epoch") + 1)
+    # Spark 3.5 prints the expression "(epoch + 1)", Spark 4 "+(epoch, 1)"
+    shown = column_sql(F.col("epoch") + 1)
+    assert shown in ("(epoch + 1)", "+(epoch, 1)")
+    assert str(e.value) == (
+        f"[CONFIG_INVALID] sequence_by {shown} is neither a column nor a struct of columns"
+    )
+
+
+def test_the_catalog_is_given_once(spark: Any, tmp_path: Path) -> None:
+    """A configuration's catalog is the session's: added to a session without it, refused
+    when the session's differs; without one in the configuration, the session's is used."""
+    side = tmp_path / "side"
+    pipe = cdc.pipeline(
+        spark=spark,
+        checkpoint=str(tmp_path / "chk"),
+        namespace="once",
+        dialect="savegress",
+        keys=["id"],
+        catalog={"name": "side", "warehouse": str(side)},
+    )
+    assert spark.conf.get("spark.sql.catalog.side.warehouse") == str(side)
+    line = orjson.dumps(ev("INSERT", "users", 1, after={"id": 1})).decode()
+    apply = pipe.foreach_batch()
+    apply(spark.createDataFrame([(line,)], "body string"), 0)
+    pipe.close()
+    assert [r["id"] for r in spark.table("side.once.users").collect()] == [1]
+    assert (side / "once" / "users").is_dir()
+    with pytest.raises(ConfigError) as e:
+        cdc.pipeline(spark=spark, catalog={"name": "side", "warehouse": str(tmp_path / "other")})
+    assert e.value.code == "CATALOG_MISMATCH"
+    uri, other = f"jdbc:sqlite:{side}/catalog.db", f"jdbc:sqlite:{tmp_path}/other/catalog.db"
+    assert str(e.value) == (
+        "[CATALOG_MISMATCH] the session's catalog 'side' is not the configuration's: "
+        f"spark.sql.catalog.side.uri={uri!r} (not {other!r}), "
+        f"spark.sql.catalog.side.warehouse={str(side)!r} (not {str(tmp_path / 'other')!r})"
+    )
+    assert cdc.pipeline(spark=spark, namespace="once").tables() == []  # the session's 'cdc'

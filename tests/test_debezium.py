@@ -319,6 +319,26 @@ def test_truncate_snapshot_and_unknown_operations() -> None:
     assert rej.code == "UNKNOWN_OPERATION" and "'x'" in rej.message
 
 
+def test_a_unified_event_is_not_a_debezium_message_and_says_what_it_looks_like() -> None:
+    unified = {
+        "id": "evt-1",
+        "source": "postgres",
+        "schema": "public",
+        "table": "users",
+        "timestamp": "2025-01-01T00:00:00Z",
+        "position": {"lsn": "0/16B3748"},
+        "operation": "INSERT",
+        "after": {"id": 1},
+    }
+    _, (rej,) = decode(unified)
+    assert (rej.code, rej.message) == (
+        "NOT_AN_EVENT",
+        "not a Debezium change event: it has 'source' but no 'op' (an envelope names its "
+        "operation in 'op'; a flattened row has neither); it looks like a savegress message: "
+        "set the dialect to 'savegress' (or 'auto' to detect each message's)",
+    )
+
+
 def test_mysql_binlog_order_is_numeric_and_file_first() -> None:
     (a,), _ = decode(_mysql(pos=999, row=3))
     later = _mysql(pos=4)

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cdcflow.engine.keys import unambiguous
 from cdcflow.engine.meta import TableMeta, target_name
@@ -18,12 +20,15 @@ from cdcflow.engine.plan import (
     identity_json,
     resolve_keys,
 )
+from cdcflow.engine.schema import Seen, common_type, holds, plan_schema
 from cdcflow.iceberg.layouts import KEY_PROPERTY, SHAPE_PROPERTY, TRUNCATE_PROPERTY
 
 
 def meta(ops: dict[str, int], seen: dict[str, set[str]] | None = None, **kw: object) -> TableMeta:
     m = TableMeta(ops=dict(ops), **kw)  # type: ignore[arg-type]
-    m.seen = defaultdict(set, {c: set(t) for c, t in (seen or {}).items()})
+    for c, types in (seen or {}).items():
+        for t in types:
+            m.see(c, t, Seen(1))
     return m
 
 
@@ -258,4 +263,77 @@ def test_except_columns_are_not_written_but_an_ordering_column_keeps_its_type() 
         sequence_by="n",
     )
     assert plan.schema.types == {"id": "bigint", "v": "string"}  # a key is always written
-    assert (plan.sequence_by, plan.sequence_type) == ("n", "int")
+    assert (plan.sequence_by, plan.sequence_types) == (("n",), ("int",))
+
+
+# ---------------------------------------------------------------- column types
+
+_TYPES = [
+    "int",
+    "bigint",
+    "float",
+    "double",
+    "decimal(10,2)",
+    "decimal(38,2)",
+    "decimal(5,4)",
+    "string",
+    "json",
+    "uuid",
+    "boolean",
+    "date",
+    "timestamp",
+    "array<int>",
+    "array<decimal(10,2)>",
+]
+
+
+def test_a_new_column_takes_the_type_that_holds_every_value_whatever_the_order() -> None:
+    # the batch: three decimal(10,2) balances and one bigint, in either order
+    for order in (["decimal(10,2)", "bigint"], ["bigint", "decimal(10,2)"]):
+        seen = {"balance": {t: Seen(3 if t.startswith("decimal") else 1) for t in order}}
+        plan = plan_schema(None, seen)
+        assert plan.types == {"balance": "decimal(21,2)"} and not plan.conflicts
+
+
+@given(st.lists(st.sampled_from(_TYPES), min_size=1, max_size=5), st.randoms())
+def test_the_common_type_holds_every_type_and_ignores_the_order(
+    types: list[str], rng: random.Random
+) -> None:
+    found = common_type(types)
+    shuffled = list(types)
+    rng.shuffle(shuffled)
+    assert common_type(shuffled) == found
+    if found is not None:
+        assert all(holds(found, t) for t in types)
+        # the narrowest: every type holding them all holds it
+        assert all(holds(u, found) for u in _TYPES if all(holds(u, t) for t in types))
+
+
+@pytest.mark.parametrize(
+    ("seen", "chosen", "refused"),
+    [
+        # no type holds both: the type of more events, whichever its name
+        ({"double": Seen(3, "p1"), "decimal(10,2)": Seen(1, "p2")}, "double", {"decimal(10,2)"}),
+        ({"double": Seen(1, "p1"), "decimal(10,2)": Seen(3, "p2")}, "decimal(10,2)", {"double"}),
+        # as many events each: the type of the newest event
+        ({"boolean": Seen(2, "p9"), "string": Seen(2, "p1")}, "boolean", {"string"}),
+        ({"boolean": Seen(2, "p1"), "string": Seen(2, "p9")}, "string", {"boolean"}),
+        # a type holding several of them counts all their events
+        (
+            {"bigint": Seen(2, "p1"), "int": Seen(2, "p1"), "decimal(38,30)": Seen(3, "p1")},
+            "bigint",
+            {"decimal(38,30)"},
+        ),
+    ],
+)
+def test_without_a_common_type_the_events_decide_not_the_names(
+    seen: dict[str, Seen], chosen: str, refused: set[str]
+) -> None:
+    plan = plan_schema(None, {"v": seen})
+    assert plan.types == {"v": chosen} and plan.conflicts == {"v": refused}
+
+
+def test_an_existing_column_widens_to_hold_every_type_it_can_whatever_the_order() -> None:
+    seen = {"n": {"decimal(14,2)": Seen(1), "decimal(12,2)": Seen(1), "decimal(9,3)": Seen(1)}}
+    plan = plan_schema({"n": "decimal(10,2)"}, seen)
+    assert plan.widen == {"n": "decimal(14,2)"} and plan.conflicts == {"n": {"decimal(9,3)"}}

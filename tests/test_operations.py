@@ -3,12 +3,15 @@ and landing zones that are not what the configuration says."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from cdcflow.cli.main import main
 from cdcflow.config import PipelineConfig, load_config
 from cdcflow.errors import ConfigError
 from cdcflow.pipeline.query import Pipeline, SourceMissing
@@ -184,3 +187,100 @@ def test_a_source_forgotten_and_added_back_rereads_its_landing_zone_in_full(
     assert Pipeline(cfg, spark).run().events == 2  # not taken for the earlier run's batch 0
     rows = spark.sql("SELECT id, v FROM cdc.forget.users ORDER BY id").collect()
     assert [(r["id"], r["v"]) for r in rows] == [(1, "a"), (2, "b")]
+
+
+_LINE = re.compile(
+    r"^(?P<source>\w+ )?batch \d+: (?P<events>[\d,]+) events \([^)]*\) · "
+    r"(?P<applied>[\d,]+) applied · (?P<duplicates>[\d,]+) duplicates · "
+    r"(?P<stale>[\d,]+) stale · (?P<conflicts>[\d,]+) conflicts · "
+    r"(?P<dead>[\d,]+) dead-lettered · tables .* · (?P<rate>[\d,.]+) events/s in "
+)
+
+
+def _figures(line: str) -> dict[str, Any]:
+    found = _LINE.match(line)
+    assert found is not None, line
+    out: dict[str, Any] = {
+        k: int(v.replace(",", ""))
+        for k, v in found.groupdict().items()
+        if k not in ("source", "rate") and v
+    }
+    out["source"] = (found["source"] or "").strip()
+    out["rate"] = found["rate"]
+    return out
+
+
+def test_progress_lines_name_their_source_and_their_counts_add_up(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    users, other = tmp_path / "users", tmp_path / "other"
+    first = land(
+        users,
+        [
+            ev("INSERT", "users", 10, after={"id": 1, "v": "a"}),
+            ev("DELETE", "users", 20, before={"id": 1, "v": "a"}),
+            ev("INSERT", "users", 11, after={"id": 2, "v": "b"}),
+            ev("INSERT", "users", 11, after={"id": 2, "v": "b"}),  # a duplicate
+        ],
+    )
+    land(other, [ev("INSERT", "items", 5, after={"id": 7})])
+    (other / "bad.jsonl").write_bytes(b"{not json\n")
+    sources = [
+        _source("pg", users, "savegress", keys={"users": ["id"]}),
+        _source("shop", other, "savegress", keys={"items": ["id"]}),
+    ]
+    doc = {
+        "pipeline": "counts",
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "namespace": "counts",
+        "catalog": {"name": "cdc", "warehouse": spark.conf.get("spark.sql.catalog.cdc.warehouse")},
+        "sources": sources,
+    }
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump(doc))
+
+    def run() -> list[dict[str, Any]]:
+        assert main(["run", str(config)]) in (0, 3)
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if " batch " in ln]
+        return [_figures(ln) for ln in lines]
+
+    one = {f["source"]: f for f in run()}
+    assert sorted(one) == ["pg", "shop"]
+    assert {k: one["pg"][k] for k in ("events", "applied", "duplicates", "stale")} == {
+        "events": 4,
+        "applied": 3,
+        "duplicates": 1,
+        "stale": 0,
+    }
+    assert {k: one["shop"][k] for k in ("events", "applied", "dead")} == {
+        "events": 2,
+        "applied": 1,
+        "dead": 1,
+    }
+    # a late update beside a newer insert of the deleted key: stale (its tombstone is newer)
+    land(
+        users,
+        [
+            ev("UPDATE", "users", 15, after={"id": 1, "v": "late"}),
+            ev("INSERT", "users", 30, after={"id": 1, "v": "again"}),
+        ],
+    )
+    (two,) = run()
+    assert (two["events"], two["applied"], two["stale"]) == (2, 1, 1)
+    # the first file delivered again: an old insert with its delete, both already applied
+    land(users, first.read_bytes())
+    (three,) = run()
+    assert (three["events"], three["applied"], three["stale"], three["duplicates"]) == (4, 0, 3, 1)
+    for figures in [*one.values(), two, three]:
+        parts = ("applied", "duplicates", "stale", "conflicts", "dead")
+        assert figures["events"] == sum(figures[k] for k in parts), figures
+        if figures["events"]:
+            assert figures["rate"] not in ("0", "0.0"), figures
+    history = spark.sql(
+        "SELECT events, applied, duplicates, stale, conflicts, dead_lettered "
+        "FROM cdc.counts__cdcflow.batches"
+    ).collect()
+    assert len(history) == 4
+    assert all(r[0] == sum(r[1:]) for r in history), history
+    rows = spark.sql("SELECT id, v FROM cdc.counts.pg__users ORDER BY id").collect()
+    assert [tuple(r) for r in rows] == [(1, "again"), (2, "b")]

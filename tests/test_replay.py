@@ -4,6 +4,7 @@ half-way is completed by the next one."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from cdcflow.cli.main import main
 from cdcflow.config import load_config_file
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.errors import ConfigError
@@ -150,3 +153,106 @@ def test_dead_letter_filter_as_sql(
 def test_dead_letter_filter_refuses_a_time_that_is_not_iso() -> None:
     with pytest.raises(ConfigError, match="ISO-8601"):
         DeadLetterFilter(since="last tuesday").where()
+
+
+def _gadget(op: str, lsn: int, before: Any = None, after: Any = None) -> str:
+    source = {"connector": "postgresql", "db": "shop", "schema": "public", "table": "gadgets"}
+    doc = {
+        "before": before,
+        "after": after,
+        "source": {**source, "lsn": lsn, "ts_ms": 1_700_000_000_000 + lsn},
+        "op": op,
+        "ts_ms": 1_700_000_000_000 + lsn,
+    }
+    return json.dumps(doc)
+
+
+@pytest.mark.spark
+def test_a_batch_whose_tables_all_lack_keys_is_dead_lettered_then_replayed_once_keyed(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Debezium JSON without schemas or Kafka keys: no table of the batch has known keys, and
+    # one event's price is text where the others' are numbers
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    lines = [
+        _gadget("r", 100, after={"id": 1, "name": "bolt", "price": 3}),
+        _gadget("r", 101, after={"id": 2, "name": "nut", "price": 1}),
+        _gadget("c", 200, after={"id": 3, "name": "gear", "price": 7}),
+        _gadget("u", 300, after={"id": 3, "name": "gear", "price": "8.00"}),
+        _gadget("d", 400, before={"id": 1, "name": "bolt", "price": 3}),
+    ]
+    (landing / "gadgets.jsonl").write_text("\n".join(lines) + "\n")
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = pipeline_config(tmp_path, warehouse, DialectOptions(), "gadgets", "debezium", None)
+    assert main(["run", str(config)]) == 3
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == (
+        "done: 1 batch(es), 5 events, 5 dead-lettered (exit status 3: see cdcflow dead-letters)"
+    )
+    assert _open(spark, "gadgets") == {"KEY_UNKNOWN": 4, "TYPE_CONFLICT": 1}
+    doc = yaml.safe_load(config.read_text())
+    doc["sources"][0]["keys"] = {"gadgets": ["id"]}
+    config.write_text(yaml.safe_dump(doc))
+    assert main(["dead-letters", str(config), "--replay", "--code", "KEY_UNKNOWN"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "replay: 4 dead letter(s) (s: 4); 4 event(s), 0 dead-lettered again"
+    )
+    got = spark.sql("SELECT id, name, price FROM cdc.gadgets.gadgets ORDER BY id").collect()
+    assert [tuple(r) for r in got] == [(2, "nut", 1), (3, "gear", 7)]
+    assert _open(spark, "gadgets") == {"TYPE_CONFLICT": 1}
+
+
+def _typed_event(seq: int, key: int, **columns: tuple[str, str]) -> tuple[Any, ...]:
+    """A canonical event of table ``ledger``: columns as (wire string, canonical type)."""
+    after = {"id": str(key), **{c: v for c, (v, _) in columns.items()}}
+    types = {"id": "bigint", **{c: t for c, (_, t) in columns.items()}}
+    return ("ledger", "INSERT", f"p{seq:03d}!", after, types)
+
+
+@pytest.mark.spark
+def test_a_new_column_takes_a_type_holding_every_value_and_a_widened_one_takes_replays(
+    spark: Any, tmp_path: Path
+) -> None:
+    import cdcflow.api as cdc
+
+    schema = "table string, operation string, sequence string, after map<string,string>, "
+    schema += "types map<string,string>"
+    apply = cdc.foreach_batch(
+        spark=spark, checkpoint=str(tmp_path / "chk"), namespace="widening", keys=["id"]
+    )
+    first = [
+        _typed_event(1, 1, balance=("10.50", "decimal(10,2)"), fee=("0.10", "decimal(5,2)")),
+        _typed_event(2, 2, balance=("20.25", "decimal(10,2)"), fee=("0.20", "decimal(5,2)")),
+        _typed_event(3, 3, balance=("30.00", "decimal(10,2)"), fee=("0.30", "decimal(5,2)")),
+        _typed_event(4, 4, balance=("9000000000000000000", "bigint"), fee=("0.40", "decimal(5,2)")),
+    ]
+    apply(spark.createDataFrame(first, schema), 0)
+    columns = dict(spark.table("cdc.widening.ledger").dtypes)
+    assert (columns["balance"], columns["fee"]) == ("decimal(21,2)", "decimal(5,2)")
+    assert apply.reports[-1].dead_lettered == 0
+    apply(spark.createDataFrame([_typed_event(5, 5, fee=("7", "bigint"))], schema), 1)
+    apply.close()
+    assert _open(spark, "widening") == {"TYPE_CONFLICT": 1}
+    (reason,) = spark.sql("SELECT error_message FROM cdc.widening__cdcflow.dead_letters").collect()
+    assert reason[0] == (
+        "column 'fee' is decimal(5,2); a value of type bigint cannot be stored in it without "
+        "loss: widen the column (ALTER TABLE … ALTER COLUMN … TYPE; Iceberg allows "
+        "int→bigint, float→double, decimal precision up) or declare the column's type in the "
+        "source's types, then replay the dead letters"
+    )
+    spark.sql("ALTER TABLE cdc.widening.ledger ALTER COLUMN fee TYPE decimal(21,2)")
+    cfg = cdc.pipeline_config(checkpoint=str(tmp_path / "chk"), namespace="widening", keys=["id"])
+    replayed = replay_dead_letters(cfg, spark, DeadLetterFilter(codes=("TYPE_CONFLICT",)))
+    assert (
+        replayed.summary()
+        == "replay: 1 dead letter(s) (main: 1); 1 event(s), 0 dead-lettered again"
+    )
+    rows = spark.sql("SELECT id, balance, fee FROM cdc.widening.ledger ORDER BY id").collect()
+    assert [(r["id"], str(r["balance"]), str(r["fee"])) for r in rows] == [
+        (1, "10.50", "0.10"),
+        (2, "20.25", "0.20"),
+        (3, "30.00", "0.30"),
+        (4, "9000000000000000000.00", "0.40"),
+        (5, "None", "7.00"),
+    ]

@@ -3,8 +3,14 @@ JSON lines."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from decimal import Decimal
+from typing import Any
+
 import pytest
 
+from cdcflow.cli.render import json_value, text_value
 from cdcflow.cli.results import duration, emit
 
 
@@ -35,3 +41,102 @@ def test_json_output_is_one_compact_object_per_line(capsys: pytest.CaptureFixtur
         '{"scope":"t","events":12}',
         '{"scope":"u","events":3}',
     ]
+
+
+def _types() -> dict[str, Any]:
+    from pyspark.sql import types as T
+
+    point = T.StructType([T.StructField("x", T.DoubleType()), T.StructField("y", T.DoubleType())])
+    return {
+        "boolean": T.BooleanType(),
+        "bigint": T.LongType(),
+        "double": T.DoubleType(),
+        "decimal": T.DecimalType(21, 2),
+        "string": T.StringType(),
+        "binary": T.BinaryType(),
+        "date": T.DateType(),
+        "timestamp": T.TimestampType(),
+        "timestamp_ntz": T.TimestampNTZType(),
+        "array": T.ArrayType(T.DecimalType(5, 1)),
+        "map": T.MapType(T.StringType(), T.TimestampType()),
+        "struct": point,
+    }
+
+
+#: PySpark returns a ``timestamp`` as a naive datetime in the process's local time zone.
+_INSTANT = dt.datetime(2026, 11, 25, 19, 14, 27, 5, tzinfo=dt.UTC)
+_LOCAL = _INSTANT.astimezone().replace(tzinfo=None)
+
+_VALUES: dict[str, tuple[Any, Any, str]] = {
+    # type: (value as PySpark returns it, JSON value, table text)
+    "boolean": (True, True, "true"),
+    "bigint": (1_234_567, 1_234_567, "1,234,567"),
+    "double": (float("nan"), "NaN", "NaN"),
+    "decimal": (
+        Decimal("1234567890123456789.50"),
+        "1234567890123456789.50",
+        "1234567890123456789.50",
+    ),
+    "string": ("a\x00b\x1b[31m", "a\x00b\x1b[31m", "a\\x00b\\x1b[31m"),
+    "binary": (b"\x00\xffok", "AP9vaw==", "\\x00\\xffok"),
+    "date": (dt.date(2026, 11, 25), "2026-11-25", "2026-11-25"),
+    "timestamp": (_LOCAL, "2026-11-25T19:14:27.000005Z", "2026-11-25 19:14:27.000005"),
+    "timestamp_ntz": (
+        dt.datetime(2026, 1, 2, 3, 4, 5),
+        "2026-01-02T03:04:05.000000",
+        "2026-01-02 03:04:05",
+    ),
+    "array": ([Decimal("1.5"), None], ["1.5", None], '["1.5",null]'),
+    "map": (
+        {"at": _LOCAL},
+        {"at": "2026-11-25T19:14:27.000005Z"},
+        '{"at":"2026-11-25T19:14:27.000005Z"}',
+    ),
+    "struct": ((1.0, float("inf")), {"x": 1.0, "y": "Infinity"}, '{"x":1.0,"y":"Infinity"}'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_VALUES))
+def test_every_spark_type_has_one_json_and_one_table_rendering(name: str) -> None:
+    value, as_json, as_text = _VALUES[name]
+    data_type = _types()[name]
+    assert json_value(value, data_type) == as_json
+    assert text_value(value, data_type) == as_text
+    assert json_value(None, data_type) is None and text_value(None, data_type) == ""
+
+
+def test_a_json_line_is_valid_json_whatever_the_values(capsys: pytest.CaptureFixture[str]) -> None:
+    names = sorted(_VALUES)
+    types = _types()
+    emit(names, [tuple(_VALUES[n][0] for n in names)], "json", types=[types[n] for n in names])
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line) == {n: _VALUES[n][1] for n in names}
+
+
+def test_table_cells_escape_what_a_terminal_would_act_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    emit(["raw"], [(b'{"a":\x00\x07\n}',), ("\u202eevil",)], "table")
+    assert capsys.readouterr().out.splitlines() == [
+        "raw",
+        '{"a":\\x00\\x07\\n}',
+        "\\u202eevil",
+    ]
+
+
+def test_timestamps_print_in_utc_whatever_the_local_time_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "America/St_Johns")  # UTC-03:30 in November
+    time.tzset()
+    try:
+        local = _INSTANT.astimezone().replace(tzinfo=None)  # what PySpark would return
+        assert local.hour == 15
+        timestamp = _types()["timestamp"]
+        assert json_value(local, timestamp) == "2026-11-25T19:14:27.000005Z"
+        assert text_value(local, timestamp) == "2026-11-25 19:14:27.000005"
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -18,6 +18,7 @@ import pytest
 
 from cdcflow.cli.main import main
 from cdcflow.config import load_config_file
+from cdcflow.dialects.base import DialectOptions
 from cdcflow.pipeline.checkpoint import LOCK_FILE, Checkpoint, PipelineBusy
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import generate
@@ -40,7 +41,7 @@ def test_a_second_run_is_refused_at_once_and_a_dead_runs_lock_is_taken_over(
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     config = _config(tmp_path, warehouse, "lock_once")
     cfg = load_config_file(config)
-    holder = Checkpoint(spark, cfg)
+    holder = Checkpoint(cfg)
     holder.pipeline_id()
     holder.acquire()  # a live run of this pipeline (this process)
     try:
@@ -51,7 +52,7 @@ def test_a_second_run_is_refused_at_once_and_a_dead_runs_lock_is_taken_over(
         assert "is already running" in err and f"process {os.getpid()}" in err
         assert time.monotonic() - started < 30
         with pytest.raises(PipelineBusy):
-            Checkpoint(spark, cfg).acquire()
+            Checkpoint(cfg).acquire()
     finally:
         holder.release()
     # a lock left by a process that is gone (SIGKILL leaves it behind) does not block
@@ -96,3 +97,104 @@ def test_follow_stops_cleanly_on_sigterm(spark: Any, tmp_path: Path) -> None:
     assert "Traceback" not in err and "reentrant" not in err
     assert "stopping after the batch in progress" in err
     assert not (tmp_path / "checkpoint" / LOCK_FILE).exists()
+
+
+_NO_SPARK_RUN = """
+import sys, time
+from cdcflow.cli.main import main
+started = time.monotonic()
+rc = main(["run", sys.argv[1]])
+print(rc, round(time.monotonic() - started, 3), "pyspark" in sys.modules)
+"""
+
+
+def _run_without_spark(config: Path) -> tuple[int, float, bool, str]:
+    """``cdcflow run CONFIG`` in a fresh process: its exit status, the seconds ``main`` took,
+    whether PySpark was imported at all, and what it wrote on stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_SPARK_RUN, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    rc, seconds, imported = proc.stdout.split()
+    return int(rc), float(seconds), imported == "True", proc.stderr
+
+
+def test_checks_that_need_no_spark_answer_before_spark_starts(tmp_path: Path) -> None:
+    config = pipeline_config(tmp_path, str(tmp_path / "warehouse"), DialectOptions(), "early")
+    (tmp_path / "landing").mkdir()
+    cfg = load_config_file(config)
+    holder = Checkpoint(cfg)
+    holder.pipeline_id()
+    holder.acquire()  # a live run of this pipeline
+    try:
+        rc, seconds, imported, err = _run_without_spark(config)
+    finally:
+        holder.release()
+    assert rc == 2 and not imported and seconds < 1.0, (rc, seconds, err)
+    assert err.startswith(
+        f"[PIPELINE_RUNNING] pipeline 'early' is already running (process {os.getpid()}"
+    )
+    (tmp_path / "landing").rmdir()
+    rc, seconds, imported, err = _run_without_spark(config)
+    assert rc == 2 and not imported and seconds < 1.0, (rc, seconds, err)
+    assert err.splitlines() == [
+        f"[SOURCE_PATH_MISSING] source 's': landing zone {tmp_path / 'landing'} does not exist",
+        "hint: check the path, or set create_path: true on the source to create it",
+    ]
+
+
+def test_follow_stopped_with_its_jvm_by_sigterm_stops_cleanly_and_expiry_waits(
+    spark: Any, tmp_path: Path
+) -> None:
+    # SIGTERM to the whole process group (a service manager stopping the unit, Ctrl-C in a
+    # terminal): the JVM shuts down at the same time as the run stops
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    w = generate(32, tables=2, transactions=10)
+    first = slice(0, 7)
+    res = render_to_landing(
+        w, tmp_path / "landing", seed=32, files=2, duplicates=0.0, transactions=first
+    )
+    assert any(c.kind == "delete" for t in w.transactions[first] for c in t.changes)
+    config = pipeline_config(
+        tmp_path,
+        warehouse,
+        res.options,
+        "term_group",
+        files_per_batch=None,
+        follow_interval="1s",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow", "run", str(config), "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    out: list[str] = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("batch "):
+            break
+    os.killpg(proc.pid, signal.SIGTERM)
+    rest, err = proc.communicate(timeout=300)
+    text = "".join(out) + rest
+    assert proc.returncode == 0, text + err
+    assert text.splitlines()[-1].endswith("· stopped"), text
+    assert "Traceback" not in err and "Exception" not in err, err
+    assert not (tmp_path / "checkpoint" / LOCK_FILE).exists()
+    tombstones = "cdc.term_group__cdcflow.tombstones"
+    spark.catalog.refreshTable(tombstones)
+    kept = spark.table(tombstones).count()
+    assert kept > 0
+    # expiry is left to the next run: its first batch drops what is past the retention
+    old = "('accounts', '[1]', 'p0', timestamp'2020-01-01')"
+    spark.sql(f"INSERT INTO {tombstones} VALUES {old}")
+    later = slice(7, None)
+    render_to_landing(w, tmp_path / "landing", seed=33, files=1, duplicates=0.0, transactions=later)
+    assert main(["run", str(config)]) == 0
+    spark.catalog.refreshTable(tombstones)
+    assert spark.table(tombstones).where("deleted_at < timestamp'2021-01-01'").count() == 0
+    assert spark.table(tombstones).count() >= kept

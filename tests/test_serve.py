@@ -666,7 +666,11 @@ def test_health_and_metrics(running: Running) -> None:
     assert buckets["+Inf"] == 2 and "0.001" in buckets and "10.0" in buckets
     assert running.request("GET", "/nope")[0] == 404
     assert running.post("/nope", b"{}")[0] == 404
-    assert running.request("PUT", "/crdb", b"{}")[0] == 405
+    # docs/webhooks.md: 404 for a path without an endpoint, 405 for a method other than POST
+    for method in ("GET", "HEAD", "PUT", "DELETE", "PATCH"):
+        status, headers, _ = running.request(method, "/crdb", b"{}")
+        assert (status, headers.get("allow")) == (405, "POST"), method
+        assert running.request(method, "/nope", b"{}")[0] == 404, method
     got = metrics(running)
     assert sample(got, "cdcflow_serve_requests_total", endpoint="-", status="404") == 1
     assert sample(got, "cdcflow_serve_rejects_total", endpoint="-", reason="NOT_FOUND") == 1

@@ -21,17 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cdcflow.config import PipelineConfig, SourceConfig, TableConfig, load_config, load_config_file
 from cdcflow.decode.spark import KAFKA_SCHEMA, Decoded, decode_dataframe
 from cdcflow.errors import ConfigError
 from cdcflow.pipeline.batch import source_options
-from cdcflow.pipeline.query import Pipeline, RunResult
+from cdcflow.pipeline.query import Pipeline, RunResult, bind_catalog
 from cdcflow.pipeline.report import BatchReport
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = [
     "KAFKA_SCHEMA",
@@ -46,6 +46,7 @@ __all__ = [
     "foreach_batch",
     "pipeline",
     "pipeline_config",
+    "session",
     "start",
     "table_config",
 ]
@@ -54,6 +55,10 @@ __all__ = [
 DEFAULT_SOURCE = "main"
 
 Config = PipelineConfig | Mapping[str, Any] | str | Path
+#: A condition over canonical events: Spark SQL text or a ``pyspark.sql.Column``.
+Condition: TypeAlias = "str | Column"
+#: The columns ordering a key's events: a name, names, or a ``Column`` (column or struct).
+Ordering: TypeAlias = "str | Sequence[str] | Column"
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -132,8 +137,11 @@ def _source_doc(
 def table_config(
     *,
     keys: Sequence[str] | None = None,
-    sequence_by: str | None = None,
-    apply_as_deletes: str | None = None,
+    sequence_by: Ordering | None = None,
+    apply_as_deletes: Condition | None = None,
+    apply_as_truncates: Condition | None = None,
+    ignore_null_updates: bool = False,
+    column_list: Sequence[str] | None = None,
     except_column_list: Sequence[str] | None = None,
     stored_as_scd_type: int | str = 1,
     track_history_column_list: Sequence[str] | None = None,
@@ -145,15 +153,54 @@ def table_config(
 
     ``keys``: key columns (default: the keys the events carry or the replica records).
     ``sequence_by``: the column ordering a key's events (default ``sequence``, the producer's
-    commit order). ``apply_as_deletes``: a Spark SQL condition over the canonical event
-    (``operation``, ``after['op']``, ``metadata['…']``…) marking row events applied as deletes,
-    besides the producer's own deletes. ``except_column_list``: columns not written.
-    ``stored_as_scd_type``: 1 (current state, ``merge``) or 2 (history, ``scd2``).
-    ``track_history_column_list`` / ``track_history_except_column_list``: with type 2, the
-    columns whose changes open a new version. ``name``: the replica's name. ``deletes``:
-    ``hard`` (rows removed) or ``soft`` (rows kept, ``_cdc.deleted`` set).
+    commit order), or several compared in turn: a list of names, or a ``Column`` of one
+    column or ``struct`` of columns (any other expression is refused).
+    ``apply_as_deletes``: a condition over the canonical event (``operation``,
+    ``after['op']``, ``metadata['…']``…), as Spark SQL text or a ``Column``, marking row
+    events applied as deletes, besides the producer's own deletes. ``apply_as_truncates``: one
+    marking row events applied as a ``TRUNCATE`` of their table. ``ignore_null_updates``: a
+    row event's ``NULL`` values leave the row's columns as they are. ``column_list`` /
+    ``except_column_list``: the only columns written / columns not written (key columns
+    always are). ``stored_as_scd_type``: 1 (current state, ``merge``) or 2 (history,
+    ``scd2``). ``track_history_column_list`` / ``track_history_except_column_list``: with
+    type 2, the columns whose changes open a new version. ``name``: the replica's name.
+    ``deletes``: ``hard`` (rows removed) or ``soft`` (rows kept, ``_cdc.deleted`` set).
     """
     return _table(_table_doc(locals()), "(table_config)")
+
+
+def _condition_text(value: Condition | None, name: str) -> str | None:
+    """A condition as Spark SQL text (a ``Column`` as the SQL of its expression)."""
+    if value is None or isinstance(value, str):
+        return value
+    if getattr(value, "_jc", None) is None:
+        raise ConfigError(
+            f"{name} must be Spark SQL text or a Column, got {type(value).__name__}",
+            hint="e.g. \"after['op'] = 'D'\" or F.col('after')['op'] == 'D'",
+        )
+    from cdcflow.spark.columns import condition_sql
+
+    return condition_sql(value, name)
+
+
+def _ordering_names(value: Ordering | None) -> list[str] | None:
+    """``sequence_by`` as column names (``None``: the producer's order)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return None if value == "sequence" else [value]
+    if getattr(value, "_jc", None) is None:
+        return [str(v) for v in value]  # type: ignore[union-attr]
+    from cdcflow.spark.columns import column_names, column_sql
+
+    names = column_names(value)  # type: ignore[arg-type]
+    if names is None:
+        raise ConfigError(
+            f"sequence_by {column_sql(value)} is neither a column nor a struct of columns",  # type: ignore[arg-type]
+            hint="order by columns of the row: sequence_by='version', ['epoch', 'seq'] or "
+            "F.struct('epoch', 'seq')",
+        )
+    return names
 
 
 def _table_doc(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,12 +212,16 @@ def _table_doc(args: Mapping[str, Any]) -> dict[str, Any]:
             hint="for a changelog of every event, use tables={name: {'mode': 'append'}}",
         )
     doc: dict[str, Any] = {"mode": "merge" if scd == "1" else "scd2"}
-    sequence_by = args.get("sequence_by")
-    if sequence_by is not None and sequence_by != "sequence":
-        doc["sequence_by"] = sequence_by
+    ordering = _ordering_names(args.get("sequence_by"))
+    if ordering is not None:
+        doc["sequence_by"] = ordering
+    for setting in ("apply_as_deletes", "apply_as_truncates"):
+        condition = _condition_text(args.get(setting), setting)
+        if condition is not None:
+            doc[setting] = condition
     renamed = {
         "keys": "keys",
-        "apply_as_deletes": "apply_as_deletes",
+        "column_list": "columns",
         "except_column_list": "except_columns",
         "track_history_column_list": "track_history_columns",
         "track_history_except_column_list": "track_history_except_columns",
@@ -180,6 +231,8 @@ def _table_doc(args: Mapping[str, Any]) -> dict[str, Any]:
         value = args.get(arg)
         if value is not None:
             doc[field] = list(value) if isinstance(value, list | tuple) else value
+    if args.get("ignore_null_updates"):
+        doc["ignore_null_updates"] = True
     if args.get("deletes", "hard") != "hard":
         doc["deletes"] = args["deletes"]
     return doc
@@ -202,8 +255,11 @@ def pipeline_config(
     options: Mapping[str, Any] | None = None,
     replica_name: str | None = None,
     keys: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
-    sequence_by: str | None = None,
-    apply_as_deletes: str | None = None,
+    sequence_by: Ordering | None = None,
+    apply_as_deletes: Condition | None = None,
+    apply_as_truncates: Condition | None = None,
+    ignore_null_updates: bool = False,
+    column_list: Sequence[str] | None = None,
     except_column_list: Sequence[str] | None = None,
     stored_as_scd_type: int | str = 1,
     track_history_column_list: Sequence[str] | None = None,
@@ -231,6 +287,9 @@ def pipeline_config(
             "keys": None if isinstance(keys, Mapping) else keys,
             "sequence_by": sequence_by,
             "apply_as_deletes": apply_as_deletes,
+            "apply_as_truncates": apply_as_truncates,
+            "ignore_null_updates": ignore_null_updates,
+            "column_list": column_list,
             "except_column_list": except_column_list,
             "stored_as_scd_type": stored_as_scd_type,
             "track_history_column_list": track_history_column_list,
@@ -282,14 +341,39 @@ def _config(config: Config | None, settings: Mapping[str, Any]) -> PipelineConfi
 # ---------------------------------------------------------------------------- applying
 
 
+def session(config: Config | None = None, **settings: Any) -> SparkSession:
+    """The SparkSession of a configuration (or of keyword arguments, see
+    :func:`pipeline_config`), built as ``cdcflow run`` builds it — the configuration's
+    catalog and ``spark`` settings, the Iceberg runtime, workers on this Python — so the
+    catalog is given in one place. A session already running is reused and given the
+    configuration's catalog (see :func:`pipeline`)."""
+    from cdcflow.pipeline.query import open_session
+
+    cfg = _config(config, settings)
+    spark = _active()
+    if spark is None:
+        return open_session(cfg)
+    bind_catalog(spark, cfg)
+    return spark
+
+
 def pipeline(
     config: Config | None = None, *, spark: SparkSession | None = None, **settings: Any
 ) -> Pipeline:
     """The pipeline of a configuration (or of keyword arguments, see
-    :func:`pipeline_config`) on ``spark`` (default: the active session), to start, apply
-    from one's own ``foreachBatch`` (:meth:`Pipeline.foreach_batch`) or read results
-    (:meth:`Pipeline.table`, :meth:`Pipeline.dead_letters`, :meth:`Pipeline.history`)."""
-    return Pipeline(_config(config, settings), spark or _active())
+    :func:`pipeline_config`) on ``spark`` (default: the active session, else one built from
+    the configuration), to start, apply from one's own ``foreachBatch``
+    (:meth:`Pipeline.foreach_batch`) or read results (:meth:`Pipeline.table`,
+    :meth:`Pipeline.dead_letters`, :meth:`Pipeline.history`).
+
+    The catalog is the configuration's: a session without a catalog of its name is given it;
+    one whose catalog differs from the one the configuration names is refused
+    (``CATALOG_MISMATCH``); a configuration without ``catalog`` uses the session's."""
+    cfg = _config(config, settings)
+    spark = spark or _active()
+    if spark is not None:
+        bind_catalog(spark, cfg)
+    return Pipeline(cfg, spark)
 
 
 def _active() -> SparkSession | None:
@@ -375,7 +459,9 @@ def start(
             "start needs a streaming DataFrame (spark.readStream…)",
             hint="apply a batch DataFrame with foreach_batch(...)(df, batch_id)",
         )
-    pipe = Pipeline(_config(config, settings), frame.sparkSession)
+    cfg = _config(config, settings)
+    bind_catalog(frame.sparkSession, cfg)
+    pipe = Pipeline(cfg, frame.sparkSession)
     name = source or (pipe.cfg.sources[0].name if len(pipe.cfg.sources) == 1 else None)
     if name is None:
         raise ConfigError(

@@ -155,11 +155,17 @@ class TableConfig(_Model):
     ``track_history_columns`` / ``track_history_except_columns`` (``scd2`` only, one of them):
     the columns whose changes open a new version; a change to other columns only updates the
     current version in place.
-    ``sequence_by``: a column of the row image whose value orders a key's events instead of
-    the producer's ``sequence``.
+    ``columns``: the only source columns written (key columns always are); the other way
+    round from ``except_columns``, not both.
+    ``sequence_by``: a column of the row image (or several, compared in turn) whose values
+    order a key's events instead of the producer's ``sequence``.
     ``apply_as_deletes``: a Spark SQL condition over the canonical event's fields (e.g.
     ``after['op'] = 'D'``) marking row events that delete their key: such an event is applied
     as a ``DELETE`` whose before image is its row image.
+    ``apply_as_truncates``: a condition marking row events that truncate their table: such an
+    event is applied as a ``TRUNCATE`` at its sequence.
+    ``ignore_null_updates``: a row event's ``NULL`` values leave the row's columns as they are
+    (the event updates only the columns it gives a value), as a partial event does.
     """
 
     mode: Literal["merge", "append", "scd2"] = "merge"
@@ -167,16 +173,28 @@ class TableConfig(_Model):
     deletes: Literal["hard", "soft"] = "hard"
     name: str | None = None
     except_columns: list[str] = Field(default_factory=list)
+    columns: list[str] | None = None
     track_history_columns: list[str] | None = None
     track_history_except_columns: list[str] | None = None
-    sequence_by: str | None = None
+    sequence_by: list[str] | None = None
     apply_as_deletes: str | None = None
+    apply_as_truncates: str | None = None
+    ignore_null_updates: bool = False
 
-    @field_validator("apply_as_deletes")
+    @field_validator("apply_as_deletes", "apply_as_truncates")
     @classmethod
     def _condition(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
             raise ValueError("must be a Spark SQL condition, e.g. after['op'] = 'D'")
+        return v
+
+    @field_validator("sequence_by", mode="before")
+    @classmethod
+    def _ordering(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [v]
+        if isinstance(v, list) and not v:
+            raise ValueError("must name at least one column")
         return v
 
     @model_validator(mode="after")
@@ -189,6 +207,8 @@ class TableConfig(_Model):
             raise ValueError("give track_history_columns or track_history_except_columns, not both")
         if self.mode == "scd2" and self.deletes == "soft":
             raise ValueError("deletes: soft is for merge tables (scd2 closes the version)")
+        if self.columns is not None and self.except_columns:
+            raise ValueError("give columns or except_columns, not both")
         return self
 
 

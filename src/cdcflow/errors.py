@@ -11,14 +11,18 @@ ships exceptions between the driver and Python workers.
     ├── UnknownDialectError           dialect name not registered (terminal)
     ├── DecodeError                   one raw message could not be decoded (per message)
     ├── ApplyError                    an event could not be applied to its table (per event)
-    └── TransientError                worth retrying (I/O, HTTP 5xx, commit conflicts)
+    ├── TransientError                worth retrying (I/O, HTTP 5xx, commit conflicts)
+    └── CommandFailed                 a command failed while running (exit status 1)
 
 ``DecodeError`` and ``ApplyError`` are per-message problems: the pipeline dead-letters them and
-goes on. The others stop a command with a clear message.
+goes on. The others stop a command with a clear message: exit status 2 (it could not start: a
+configuration, an argument, a path, another run), or 1 for ``CommandFailed``.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -39,6 +43,12 @@ class CdcflowError(Exception):
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the known name closest to ``name``, else ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f". Did you mean {close[0]!r}?" if close else ""
 
 
 def _rebuild(cls: type[CdcflowError], message: str, code: str, hint: str | None) -> CdcflowError:
@@ -79,3 +89,9 @@ class TransientError(CdcflowError):
     """A failure worth retrying."""
 
     code = "TRANSIENT"
+
+
+class CommandFailed(CdcflowError):
+    """A command failed while running (Spark failed, or cdcflow itself: exit status 1)."""
+
+    code = "FAILED"

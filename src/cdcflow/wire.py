@@ -308,7 +308,7 @@ def _pattern_map(
     values: list[str] = []
     offsets = [0]
     for row in first:
-        for j in np.flatnonzero(presence[row]):
+        for j in np.flatnonzero(presence[row]).tolist():
             keys.append(columns[j][0])
             values.append(columns[j][1])
         offsets.append(len(keys))

@@ -41,10 +41,10 @@ def migrate_catalog_cmd(config: str, source: str | None) -> None:
     if not tables:
         click.echo(f"no table of a Hadoop catalog in {warehouse}")
         return
-    spark = build_session(spark_settings(cfg))
-    checkpoint = Checkpoint(spark, cfg)
+    checkpoint = Checkpoint(cfg, lambda: build_session(spark_settings(cfg)))
     checkpoint.acquire()
     try:
+        spark = build_session(spark_settings(cfg))
         moved = move_tables(spark, cfg.catalog.name, warehouse, click.echo)
         click.echo(f"{len(moved)} table(s) moved into catalog {cfg.catalog.name}")
     finally:

@@ -36,10 +36,11 @@ def dead_letters_cmd(
     output: str,
     full: bool,
 ) -> None:
-    """List dead-lettered messages (origin, error code and message), or replay them."""
+    """List dead-lettered messages (origin, error code and message, the message's bytes:
+    escaped and cut in a table, whole and base64 in JSON), or replay them."""
     from cdcflow.pipeline.replay import DeadLetterFilter, list_dead_letters, replay_dead_letters
 
-    cfg, spark = _session(config)
+    cfg, spark = _session(config, short=not replay)
     chosen = DeadLetterFilter(codes, tables, sources, since, include_replayed)
     if replay:
         result = replay_dead_letters(cfg, spark, chosen)
@@ -50,5 +51,6 @@ def dead_letters_cmd(
     if _internal(cfg, spark, "dead_letters") is None:
         click.echo("no dead letters")
         return
-    columns, rows = list_dead_letters(cfg, spark, chosen, limit, raw_chars=None if full else 80)
+    whole = full or output == "json"
+    columns, rows = list_dead_letters(cfg, spark, chosen, limit, raw_bytes=None if whole else 80)
     emit(columns, rows, output, full)

@@ -7,11 +7,12 @@ stderr; ``--debug`` shows the traceback.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
-from cdcflow.errors import CdcflowError
+from cdcflow.errors import CdcflowError, CommandFailed
 
 _DEBUG = False
 
@@ -66,15 +67,39 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("aborted", err=True)
         return 130
     except CdcflowError as e:
-        click.echo(str(e), err=True)
-        if e.hint:
-            click.echo(f"hint: {e.hint}", err=True)
-        if _DEBUG:
-            raise
-        return 2
+        return _report(e, e)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
+    except Exception as e:
+        return _report(e, _known(e))
+
+
+def _known(exc: Exception) -> CdcflowError:
+    """A coded error for an exception that is not cdcflow's own: Spark's, or a failure of
+    cdcflow itself."""
+    if "pyspark" in sys.modules:
+        from cdcflow.spark.errors import spark_problem
+
+        found = spark_problem(exc)
+        if found is not None:
+            return found
+    return CommandFailed(
+        f"{type(exc).__name__}: {exc}".strip()[:500],
+        code="INTERNAL_ERROR",
+        hint="run with --debug for the whole trace; this is a bug of cdcflow, please report it",
+    )
+
+
+def _report(exc: Exception, error: CdcflowError) -> int:
+    """Print ``[CODE] message`` and the hint (the trace too with ``--debug``); the exit
+    status: 1 for a failure while running, 2 for a command that could not start."""
+    click.echo(str(error), err=True)
+    if error.hint:
+        click.echo(f"hint: {error.hint}", err=True)
+    if _DEBUG:
+        raise exc
+    return 1 if isinstance(error, CommandFailed) else 2
 
 
 def echo_err(message: str) -> None:

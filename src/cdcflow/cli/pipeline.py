@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -19,7 +22,9 @@ def run_cmd(config: str, follow: bool) -> None:
     events to Iceberg tables. Stops when everything present is processed, unless --follow;
     Ctrl-C or SIGTERM then stops after the batch in progress.
 
-    Exit status: 0 everything applied, 3 some messages were dead-lettered, 1 the run failed."""
+    Exit status: 0 everything applied, 3 some messages were dead-lettered, 1 the run failed,
+    2 it could not start (a configuration problem, a missing landing zone, another run of the
+    same pipeline)."""
     from cdcflow.config import load_config_file
     from cdcflow.errors import CdcflowError
     from cdcflow.pipeline.query import Pipeline
@@ -27,8 +32,12 @@ def run_cmd(config: str, follow: bool) -> None:
     from cdcflow.spark.session import session_running
 
     cfg = load_config_file(config)
-    own_session = not session_running()
+    # no JVM is started before the checks that need none (paths, the run lock)
+    own_session = "pyspark" not in sys.modules or not session_running()
     pipeline = Pipeline(cfg)
+    pipeline.check_paths()
+    with StopSignals.spare_spark():
+        pipeline.open()
     echo_err(
         f"pipeline {cfg.pipeline}: {len(cfg.sources)} source(s) → "
         f"{cfg.catalog.name}.{cfg.namespace}" + (" (following)" if follow else "")
@@ -36,7 +45,7 @@ def run_cmd(config: str, follow: bool) -> None:
     with StopSignals() as signals:
         result = pipeline.run(
             follow=follow,
-            on_report=lambda r: click.echo(format_report(r)),
+            on_report=lambda r: click.echo(format_report(r, source=len(cfg.sources) > 1)),
             should_stop=signals.received,
             raise_on_failure=False,
         )
@@ -50,7 +59,7 @@ def run_cmd(config: str, follow: bool) -> None:
     if own_session:
         # Stopped here rather than by the JVM's exit, so that a local-cluster master ends the
         # application instead of seeing its executors die and launching new ones.
-        pipeline.spark.stop()
+        pipeline.stop_session()
     if result.exit_status:
         raise click.exceptions.Exit(result.exit_status)
 
@@ -62,6 +71,20 @@ class StopSignals:
     def __init__(self) -> None:
         self._count = 0
         self._previous: dict[int, object] = {}
+
+    @staticmethod
+    @contextmanager
+    def spare_spark() -> Iterator[None]:
+        """SIGTERM ignored while Spark's JVM starts: a JVM started with the signal ignored
+        keeps ignoring it, so a SIGTERM to the whole process group (a service manager, a
+        terminal) reaches only this process, which stops after the batch in progress and then
+        stops Spark — instead of Spark shutting down under the batch. (PySpark starts the JVM
+        with SIGINT ignored for the same reason.)"""
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     def received(self) -> bool:
         """Whether a stop was asked for."""

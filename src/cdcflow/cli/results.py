@@ -6,28 +6,57 @@ Every command prints a table (numbers with thousands separators, long values cut
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import dataclasses
+import os
 from collections.abc import Callable, Sequence
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from cdcflow.cli.render import json_line, text_value
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
     from cdcflow.config import PipelineConfig
+    from cdcflow.spark.session import SparkSettings
 
 _CUT = 60
 
 
-def _session(config: str) -> tuple[PipelineConfig, SparkSession]:
+#: Driver JVM options for a command that lives a few seconds: the quick (C1) compiler only and
+#: a serial collector start the JVM and plan the first queries about twice as fast (a
+#: pipeline that runs for long gains from the optimising compiler and keeps the defaults).
+SHORT_LIVED_JVM: dict[str, str] = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+
+
+def read_settings(cfg: PipelineConfig, short: bool = True) -> SparkSettings:
+    """The Spark settings of a command over a pipeline's results: the pipeline's own, with
+    :data:`SHORT_LIVED_JVM` when ``short`` and this process starts the JVM itself (no session
+    yet, not under ``spark-submit``) and the configuration sets no driver Java options."""
+    from cdcflow.pipeline.query import spark_settings
+    from cdcflow.spark.session import launched_by_spark_submit, session_running
+
+    settings = spark_settings(cfg)
+    if (
+        not short
+        or session_running()
+        or launched_by_spark_submit(os.environ)
+        or any(k in settings.conf for k in SHORT_LIVED_JVM)
+    ):
+        return settings
+    return dataclasses.replace(settings, conf={**SHORT_LIVED_JVM, **settings.conf})
+
+
+def _session(config: str, short: bool = True) -> tuple[PipelineConfig, SparkSession]:
     from cdcflow.config import load_config_file
     from cdcflow.pipeline.query import open_session
 
     cfg = load_config_file(config)
-    return cfg, open_session(cfg)
+    return cfg, open_session(cfg, read_settings(cfg, short))
 
 
 def duration(seconds: float | None) -> str:
@@ -43,53 +72,29 @@ def duration(seconds: float | None) -> str:
     return f"{sign}{days}d {clock}" if days else f"{sign}{clock}"
 
 
-def _cell(value: Any, full: bool) -> str:
-    if value is None:
-        text = ""
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, int):
-        text = f"{value:,}"
-    elif isinstance(value, float):
-        text = f"{value:,.3f}".rstrip("0").rstrip(".")
-    elif isinstance(value, dt.datetime):
-        text = value.isoformat(sep=" ", timespec="seconds")
-    elif isinstance(value, (bytes, bytearray)):
-        text = bytes(value).decode("utf-8", "replace")
-    elif isinstance(value, dict):
-        text = ", ".join(f"{k}={_cell(v, True)}" for k, v in value.items())
-    else:
-        text = str(value)
-    text = text.replace("\n", "\\n")
+def _cut(text: str, full: bool) -> str:
     if not full and len(text) > _CUT:
-        text = text[: _CUT - 1] + "…"
+        return text[: _CUT - 1] + "…"
     return text
 
 
-def _json_value(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_value(v) for v in value]
-    return value
-
-
 def emit(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], output: str, full: bool = False
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    output: str,
+    full: bool = False,
+    types: Sequence[DataType | None] | None = None,
 ) -> None:
-    """Print rows as an aligned table or as JSON lines."""
+    """Print rows as an aligned table or as JSON lines (see :mod:`cdcflow.cli.render`);
+    ``types``: the Spark type of each column, where the values come from Spark."""
+    kinds: list[DataType | None] = list(types) if types is not None else [None] * len(columns)
     if output == "json":
         for row in rows:
-            doc = {c: _json_value(v) for c, v in zip(columns, row, strict=True)}
-            click.echo(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+            click.echo(json_line(list(columns), row, kinds))
         return
-    cells = [[_cell(v, full) for v in row] for row in rows]
+    cells = [
+        [_cut(text_value(v, t), full) for v, t in zip(row, kinds, strict=True)] for row in rows
+    ]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     numeric = [
         all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) and bool(rows)
@@ -109,7 +114,7 @@ def emit(
 
 def _frame(df: DataFrame, limit: int, output: str, full: bool) -> None:
     rows = [tuple(r) for r in df.limit(limit).collect()]
-    emit(df.columns, rows, output, full)
+    emit(df.columns, rows, output, full, [f.dataType for f in df.schema.fields])
 
 
 _config_arg = click.argument("config", type=click.Path(dir_okay=False))
@@ -141,13 +146,12 @@ def _internal(cfg: PipelineConfig, spark: SparkSession, name: str) -> str | None
 @_common
 def tables_cmd(config: str, output: str, full: bool) -> None:
     """List the replica tables of a pipeline with their row counts."""
-    from cdcflow.pipeline.results import replica, replica_names
+    from cdcflow.pipeline.results import replica_names, row_counts
 
     cfg, spark = _session(config)
-    rows = []
-    for name in replica_names(cfg, spark):
-        n = replica(cfg, spark, name).count()
-        rows.append((f"{cfg.catalog.name}.{cfg.namespace}.{name}", int(n)))
+    names = replica_names(cfg, spark)
+    counts = row_counts(cfg, spark, names)
+    rows = [(f"{cfg.catalog.name}.{cfg.namespace}.{n}", counts[n]) for n in names if n in counts]
     emit(["table", "rows"], rows, output, full)
 
 
@@ -171,8 +175,21 @@ def show_cmd(config: str, table: str, limit: int, output: str, full: bool) -> No
 @_common
 def sql_cmd(config: str, query: str, limit: int, output: str, full: bool) -> None:
     """Run a SQL query (tables are catalog.namespace.table)."""
-    _, spark = _session(config)
-    _frame(spark.sql(query), limit, output, full)
+    from cdcflow.pipeline.results import replica_names
+    from cdcflow.spark.errors import TableNotFound, spark_problem
+
+    cfg, spark = _session(config)
+    try:
+        _frame(spark.sql(query), limit, output, full)
+    except Exception as e:
+        problem = spark_problem(e, query)
+        if problem is None:
+            raise
+        if isinstance(problem, TableNotFound):
+            where = f"{cfg.catalog.name}.{cfg.namespace}"
+            names = ", ".join(f"{where}.{n}" for n in replica_names(cfg, spark)) or "none yet"
+            problem.hint = f"the pipeline's tables: {names}"
+        raise problem from e
 
 
 @click.command("history")
@@ -184,18 +201,20 @@ def history_cmd(config: str, limit: int, output: str, full: bool) -> None:
     from cdcflow.pipeline.results import history
 
     cfg, spark = _session(config)
-    df = history(cfg, spark).orderBy("started_at", "batch_id", ascending=False)
-    if df.isEmpty():
+    df = history(cfg, spark).orderBy("started_at", "batch_id", ascending=False).limit(limit)
+    found = df.collect()
+    if not found:
         click.echo("no batches yet", err=output == "json")
         return
     if output == "json":
-        _frame(df, limit, output, full)
+        emit(df.columns, found, output, full, [f.dataType for f in df.schema.fields])
         return
     columns = [
         "source",
         "batch",
         "started",
         "events",
+        "applied",
         "duplicates",
         "stale",
         "conflicts",
@@ -204,7 +223,7 @@ def history_cmd(config: str, limit: int, output: str, full: bool) -> None:
         "slowest stage",
     ]
     rows = []
-    for r in df.limit(limit).collect():
+    for r in found:
         d = r.asDict()
         stages = d.get("stages") or {}
         slowest = max(stages.items(), key=lambda kv: kv[1]) if stages else None
@@ -214,6 +233,7 @@ def history_cmd(config: str, limit: int, output: str, full: bool) -> None:
                 d["batch_id"],
                 d["started_at"],
                 d["events"],
+                d.get("applied"),
                 d["duplicates"],
                 d["stale"],
                 d["conflicts"],

@@ -15,7 +15,7 @@ from typing import Any
 
 from cdcflow.decode.detect import AutoDetector
 from cdcflow.decode.framing import frame_file
-from cdcflow.dialects import get_dialect
+from cdcflow.dialects import dialect_names, get_dialect
 from cdcflow.dialects.base import Columnar, Dialect, DialectOptions, Rejection, Segment
 from cdcflow.errors import DecodeError
 from cdcflow.transports import AVRO, JSON, KAFKA, kafka, transport_of_file
@@ -25,6 +25,8 @@ from cdcflow.transports.message import Framed, RawMessage, Unreadable
 
 #: Code of a rejection for an exception no parser path foresaw (the last line of defence).
 DECODER_ERROR = "DECODER_ERROR"
+#: Code of a message that is not one of its dialect's at all.
+NOT_AN_EVENT = "NOT_AN_EVENT"
 
 
 def unexpected(exc: BaseException, raw: bytes, dialect: str | None = None) -> Rejection:
@@ -67,6 +69,8 @@ class Decoder:
         self.limits = Limits.from_options(self.options.extra.get("limits"))
         self.fixed: Dialect | None = None
         self.detector: AutoDetector | None = None
+        #: the other dialects, to say what a message the fixed one refuses looks like
+        self._others: AutoDetector | None = None
         if dialect == "auto":
             self.detector = AutoDetector(options, wire=wire)
             self.dialects: list[Dialect] = list(self.detector.dialects)
@@ -133,10 +137,29 @@ class Decoder:
             results = dialect.decode(carried)
         except DecodeError as e:
             name = dialect.name if dialect is not None else None
-            return Outcome(msg, [], [Rejection(e.code, e.message, msg.data, dialect=name)])
+            message = e.message
+            if e.code == NOT_AN_EVENT and self.fixed is not None:
+                message += self._looks_like(carried)
+            return Outcome(msg, [], [Rejection(e.code, message, msg.data, dialect=name)])
         except Exception as e:  # one poison message must not stop a pipeline
             return Outcome(msg, [], [unexpected(e, msg.data, self._name(dialect))])
         return _outcome(msg, results)
+
+    def _looks_like(self, msg: RawMessage) -> str:
+        """For a message the fixed dialect says is none of its own: which other dialect
+        recognises it, as words to add to the rejection (``""`` when none does)."""
+        assert self.fixed is not None
+        if self._others is None:
+            names = [n for n in dialect_names() if n != self.fixed.name]
+            self._others = AutoDetector(self.options, names, wire=self.wire)
+        try:
+            found = self._others.detect(msg, _peek(msg) if msg.form == "json" else None)
+        except DecodeError:
+            return ""
+        return (
+            f"; it looks like a {found.name} message: set the dialect to {found.name!r} (or "
+            "'auto' to detect each message's)"
+        )
 
     def carried(self, msg: RawMessage) -> RawMessage:
         """The message a transport record carries (a Kafka record written as JSON), else

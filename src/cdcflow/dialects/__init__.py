@@ -7,11 +7,10 @@ the list of known names and the closest match.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 
 from cdcflow.dialects.base import Dialect, DialectOptions
-from cdcflow.errors import UnknownDialectError
+from cdcflow.errors import UnknownDialectError, did_you_mean
 
 AVAILABLE_DIALECTS: dict[str, str] = {
     "cockroachdb": "cdcflow.dialects.cockroachdb:CockroachDbDialect",
@@ -36,10 +35,9 @@ def dialect_class(name: str) -> type[Dialect]:
     target = AVAILABLE_DIALECTS.get(name)
     if target is None:
         known = dialect_names()
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise UnknownDialectError(
-            f"unknown dialect {name!r}; known dialects: {', '.join(known)}.{hint}",
+            f"unknown dialect {name!r}; known dialects: {', '.join(known)}"
+            f"{did_you_mean(name, known) or '.'}",
             hint="use --dialect auto to detect the dialect of each message",
         )
     module_name, _, cls_name = target.partition(":")

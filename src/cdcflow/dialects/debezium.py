@@ -348,6 +348,12 @@ class DebeziumDialect(Dialect):
             return self._schema_change(payload, item)
         if "op" not in payload and "source" not in payload:
             return self._flattened(payload, schema, item)
+        if "op" not in payload:
+            raise self.fail(
+                "NOT_AN_EVENT",
+                "not a Debezium change event: it has 'source' but no 'op' (an envelope names "
+                "its operation in 'op'; a flattened row has neither)",
+            )
         op = _text(payload.get("op"))
         if op == "m":
             return self.skip("message")

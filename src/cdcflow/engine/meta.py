@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from cdcflow.engine.schema import Seen
 from cdcflow.spark.sql import lit, view
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ class TableMeta:
 
     ops: dict[str, int] = field(default_factory=dict)
     partial: bool = False
-    seen: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    #: column → type → the events carrying it
+    seen: dict[str, dict[str, Seen]] = field(default_factory=dict)
     key_sets: set[tuple[str, ...]] = field(default_factory=set)
     shapes: dict[str, int] = field(default_factory=dict)
     truncate: str | None = None
@@ -107,15 +109,25 @@ class TableMeta:
     #: the same figures per identity (database, schema, table) seen under this name
     identities: dict[Identity, TableMeta] = field(default_factory=dict)
 
+    def see(self, column: str, type_name: str, found: Seen) -> None:
+        """Count events carrying ``column`` with ``type_name``."""
+        types = self.seen.setdefault(column, {})
+        known = types.get(type_name)
+        if known is not None:
+            found = Seen(known.events + found.events, max(known.newest, found.newest))
+        types[type_name] = found
+
     def fold(self, r: Row) -> None:
         """Add one row of :func:`aggregate`."""
         n = int(r["n"])
         op = r["operation"]
         self.ops[op] = self.ops.get(op, 0) + n
         self.partial = self.partial or bool(r["has_partial"])
-        for text in r["type_sets"]:
-            for col, typ in orjson.loads(text).items():
-                self.seen[col].add(typ)
+        for found in r["type_sets"]:
+            if found["types"] is None:
+                continue
+            for col, typ in orjson.loads(found["types"]).items():
+                self.see(col, typ, Seen(int(found["n"]), found["newest"] or ""))
         for names in r["key_sets"]:
             self.key_sets.add(tuple(names))
         if r["shape"] is not None:
@@ -134,7 +146,8 @@ class TableMeta:
                 out.ops[op] = out.ops.get(op, 0) + n
             out.partial = out.partial or sub.partial
             for col, types in sub.seen.items():
-                out.seen[col].update(types)
+                for typ, found in types.items():
+                    out.see(col, typ, found)
             out.key_sets |= sub.key_sets
             for shape, n in sub.shapes.items():
                 out.shapes[shape] = out.shapes.get(shape, 0) + n
@@ -199,14 +212,22 @@ class BatchMeta:
 
 
 def aggregate(spark: SparkSession, frame: DataFrame) -> list[Row]:
-    """The metadata aggregate of a decoded frame (with :func:`with_batch_columns`)."""
+    """The metadata aggregate of a decoded frame (with :func:`with_batch_columns`): one query,
+    grouped by types map first so each map comes with its events and newest sequence."""
     return spark.sql(
+        "SELECT _target, operation, _rejected, shape, database, schema, `table`, "
+        "sum(n) AS n, max(has_partial) AS has_partial, "
+        "collect_list(named_struct('types', _types, 'n', n, 'newest', max_seq)) AS type_sets, "
+        "array_distinct(flatten(collect_list(key_sets))) AS key_sets, max(max_seq) AS max_seq, "
+        "max(positional_keys) AS positional_keys, "
+        "array_distinct(flatten(collect_list(origins))) AS origins FROM ("
         "SELECT _target, operation, error_code IS NOT NULL AS _rejected, "
-        f"metadata[{lit(SHAPE_KEY)}] AS shape, database, schema, `table`, count(*) AS n, "
-        "max(partial) AS has_partial, collect_set(to_json(types)) AS type_sets, "
+        f"metadata[{lit(SHAPE_KEY)}] AS shape, database, schema, `table`, "
+        "to_json(types) AS _types, count(*) AS n, max(partial) AS has_partial, "
         "collect_set(array_sort(map_keys(key))) AS key_sets, max(sequence) AS max_seq, "
         f"max(key IS NULL AND metadata[{lit(KEY_VALUES)}] IS NOT NULL) AS positional_keys, "
-        f"collect_set(origin) AS origins FROM {view(frame, 'meta')} GROUP BY 1, 2, 3, 4, 5, 6, 7"
+        f"collect_set(origin) AS origins FROM {view(frame, 'meta')} "
+        "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8) GROUP BY 1, 2, 3, 4, 5, 6, 7"
     ).collect()
 
 

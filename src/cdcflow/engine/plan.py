@@ -66,10 +66,10 @@ class TablePlan:
     foreign: frozenset[SourceIdentity] = frozenset()
     #: scd2: the data columns whose changes open a new version (``None``: all of them)
     tracked: tuple[str, ...] | None = None
-    #: a column of the row image ordering the key's events instead of ``sequence``, and its
-    #: type
-    sequence_by: str | None = None
-    sequence_type: str | None = None
+    #: columns of the row image ordering the key's events instead of ``sequence`` (compared
+    #: in turn), and their types
+    sequence_by: tuple[str, ...] = ()
+    sequence_types: tuple[str | None, ...] = ()
 
     @property
     def keyed(self) -> bool:
@@ -246,14 +246,19 @@ def decide(
     matched_keys: Sequence[str] | None = None,
     soft_deletes: bool = False,
     except_columns: Sequence[str] = (),
+    columns: Sequence[str] | None = None,
     track_history: Sequence[str] | None = None,
     track_history_except: Sequence[str] | None = None,
-    sequence_by: str | None = None,
+    sequence_by: str | Sequence[str] | None = None,
+    truncate_at: str | None = None,
 ) -> TablePlan:
     """The plan of one target table for a batch (``source``: the configured source whose
     events these are; the replica's identity is checked when given). ``except_columns`` are
-    never written; ``track_history``/``track_history_except`` choose an scd2 table's tracked
-    columns; ``sequence_by`` names the column ordering the table's events."""
+    never written, or only ``columns`` are (key columns always are);
+    ``track_history``/``track_history_except`` choose an scd2 table's tracked columns;
+    ``sequence_by`` names the columns ordering the table's events, and ``truncate_at`` is then
+    the batch's newest ``TRUNCATE`` in their order (the producer's sequences do not compare
+    with theirs)."""
     props = dict(state.properties) if state is not None else {}
     new_props: dict[str, str] = {}
     identity: SourceIdentity | None = None
@@ -267,18 +272,26 @@ def decide(
         if foreign:
             meta = meta.merged({i[1:] for i in seen if i not in foreign})  # type: ignore[misc]
     bad, shape = decide_shape(props.get(SHAPE_PROPERTY), meta.shapes)
-    if sequence_by is not None:
-        # the column orders the events: the producer's sort fields do not matter
+    order = (sequence_by,) if isinstance(sequence_by, str) else tuple(sequence_by or ())
+    if order:
+        # the columns order the events: the producer's sort fields do not matter
         bad, shape = frozenset(), props.get(SHAPE_PROPERTY)
-    dropped = set(except_columns) - set(configured_keys or ())
+    keys, key_source = (
+        resolve_keys(
+            configured_keys, props.get(KEY_PROPERTY), meta.key_sets, source_keys, matched_keys
+        )
+        if mode != "append"
+        else (None, None)
+    )
+    dropped = set(except_columns)
+    if columns is not None:
+        dropped |= set(meta.seen) - set(columns)
+    dropped -= set(configured_keys or ()) | set(keys or ())
     written = {c: t for c, t in meta.seen.items() if c not in dropped}
     schema = plan_schema(existing_columns(state, mode), written)
-    if sequence_by and sequence_by in dropped:
-        # an ordering column that is not written still has a type
-        ordering = plan_schema(None, {sequence_by: meta.seen.get(sequence_by, set())})
-        sequence_type = ordering.types.get(sequence_by)
-    else:
-        sequence_type = schema.types.get(sequence_by) if sequence_by else None
+    # an ordering column that is not written still has a type
+    ordering = plan_schema(None, {c: meta.seen.get(c, {}) for c in order if c in dropped})
+    sequence_types = tuple(schema.types.get(c) or ordering.types.get(c) for c in order)
     if shape is not None and shape != props.get(SHAPE_PROPERTY):
         new_props[SHAPE_PROPERTY] = shape
     common = {
@@ -291,23 +304,22 @@ def decide(
         "shape": shape,
         "identity": identity,
         "foreign": foreign,
-        "sequence_by": sequence_by,
-        "sequence_type": sequence_type,
+        "sequence_by": order,
+        "sequence_types": sequence_types,
     }
     if mode == "append":
         return TablePlan(mode="append", properties=new_props, **common)  # type: ignore[arg-type]
 
-    keys, source = resolve_keys(
-        configured_keys, props.get(KEY_PROPERTY), meta.key_sets, source_keys, matched_keys
-    )
     watermark = props.get(TRUNCATE_PROPERTY, "")
     truncate = None
     if mode == "scd2":
         # history keeps what came before a TRUNCATE: the truncate closes versions instead
         watermark = ""
-    elif meta.truncate and meta.truncate > watermark:
-        truncate = watermark = meta.truncate
-        new_props[TRUNCATE_PROPERTY] = truncate
+    else:
+        newest = truncate_at if order else meta.truncate
+        if newest and newest > watermark:
+            truncate = watermark = newest
+            new_props[TRUNCATE_PROPERTY] = truncate
     problem = None
     if keys is None:
         problem = (
@@ -330,7 +342,7 @@ def decide(
         mode=mode,
         tracked=tracked,
         keys=keys,
-        key_source=source,
+        key_source=key_source,
         soft_deletes=soft_deletes,
         watermark=watermark,
         truncate=truncate,

@@ -60,6 +60,8 @@ class SegmentResult:
     #: reassembled messages their dialect rejected, and segments of groups dead-lettered earlier
     rejected: int = 0
     late: int = 0
+    #: segments of the groups dead-lettered by this batch (one dead letter each)
+    dead_segments: int = 0
     #: cached frame behind ``assembled``; release with :meth:`release` after the batch
     cache: DataFrame | None = None
     #: the write that records new segments and closes judged groups (run it before the batch's
@@ -185,6 +187,17 @@ class SegmentStage:
         judged_view = view_name("seg_judged")
         judged.createOrReplaceTempView(judged_view)
 
+        closing = f"""
+            SELECT a.src, a.dialect, a.grp, a.idx, a.final, a.total, a.raw, a.origin, a.offset,
+                   a.line, a.item, a.batch_id, a.first_seen,
+                   CASE WHEN j._status = 'pending' THEN NULL ELSE CAST({b} AS bigint) END
+                     AS resolved_batch,
+                   CASE WHEN j._status = 'pending' THEN NULL ELSE j._status END AS outcome,
+                   j.error_code, j.error_message
+            FROM {all_view} a JOIN {judged_view} j
+              ON j._status IS NOT NULL AND a.src = j._src AND a.dialect = j.dialect
+             AND a.grp = j._grp
+        """
         counts = spark.sql(
             f"""
             SELECT
@@ -198,21 +211,12 @@ class SegmentStage:
                  WHERE _status IS NULL AND error_code IS NOT NULL) AS rejected,
               (SELECT count(*) FROM {new_view} n JOIN {closed_view} c
                  ON c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp
-               WHERE c.outcome <> 'complete') AS late
+               WHERE c.outcome <> 'complete') AS late,
+              (SELECT count(*) FROM ({closing})
+                 WHERE outcome IN ('invalid', 'expired')) AS dead_segments
             """
         ).collect()[0]
 
-        closing = f"""
-            SELECT a.src, a.dialect, a.grp, a.idx, a.final, a.total, a.raw, a.origin, a.offset,
-                   a.line, a.item, a.batch_id, a.first_seen,
-                   CASE WHEN j._status = 'pending' THEN NULL ELSE CAST({b} AS bigint) END
-                     AS resolved_batch,
-                   CASE WHEN j._status = 'pending' THEN NULL ELSE j._status END AS outcome,
-                   j.error_code, j.error_message
-            FROM {all_view} a JOIN {judged_view} j
-              ON j._status IS NOT NULL AND a.src = j._src AND a.dialect = j.dialect
-             AND a.grp = j._grp
-        """
         statements: list[Statement] = []
         if recorded is None and (counts["fresh"] or counts["complete"] or counts["dead_groups"]):
             source = view_name("seg_merge")
@@ -269,6 +273,7 @@ class SegmentStage:
             dead_groups=int(counts["dead_groups"]),
             rejected=int(counts["rejected"]),
             late=int(counts["late"]),
+            dead_segments=int(counts["dead_segments"]),
             cache=judged,
             statements=statements,
         )

@@ -128,16 +128,20 @@ def encoded_sql(value: str, t: str | None) -> str | None:
 
 
 def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
-    """The events, with ``sequence`` taken from the column that orders a table's events
-    (``sequence_by``): the ``after`` image's value, else the ``before`` image's (deletes);
-    ``NULL`` (rejected as ``SEQUENCE_MISSING``) when the event has none or the column's type
-    cannot order events."""
+    """The events, with ``sequence`` taken from the columns that order a table's events
+    (``sequence_by``, compared in turn: their encodings one after the other): each the
+    ``after`` image's value, else the ``before`` image's (deletes); ``NULL`` (rejected as
+    ``SEQUENCE_MISSING``) when the event lacks one or a column's type cannot order events."""
     branches = []
     for p in plans:
         if not p.sequence_by:
             continue
-        value = f"coalesce(after[{lit(p.sequence_by)}], before[{lit(p.sequence_by)}])"
-        encoded = encoded_sql(value, p.sequence_type)
+        parts = [
+            encoded_sql(f"coalesce(after[{lit(c)}], before[{lit(c)}])", t)
+            for c, t in zip(p.sequence_by, p.sequence_types, strict=True)
+        ]
+        found = [e for e in parts if e is not None]
+        encoded = f"concat({', '.join(found)})" if len(found) == len(parts) else None
         branches.append(f"WHEN {lit(p.target)} THEN {encoded or 'CAST(NULL AS string)'}")
     if not branches:
         return events
@@ -146,6 +150,20 @@ def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
     return events.withColumn(
         "sequence", F.expr(f"CASE _target {' '.join(branches)} ELSE sequence END")
     )
+
+
+def newest_truncates(
+    spark: SparkSession, events: DataFrame, plans: Sequence[TablePlan]
+) -> dict[str, str]:
+    """The newest ``TRUNCATE`` of each table ordered by ``sequence_by`` columns, in their
+    order (one small query, only for batches that hold such a ``TRUNCATE``)."""
+    targets = string_array(p.target for p in plans)
+    rows = spark.sql(
+        f"SELECT _target, max(sequence) AS seq FROM {view(sequenced(events, plans), 'trunc')} "
+        f"WHERE operation = 'TRUNCATE' AND error_code IS NULL "
+        f"AND array_contains({targets}, _target) GROUP BY _target"
+    ).collect()
+    return {r["_target"]: r["seq"] for r in rows if r["seq"] is not None}
 
 
 # --------------------------------------------------------------------------- the batch
@@ -186,6 +204,9 @@ class BatchStage:
         self.validated = view(self.spark.sql(self.validated_sql()), "validated")
         self.staged: DataFrame | None = None
         self.staged_view: str | None = None
+        #: the merge tables' rows before the collapse, and whether tombstones were looked up
+        self.rows_view: str | None = None
+        self.tombstones = False
         #: scd2 tables: per (table, key, sequence) the winning event (see engine.history)
         self.winners_view: str | None = None
         self._checkpoints: list[DataFrame] = []
@@ -288,8 +309,10 @@ class BatchStage:
             msg = string_map(
                 {
                     p.target: lit(
-                        f"the event has no value of column {p.sequence_by!r}, which orders "
-                        f"table {p.name}'s events (sequence_by)"
+                        f"the event lacks a value of column(s) "
+                        f"{', '.join(repr(c) for c in p.sequence_by)}, or one of a type that "
+                        f"orders (integer, date, timestamp, text), which order table {p.name}'s "
+                        "events (sequence_by)"
                     )
                     for p in ordered
                 }
@@ -484,6 +507,8 @@ class BatchStage:
             )
         # the collapsed rows are read twice by the tombstone look-up (the batch's keys, then
         # the rows): kept once (measured: one checkpoint over both costs more than two)
+        self.rows_view = rows
+        self.tombstones = tombstones is not None
         collapsed = self.spark.sql(self.collapsed_sql(rows)).localCheckpoint(eager=True)
         self._checkpoints.append(collapsed)
         staged = self.spark.sql(self.staged_sql(view(collapsed, "collapsed"), tombstones))
@@ -496,17 +521,44 @@ class BatchStage:
 
     def stats(self) -> dict[str, TableStats]:
         """Counts of every table, from the staged rows (one small aggregate): events,
-        conflicts, winners, rows buried by tombstones, deletes and writes, and rejections by
-        code. Rejections of tables that are not merged (changelogs, tables without keys) are
-        counted over the batch only when a rule other than ``KEY_UNKNOWN`` applies to them."""
+        conflicts, winners, events buried by tombstones or a ``TRUNCATE``, deletes and writes,
+        and rejections by code. Rejections of tables that are not merged (changelogs, tables
+        without keys) are counted over the batch only when a rule other than ``KEY_UNKNOWN``
+        applies to them."""
         parts = []
         if self.staged_view is not None:
+            # buried: every event of a key whose newest lost to its tombstone, a delete that
+            # is its tombstone's own replay
             parts.append(
                 "SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, "
                 "sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, "
-                "count_if(NOT _live AND NOT _bad) AS buried, count_if(_live AND NOT _exists) "
-                "AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, "
+                "sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) "
+                "+ count_if(_live AND _seq = _tomb) AS buried, "
+                "count_if(_live AND NOT _exists) AS deletes, "
+                "count_if(_live AND (_exists OR _soft)) AS writes, "
                 f"count_if(_live) AS live FROM {self.staged_view} GROUP BY 1, 2"
+            )
+        if self.staged_view is not None and self.rows_view is not None and self.tombstones:
+            # older events of a key that are at or below its tombstone, beside a newer one
+            parts.append(
+                "SELECT r._target, CAST(NULL AS string) AS code, 0L AS n, 0L AS conflicts, "
+                "0L AS winners, count(DISTINCT r._kj, r._seq) AS buried, 0L AS deletes, "
+                "0L AS writes, 0L AS live "
+                f"FROM {self.rows_view} r JOIN (SELECT _target, _kj, _seq, _tomb "
+                f"FROM {self.staged_view} WHERE _live AND _tomb IS NOT NULL AND _n_win > 1) s "
+                "ON r._target = s._target AND r._kj = s._kj "
+                "WHERE NOT r._bad AND r._seq < s._seq AND r._seq <= s._tomb GROUP BY 1"
+            )
+        marked = [p for p in self.merge if p.watermark]
+        if marked:
+            # events at or below a TRUNCATE the table already reflects
+            marks = string_map({p.target: lit(p.watermark) for p in marked})
+            parts.append(
+                "SELECT _target, CAST(NULL AS string) AS code, 0L AS n, 0L AS conflicts, "
+                "0L AS winners, count(*) AS buried, 0L AS deletes, 0L AS writes, 0L AS live "
+                f"FROM {self.validated} WHERE _reject IS NULL AND operation IN {_ROW_OPS} "
+                f"AND array_contains({string_array(p.target for p in marked)}, _target) "
+                f"AND NOT coalesce(sequence > element_at({marks}, _target), false) GROUP BY 1"
             )
         if self.winners_view is not None:
             # scd2: no event is stale (late ones become history); deletes and writes are the
@@ -522,8 +574,9 @@ class BatchStage:
         others = [p for t, p in self.plans.items() if t not in merged]
         if any(p.bad_shapes or p.schema.conflicts or p.foreign for p in others):
             parts.append(
-                f"SELECT _target, _reject, count(*), 0L, 0L, 0L, 0L, 0L, 0L FROM {self.validated} "
-                f"WHERE _reject IS NOT NULL AND NOT array_contains("
+                "SELECT _target, _reject AS code, count(*) AS n, 0L AS conflicts, 0L AS winners, "
+                "0L AS buried, 0L AS deletes, 0L AS writes, 0L AS live "
+                f"FROM {self.validated} WHERE _reject IS NOT NULL AND NOT array_contains("
                 f"{string_array(sorted(merged))}, _target) GROUP BY 1, 2"
             )
         out: dict[str, TableStats] = {}
@@ -535,14 +588,15 @@ class BatchStage:
                 rejected.setdefault(r["_target"], {})[r["code"]] = int(r["n"])
                 counted.add(r["_target"])
                 continue
+            base = out.get(r["_target"], TableStats())
             out[r["_target"]] = TableStats(
-                events=int(r["n"]),
-                conflicts=int(r["conflicts"]),
-                winners=int(r["winners"]),
-                buried=int(r["buried"]),
-                deletes=int(r["deletes"]),
-                writes=int(r["writes"]),
-                live=int(r["live"]),
+                events=base.events + int(r["n"]),
+                conflicts=base.conflicts + int(r["conflicts"]),
+                winners=base.winners + int(r["winners"]),
+                buried=base.buried + int(r["buried"]),
+                deletes=base.deletes + int(r["deletes"]),
+                writes=base.writes + int(r["writes"]),
+                live=base.live + int(r["live"]),
             )
         for p in others:
             if p.key_problem and p.meta.keyed_events and p.target not in counted:

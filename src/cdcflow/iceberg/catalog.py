@@ -186,6 +186,22 @@ class Catalog:
             snap = table.snapshot(parent) if parent is not None else None
         return out
 
+    def current_summary(
+        self, spark: SparkSession, namespace: str, name: str
+    ) -> dict[str, str] | None:
+        """The summary of a table's current snapshot (``{}`` for a table without one), ``None``
+        when the table does not exist."""
+        table = self.load(spark, namespace, name)
+        if table is None:
+            return None
+        snap = table.currentSnapshot()
+        if snap is None:
+            return {}
+        jvm = spark._jvm
+        assert jvm is not None
+        found = json.loads(jvm.org.apache.iceberg.SnapshotParser.toJson(snap)).get("summary")
+        return {str(k): str(v) for k, v in (found or {}).items()}
+
     def committed_steps(
         self, spark: SparkSession, namespace: str, name: str, pipeline: str, batch_id: int
     ) -> set[str]:

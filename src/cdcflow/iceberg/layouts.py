@@ -96,6 +96,8 @@ HISTORY_FIELDS: Fields = (
     ("seconds", "double"),
     ("stages", "map<string,double>"),
     ("source", "string"),
+    ("applied", "bigint"),
+    ("undelivered", "bigint"),
 )
 
 TOMBSTONES = "tombstones"

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
-from cdcflow.engine.deletes import as_deletes, marked_sql
 from cdcflow.engine.history import (
     create_history_columns,
     history_merge_sql,
@@ -41,6 +40,7 @@ from cdcflow.engine.meta import (
     with_batch_columns,
 )
 from cdcflow.engine.plan import Mode, TablePlan, TableState, decide
+from cdcflow.engine.rules import applied, conditions, marked_sql
 from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.stage import (
     BatchStage,
@@ -50,6 +50,7 @@ from cdcflow.engine.stage import (
     create_replica_columns,
     expire_tombstones_sql,
     merge_sql,
+    newest_truncates,
     release_checkpoint,
     tombstones_sql,
     truncate_sql,
@@ -106,11 +107,6 @@ def source_options(src: object) -> DialectOptions:
     )
 
 
-def delete_conditions(cfg: PipelineConfig) -> dict[str, str | None]:
-    """The ``apply_as_deletes`` condition of each table entry of a configuration."""
-    return {name: t.apply_as_deletes for name, t in cfg.tables.items()}
-
-
 class StopRequested(CdcflowError):
     """The pipeline is stopping: a batch that has not started yet is left for the next run."""
 
@@ -164,15 +160,25 @@ class BatchRunner:
         self.internal = cfg.namespace + "__cdcflow"
         self.writer = Writer(self.catalog, self.pipeline_id)
         self.first_batch = True
+        #: the highest batch id this function has begun to apply
+        self.begun: int | None = None
         #: the run of the streaming query that gave the last batch
         self.run: str | None = None
         self.reports: list[BatchReport] = []
         self.failure: BaseException | None = None
-        # in a run that keeps following, expiry runs hourly; a run that drains ends with it
-        self.last_expiry = time.time()
-        self._deletes = marked_sql(
-            delete_conditions(cfg), target_expr(record.replica_name, record.id)
-        )
+        # the first batch of a run drops what is past the retention, then every hour: never
+        # the way out of a run, when a stop may find the JVM shutting down
+        self.last_expiry = 0.0
+        target = target_expr(record.replica_name, record.id)
+        #: the table rules' marks (SQL), ``None`` where no table has the rule
+        self._rules = {
+            rule: marked_sql(conditions(cfg, setting), target)
+            for rule, setting in (
+                ("deletes", "apply_as_deletes"),
+                ("truncates", "apply_as_truncates"),
+                ("nulls", "ignore_null_updates"),
+            )
+        }
         self.segment_stage = SegmentStage(
             self.catalog,
             self.internal,
@@ -221,9 +227,12 @@ class BatchRunner:
         # (staging, merges) are ordinary batch queries that gain from it
         spark.conf.set("spark.sql.adaptive.enabled", "true" if self.adaptive else "false")
         self._follow_run(spark)
-        check = self.first_batch
-        if check:
+        if self.first_batch:
             self._claim_query(spark)
+        # the first batch of a run may be a replay of one already committed, and so may any
+        # batch id not above those already begun (a task retried, a call repeated)
+        check = self.first_batch or (self.begun is not None and batch_id <= self.begun)
+        self.begun = batch_id if self.begun is None else max(self.begun, batch_id)
         self.catalog.ensure_namespace(spark, self.namespace)
         self.catalog.ensure_namespace(spark, self.internal)
         if check:
@@ -298,17 +307,18 @@ class BatchRunner:
 
     def _columns(self, df: DataFrame) -> DataFrame:
         """Decoded rows with the batch's working columns: segments tagged with this source
-        (whoever decoded them), events marked by ``apply_as_deletes`` turned into deletes."""
+        (whoever decoded them), the tables' rules applied (``apply_as_deletes``,
+        ``apply_as_truncates``, ``ignore_null_updates``)."""
         tag = (
             f"CASE WHEN operation = '{SEGMENT}' THEN map_concat(map_filter(metadata, "
             f"(k, v) -> k <> 'cdcflow.source'), map('cdcflow.source', {lit(self.source)})) "
             "ELSE metadata END AS metadata"
         )
         columns = [tag if c == "metadata" else q(c) for c in df.columns]
-        if self._deletes is not None:
+        if any(self._rules.values()):
             columns = [
                 tag if c == "metadata" else e
-                for c, e in zip(df.columns, as_deletes(df.columns, self._deletes), strict=True)
+                for c, e in zip(df.columns, applied(df.columns, **self._rules), strict=True)
             ]
         return with_batch_columns(df.selectExpr(*columns), self.source, self.record.replica_name)
 
@@ -468,26 +478,37 @@ class BatchRunner:
         ]
         if unnamed:
             matched = match_keys(spark, events, unnamed)
-        for target, name, mode in pending:
+
+        def plan_of(target: str, name: str, mode: Mode, truncate_at: str | None) -> TablePlan:
             tcfg = self.cfg.table(target)
-            plans.append(
-                decide(
-                    target,
-                    name,
-                    mode,
-                    meta.tables[target],
-                    states[target],
-                    source=self.source,
-                    configured_keys=tcfg.keys,
-                    source_keys=self._source_keys(name),
-                    matched_keys=matched.get(target),
-                    soft_deletes=tcfg.deletes == "soft",
-                    except_columns=tcfg.except_columns,
-                    track_history=tcfg.track_history_columns,
-                    track_history_except=tcfg.track_history_except_columns,
-                    sequence_by=tcfg.sequence_by,
-                )
+            return decide(
+                target,
+                name,
+                mode,
+                meta.tables[target],
+                states[target],
+                source=self.source,
+                configured_keys=tcfg.keys,
+                source_keys=self._source_keys(name),
+                matched_keys=matched.get(target),
+                soft_deletes=tcfg.deletes == "soft",
+                except_columns=tcfg.except_columns,
+                columns=tcfg.columns,
+                track_history=tcfg.track_history_columns,
+                track_history_except=tcfg.track_history_except_columns,
+                sequence_by=tcfg.sequence_by,
+                truncate_at=truncate_at,
             )
+
+        plans = [plan_of(t, name, mode, None) for t, name, mode in pending]
+        ordered = [p for p in plans if p.sequence_by and p.meta.ops.get("TRUNCATE")]
+        if ordered:
+            # a TRUNCATE of a table ordered by its columns is placed in their order
+            found = newest_truncates(spark, events, ordered)
+            plans = [
+                plan_of(t, name, mode, found.get(t)) if t in found else p
+                for p, (t, name, mode) in zip(plans, pending, strict=True)
+            ]
         return plans
 
     def _source_keys(self, name: str) -> list[str] | None:
@@ -579,14 +600,26 @@ class BatchRunner:
         with clock.stage("dead_letters"):
             if dead:
                 dead_n = self._dead_letters(spark, dead, batch_id, check)
+        # every message that gave no event and ends as a dead letter counts as one event
+        unread = meta.rejected
+        if seg is not None:
+            unread += seg.rejected + seg.dead_segments + seg.late
+        dead_input = unread + sum(o.dead_lettered for o in outcomes)
+        total = meta.events + unread
+        duplicates = sum(o.duplicates for o in outcomes)
+        conflicts = sum(o.conflicts for o in outcomes)
+        stale = sum(o.stale for o in outcomes)
         report = BatchReport(
             batch_id=batch_id,
-            events=meta.events,
+            events=total,
             operations=dict(meta.ops),
-            duplicates=sum(o.duplicates for o in outcomes),
-            conflicts=sum(o.conflicts for o in outcomes),
-            stale=sum(o.stale for o in outcomes),
-            dead_lettered=dead_n,
+            duplicates=duplicates,
+            conflicts=conflicts,
+            stale=stale,
+            dead_lettered=dead_input,
+            applied=total - duplicates - conflicts - stale - dead_input,
+            undelivered=max(0, dead_n - dead_input) if self.cfg.outputs else 0,
+            source=self.src.name,
             tables={o.table: o.events for o in outcomes},
             seconds=time.time() - started,
             outcomes=tuple(outcomes),
@@ -626,7 +659,8 @@ class BatchRunner:
                 log = pool.submit(self._history_log, spark, stage, batch_id)
                 internal.append(log)
             for plan in plans:
-                job = pool.submit(self._table, spark, plan, stage, stats, batch_id, log)
+                events_of = meta.tables[plan.target].events
+                job = pool.submit(self._table, spark, plan, events_of, stage, stats, batch_id, log)
                 tables.append((plan, job))
             merged = {p.target for p in stage.merge}
             if any(s.deletes for t, s in stats.items() if t in merged):
@@ -658,13 +692,15 @@ class BatchRunner:
         self,
         spark: SparkSession,
         plan: TablePlan,
+        events: int,
         stage: BatchStage,
         stats: dict[str, TableStats],
         batch_id: int,
         log: Future[Written] | None = None,
     ) -> tuple[TableOutcome, float]:
         """One table's statements, in order: a truncate, then the merge (or changelog); for
-        an scd2 table, its versions once the history log holds the batch (``log``)."""
+        an scd2 table, its versions once the history log holds the batch (``log``).
+        ``events``: the table's events in the batch."""
         started = time.perf_counter()
         s = stats.get(plan.target, TableStats())
         rejected = sum((s.rejected or {}).values())
@@ -677,7 +713,7 @@ class BatchRunner:
             outcome = TableOutcome(
                 plan.name,
                 "scd2",
-                plan.meta.events,
+                events,
                 s.duplicates,
                 s.conflicts,
                 0,
@@ -691,7 +727,7 @@ class BatchRunner:
                 self.writer.run(
                     spark, Statement(self.namespace, plan.name, "append", sql), batch_id
                 )
-            outcome = TableOutcome(plan.name, "append", plan.meta.events, dead_lettered=rejected)
+            outcome = TableOutcome(plan.name, "append", events, dead_lettered=rejected)
             return outcome, time.perf_counter()
         if plan.keys is not None and plan.truncate is not None:
             sql = truncate_sql(ident, plan.truncate)
@@ -711,7 +747,7 @@ class BatchRunner:
         outcome = TableOutcome(
             plan.name,
             "merge",
-            plan.meta.events,
+            events,
             s.duplicates,
             s.conflicts,
             stale + s.buried,
@@ -792,7 +828,7 @@ class BatchRunner:
         sql = f"""
             INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
                                  duplicates, conflicts, stale, dead_lettered, tables, seconds,
-                                 stages, source)
+                                 stages, source, applied, undelivered)
             SELECT {lit(self.pipeline_id)}, {report.batch_id},
               timestamp_millis({int(started * 1000)}), current_timestamp(), {report.events},
               {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
@@ -800,7 +836,7 @@ class BatchRunner:
               {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
               {report.seconds:.3f}D,
               {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"},
-              {lit(self.source)}
+              {lit(self.source)}, {report.applied}, {report.undelivered}
         """
         self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)
 

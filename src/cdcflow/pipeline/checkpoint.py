@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineConfig, SourceConfig
@@ -60,7 +62,129 @@ class PipelineBusy(CdcflowError):
 
 
 class Store:
-    """Small files of a checkpoint folder through the Hadoop filesystem API (local or remote)."""
+    """Small files of a checkpoint folder: on a local disk through Python, elsewhere (any
+    Hadoop filesystem URI) through the JVM's Hadoop filesystem API. A local checkpoint is read
+    and locked before Spark starts."""
+
+    root: str
+
+    def exists(self, *parts: str) -> bool:
+        """Whether a file or folder exists under the root."""
+        raise NotImplementedError
+
+    def read(self, *parts: str) -> str | None:
+        """A small text file (lines joined by ``\n``), ``None`` when absent."""
+        raise NotImplementedError
+
+    def write(self, text: str, *parts: str, exclusive: bool = False) -> bool:
+        """Write a small file (``exclusive``: only when it does not exist yet, atomically);
+        returns whether it was written."""
+        raise NotImplementedError
+
+    def delete(self, *parts: str) -> None:
+        """Delete a file or a folder with its contents (nothing when absent)."""
+        raise NotImplementedError
+
+    def rename(self, src: Sequence[str], dst: Sequence[str]) -> None:
+        """Move a file or folder under the root."""
+        raise NotImplementedError
+
+    def children(self, *parts: str) -> list[str]:
+        """Names in a folder, hidden ones (checksums) left out, sorted."""
+        raise NotImplementedError
+
+
+def local_folder(root: str) -> Path | None:
+    """The local folder a checkpoint location names (a path or a ``file:`` URI), ``None`` for
+    other filesystems."""
+    if root.startswith("file:"):
+        return Path("/" + root.removeprefix("file:").lstrip("/"))
+    if "://" in root:
+        return None
+    return Path(root)
+
+
+def open_store(root: str, session: Callable[[], SparkSession] | None = None) -> Store:
+    """The store of a checkpoint location: a local one without Spark, otherwise through the
+    JVM of ``session()`` (started only then)."""
+    folder = local_folder(root)
+    if folder is not None:
+        return LocalStore(folder)
+    if session is None:
+        raise ConfigError(
+            f"checkpoint {root} is on a remote filesystem, read through Spark: no session given",
+            hint="give the pipeline a SparkSession",
+        )
+    return HadoopStore(session(), root)
+
+
+class LocalStore(Store):
+    """A checkpoint folder on a local disk (no JVM): new files are created exclusively or
+    replaced atomically (written under a hidden name, then renamed)."""
+
+    def __init__(self, root: Path) -> None:
+        self.folder = root
+        self.root = str(root).rstrip("/") or "/"
+
+    def _path(self, *parts: str) -> Path:
+        return self.folder.joinpath(*parts)
+
+    def exists(self, *parts: str) -> bool:
+        return self._path(*parts).exists()
+
+    def read(self, *parts: str) -> str | None:
+        try:
+            text = self._path(*parts).read_text(encoding="utf-8")
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+        return "\n".join(text.splitlines())
+
+    def write(self, text: str, *parts: str, exclusive: bool = False) -> bool:
+        path = self._path(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a checksum Hadoop's local filesystem wrote beside an earlier version would no longer
+        # match the file
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+        data = text.encode()
+        if exclusive:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            return True
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        return True
+
+    def delete(self, *parts: str) -> None:
+        path = self._path(*parts)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+    def rename(self, src: Sequence[str], dst: Sequence[str]) -> None:
+        target = self._path(*dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(self._path(*src), target)
+        except OSError as e:
+            raise CdcflowError(
+                f"could not move {'/'.join(src)} to {'/'.join(dst)} in {self.root}: {e}"
+            ) from None
+
+    def children(self, *parts: str) -> list[str]:
+        path = self._path(*parts)
+        if not path.is_dir():
+            return []
+        return sorted(p.name for p in path.iterdir() if not p.name.startswith((".", "_")))
+
+
+class HadoopStore(Store):
+    """A checkpoint folder on any Hadoop filesystem, through the JVM."""
 
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
@@ -96,8 +220,6 @@ class Store:
             stream.close()
 
     def write(self, text: str, *parts: str, exclusive: bool = False) -> bool:
-        """Write a small file (``exclusive``: only when it does not exist yet, atomically where
-        the filesystem can); returns whether it was written."""
         p = self.path(*parts)
         try:
             out = self.fs.create(p, not exclusive)
@@ -120,7 +242,6 @@ class Store:
             raise CdcflowError(f"could not move {'/'.join(src)} to {'/'.join(dst)} in {self.root}")
 
     def children(self, *parts: str) -> list[str]:
-        """Names in a folder, hidden ones (checksums) left out."""
         p = self.path(*parts)
         if not self.fs.exists(p):
             return []
@@ -149,9 +270,12 @@ class SourceRecord:
 class Checkpoint:
     """The checkpoint folder of one pipeline."""
 
-    def __init__(self, spark: SparkSession, cfg: PipelineConfig) -> None:
+    def __init__(
+        self, cfg: PipelineConfig, session: Callable[[], SparkSession] | None = None
+    ) -> None:
+        """``session``: gives the SparkSession when the checkpoint is not on a local disk."""
         self.cfg = cfg
-        self.store = Store(spark, cfg.checkpoint)
+        self.store = open_store(cfg.checkpoint, session)
         self.run_id = uuid.uuid4().hex
         self._beat: threading.Thread | None = None
         self._stop = threading.Event()

@@ -12,8 +12,9 @@ and stops; ``follow`` keeps going with a processing-time trigger until :meth:`Pi
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from cdcflow.pipeline import results
 from cdcflow.pipeline.batch import BatchRunner, Shared, source_options
 from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
 from cdcflow.pipeline.report import BatchReport
+from cdcflow.spark.errors import DEBUG_HINT, first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,13 +65,14 @@ def spark_settings(cfg: PipelineConfig) -> SparkSettings:
     )
 
 
-def open_session(cfg: PipelineConfig) -> SparkSession:
-    """The session of a pipeline, built from its configuration; a local warehouse that a
-    Hadoop catalog wrote is refused when the catalog configured is another one (its tables
-    would look absent, and replicas would start again beside them)."""
+def open_session(cfg: PipelineConfig, settings: SparkSettings | None = None) -> SparkSession:
+    """The session of a pipeline, built from its configuration (or ``settings`` derived from
+    it); a local warehouse that a Hadoop catalog wrote is refused when the catalog configured
+    is another one (its tables would look absent, and replicas would start again beside
+    them)."""
     from cdcflow.spark.session import build_session, catalog_uri
 
-    settings = spark_settings(cfg)
+    settings = settings or spark_settings(cfg)
     uri = catalog_uri(settings)
     if uri and uri.startswith("jdbc:sqlite:") and "://" not in settings.warehouse:
         from cdcflow.iceberg.migrate import unregistered
@@ -89,6 +92,31 @@ def open_session(cfg: PipelineConfig) -> SparkSession:
                 "(docs/operations.md, Moving a Hadoop warehouse)",
             )
     return build_session(settings)
+
+
+def bind_catalog(spark: SparkSession, cfg: PipelineConfig) -> None:
+    """Give a session the configuration's catalog, so it is set in one place: a session
+    without a catalog of that name gets it (Spark loads catalogs on first use); one whose
+    catalog of that name is configured otherwise than the configuration says is refused
+    (``CATALOG_MISMATCH``) when the configuration names a catalog, and used as it is when not."""
+    from cdcflow.spark.session import attach_catalog, catalog_conf
+
+    settings = spark_settings(cfg)
+    if spark.conf.get(f"spark.sql.catalog.{cfg.catalog.name}", None) is not None and (
+        "catalog" not in cfg.model_fields_set
+    ):
+        return
+    differ = attach_catalog(spark, settings)
+    if differ:
+        wanted = catalog_conf(settings)
+        shown = ", ".join(f"{k}={spark.conf.get(k, None)!r} (not {wanted[k]!r})" for k in differ)
+        raise ConfigError(
+            f"the session's catalog {cfg.catalog.name!r} is not the configuration's: {shown}",
+            code="CATALOG_MISMATCH",
+            hint="give the catalog once: in the configuration (cdcflow.api.session(config) "
+            "builds the session with it), or leave catalog out of the configuration to use "
+            "the session's",
+        )
 
 
 class SourceMissing(ConfigError):
@@ -112,7 +140,8 @@ class RunResult:
 
     @property
     def dead_lettered(self) -> int:
-        return sum(r.dead_lettered for r in self.reports)
+        """Dead letters the run wrote (undelivered events included)."""
+        return sum(r.dead_lettered + r.undelivered for r in self.reports)
 
     @property
     def exit_status(self) -> int:
@@ -147,32 +176,40 @@ class Pipeline:
     """
 
     def __init__(self, cfg: PipelineConfig, spark: SparkSession | None = None) -> None:
+        """``spark``: the session to run on; without one, the configuration's session is built
+        when first needed (after the checks that need no Spark: paths, the run lock)."""
         self.cfg = cfg
-        if spark is None:
-            spark = open_session(cfg)
-        self.spark = spark
+        self._spark = spark
         self.runners: list[BatchRunner] = []
         self.queries: list[StreamingQuery] = []
         self.checkpoint: Checkpoint | None = None
         self.shared: Shared | None = None
         self._sources: dict[str, tuple[SourceConfig, SourceRecord]] = {}
 
+    @property
+    def spark(self) -> SparkSession:
+        """The pipeline's SparkSession (built from the configuration on first use when none
+        was given)."""
+        if self._spark is None:
+            self._spark = open_session(self.cfg)
+        return self._spark
+
     # ------------------------------------------------------------------ the run lock
 
     def open(self) -> None:
-        """Take the pipeline's run lock and read (or create) its sources' records; nothing
-        when it is open already."""
+        """Take the pipeline's run lock and read (or create) its sources' records, then check
+        the table conditions with Spark; nothing when it is open already. A checkpoint on a
+        local disk is locked before Spark starts."""
         if self.checkpoint is not None:
             return
-        from cdcflow.engine.deletes import check_conditions
-        from cdcflow.pipeline.batch import delete_conditions
+        from cdcflow.engine.rules import check_conditions
 
-        check_conditions(self.spark, delete_conditions(self.cfg))
-        checkpoint = Checkpoint(self.spark, self.cfg)
+        checkpoint = Checkpoint(self.cfg, lambda: self.spark)
         pid = checkpoint.pipeline_id()
         checkpoint.acquire()
         try:
             self._sources = {src.name: (src, rec) for src, rec in checkpoint.sources(pid)}
+            check_conditions(self.spark, self.cfg)
         except BaseException:
             checkpoint.release()
             raise
@@ -275,6 +312,13 @@ class Pipeline:
         session.conf.set(ADAPTIVE, "false")
         return session
 
+    def check_paths(self, given: Iterable[str] = ()) -> None:
+        """Refuse a source whose landing zone does not exist (``SOURCE_PATH_MISSING``), unless
+        it may be created or a DataFrame is ``given`` for it (by source name); no Spark."""
+        for src in self.cfg.sources:
+            if src.name not in given:
+                self._check_path(src)
+
     def _check_path(self, src: SourceConfig) -> None:
         if src.path is None:
             raise SourceMissing(
@@ -340,9 +384,7 @@ class Pipeline:
                 f"inputs for source(s) {', '.join(unknown)} not in pipeline {self.cfg.pipeline!r}",
                 hint="sources: " + ", ".join(s.name for s in self.cfg.sources),
             )
-        for src in self.cfg.sources:
-            if src.name not in given:
-                self._check_path(src)
+        self.check_paths(given)
         self.open()
         assert self.checkpoint is not None
         try:
@@ -384,7 +426,7 @@ class Pipeline:
             return
         self.shared.stopping.set()
         with self.shared.lock:
-            self._stop_queries()
+            _quietly(self._stop_queries)
 
     def _stop_queries(self) -> None:
         for q in self.queries:
@@ -431,31 +473,59 @@ class Pipeline:
                 if any(q.exception() is not None for q in self.queries):
                     break
                 time.sleep(0.2)
-            for q in self.queries:
-                q.awaitTermination()
-            stopping = self.shared is not None and self.shared.stopping.is_set()
-            if not stopping:
-                failures = [r.failure for r in self.runners if r.failure is not None]
-                if failures:
-                    result.failure = failures[0]
-                else:
-                    for q in self.queries:
-                        exc = q.exception()
-                        if exc is not None:
-                            result.failure = CdcflowError(
-                                _first_line(exc), code="PIPELINE_FAILED", hint=_DEBUG_HINT
-                            )
-                            break
+            ended = self._await_queries()
+            if not self.stopping:
+                result.failure = self._failure(ended)
         finally:
-            self._stop_queries()
             if self.shared is not None:
                 result.reports.extend(self.shared.reports)
-            if result.failure is None and result.reports and self.runners:
-                self.runners[0].expire(self.spark)
-            self.close()
+            if self.stopping:
+                # the JVM may be shutting down with this process (a signal to its whole
+                # process group): what is left to ask of it may fail, and nothing is lost
+                _quietly(self.close)
+            else:
+                self.close()
         if raise_on_failure and result.failure is not None:
             raise result.failure
         return result
+
+    def stop_session(self) -> None:
+        """Stop the pipeline's SparkSession, if it was started (after a stop asked for by a
+        signal, the JVM may be gone already)."""
+        if self._spark is None:
+            return
+        if self.stopping:
+            _quietly(self._spark.stop)
+        else:
+            self._spark.stop()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was asked for (:meth:`stop`)."""
+        return self.shared is not None and self.shared.stopping.is_set()
+
+    def _await_queries(self) -> BaseException | None:
+        """Wait for every query to end; the first exception one ended with, if any."""
+        ended: BaseException | None = None
+        for q in self.queries:
+            try:
+                q.awaitTermination()
+            except Exception as e:  # the query's failure, judged by the caller
+                ended = ended or e
+        return ended
+
+    def _failure(self, ended: BaseException | None) -> BaseException | None:
+        """What ended the run: a batch's own failure, else a query's."""
+        failures = [r.failure for r in self.runners if r.failure is not None]
+        if failures:
+            return failures[0]
+        for q in self.queries:
+            exc = q.exception()
+            if exc is not None:
+                return CdcflowError(first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT)
+        if ended is not None:
+            return CdcflowError(first_line(ended), code="PIPELINE_FAILED", hint=DEBUG_HINT)
+        return None
 
     # ------------------------------------------------------------------ results
 
@@ -476,9 +546,10 @@ class Pipeline:
         return results.history(self.cfg, self.spark)
 
 
-_DEBUG_HINT = "run with --debug for the whole trace"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)[:500]
+def _quietly(step: Callable[[], object]) -> None:
+    """Run a step of stopping whose failure changes nothing: a JVM that is shutting down
+    refuses calls, and every query it ran is stopped anyway."""
+    try:
+        step()
+    except Exception:  # py4j errors of a JVM going away
+        logging.getLogger("cdcflow").debug("while stopping", exc_info=True)

@@ -114,7 +114,8 @@ class ReplayResult:
 
     @property
     def dead_lettered(self) -> int:
-        return sum(r.dead_lettered for r in self.reports)
+        """Dead letters the replay wrote (undelivered events included)."""
+        return sum(r.dead_lettered + r.undelivered for r in self.reports)
 
     @property
     def exit_status(self) -> int:
@@ -142,7 +143,7 @@ class ReplayResult:
 def _source_ids(cfg: PipelineConfig, spark: SparkSession, names: Sequence[str]) -> list[str]:
     from cdcflow.pipeline.checkpoint import Checkpoint
 
-    known = Checkpoint(spark, cfg).records()
+    known = Checkpoint(cfg, lambda: spark).records()
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(
@@ -157,16 +158,14 @@ def list_dead_letters(
     spark: SparkSession,
     chosen: DeadLetterFilter,
     limit: int,
-    raw_chars: int | None = 80,
+    raw_bytes: int | None = 80,
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Columns and rows of the chosen dead letters, oldest first (``raw`` cut to
-    ``raw_chars`` characters unless ``None``)."""
+    """Columns and rows of the chosen dead letters, oldest first (``raw``: the message's
+    bytes, cut to ``raw_bytes`` unless ``None``)."""
     from cdcflow.pipeline.results import dead_letters
 
     ids = _source_ids(cfg, spark, chosen.sources) if chosen.sources else None
-    raw = "CAST(raw AS string)"
-    if raw_chars is not None:
-        raw = f"substring({raw}, 1, {int(raw_chars)})"
+    raw = "raw" if raw_bytes is None else f"substring(raw, 1, {int(raw_bytes)})"
     replayed = ["replayed_at"] if chosen.include_replayed else []
     df = (
         dead_letters(cfg, spark)
@@ -206,7 +205,7 @@ def replay_dead_letters(
     internal = cfg.namespace + "__cdcflow"
     if not catalog.exists(spark, internal, DEAD_LETTERS):
         return result
-    checkpoint = Checkpoint(spark, cfg)
+    checkpoint = Checkpoint(cfg, lambda: spark)
     pid = checkpoint.pipeline_id()
     checkpoint.acquire()
     try:

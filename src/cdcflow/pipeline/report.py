@@ -25,7 +25,7 @@ STAGES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class TableOutcome:
-    """What happened to one target table in a batch."""
+    """What happened to one target table's events in a batch."""
 
     table: str
     mode: str
@@ -36,10 +36,23 @@ class TableOutcome:
     dead_lettered: int = 0
     seconds: float = 0.0
 
+    @property
+    def applied(self) -> int:
+        """Events that changed the table, or would have were a newer one of the batch not
+        deciding their key (see :class:`BatchReport`)."""
+        return self.events - self.duplicates - self.conflicts - self.stale - self.dead_lettered
+
 
 @dataclass(frozen=True)
 class BatchReport:
-    """Progress figures of one micro-batch."""
+    """Progress figures of one micro-batch. Each of its ``events`` — every event, and every
+    message or segment of a split message that could not be decoded — is counted once as
+    applied, a duplicate, stale, a conflict or dead-lettered:
+
+    ``events = applied + duplicates + stale + conflicts + dead_lettered``
+
+    ``undelivered``: events applied whose delivery to an output failed (dead letters too,
+    ``DELIVERY_FAILED``, not part of the identity)."""
 
     batch_id: int
     events: int
@@ -50,6 +63,10 @@ class BatchReport:
     dead_lettered: int
     tables: dict[str, int]
     seconds: float
+    applied: int = 0
+    undelivered: int = 0
+    #: the configured source's name
+    source: str = ""
     outcomes: tuple[TableOutcome, ...] = field(default_factory=tuple)
     #: segments of split messages received, and messages reassembled from segments
     segments: int = 0
@@ -94,8 +111,17 @@ class StageClock:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
 
-def format_report(report: BatchReport) -> str:
-    """One progress line for a batch report."""
+def rate_text(events: int, seconds: float) -> str:
+    """Events per second as a progress line shows them (one decimal below 10)."""
+    per_second = events / seconds if seconds > 0 else 0.0
+    if events and per_second < 10:
+        return f"{per_second:.1f}"
+    return f"{per_second:,.0f}"
+
+
+def format_report(report: BatchReport, source: bool = False) -> str:
+    """One progress line for a batch report (``source``: led by the source's name, for
+    pipelines with several)."""
     ops = " ".join(f"{k}={v:,}" for k, v in sorted(report.operations.items()))
     tables = ", ".join(f"{k}={v:,}" for k, v in sorted(report.tables.items())) or "-"
     if len(report.tables) > 6:
@@ -110,10 +136,12 @@ def format_report(report: BatchReport) -> str:
     slowest = report.slowest_stage
     if slowest is not None:
         extra += f" · slowest stage {slowest[0]} {slowest[1]:.1f}s"
+    undelivered = f" · {report.undelivered:,} undelivered" if report.undelivered else ""
+    head = f"{report.source} batch" if source and report.source else "batch"
     return (
-        f"batch {report.batch_id}: {report.events:,} events ({ops or 'none'}) · "
-        f"{report.duplicates:,} duplicates · {report.stale:,} stale · "
-        f"{report.conflicts:,} conflicts · "
-        f"{report.dead_lettered:,} dead-lettered · tables {tables} · "
-        f"{report.rate:,.0f} events/s in {report.seconds:.1f}s{extra}"
+        f"{head} {report.batch_id}: {report.events:,} events ({ops or 'none'}) · "
+        f"{report.applied:,} applied · {report.duplicates:,} duplicates · "
+        f"{report.stale:,} stale · {report.conflicts:,} conflicts · "
+        f"{report.dead_lettered:,} dead-lettered{undelivered} · tables {tables} · "
+        f"{rate_text(report.events, report.seconds)} events/s in {report.seconds:.1f}s{extra}"
     )

@@ -18,6 +18,8 @@ from cdcflow.iceberg.layouts import (
     Fields,
     ddl,
 )
+from cdcflow.spark.errors import table_not_found
+from cdcflow.spark.sql import lit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -30,13 +32,43 @@ def replica_names(cfg: PipelineConfig, spark: SparkSession) -> list[str]:
     return sorted(Catalog(cfg.catalog.name).table_names(spark, cfg.namespace))
 
 
+def row_counts(cfg: PipelineConfig, spark: SparkSession, names: list[str]) -> dict[str, int]:
+    """Rows of each of the pipeline's tables named: from the current snapshot's summary where
+    it is exact (a table without delete files), else from one count over the others."""
+    catalog = Catalog(cfg.catalog.name)
+    counts: dict[str, int] = {}
+    scan: list[str] = []
+    for name in names:
+        summary = catalog.current_summary(spark, cfg.namespace, name)
+        if summary is None:
+            continue
+        if summary.get("total-delete-files", "0") == "0" and "total-records" in summary:
+            counts[name] = int(summary["total-records"])
+        elif not summary:
+            counts[name] = 0
+        else:
+            scan.append(name)
+    if scan:
+        parts = [
+            f"SELECT {lit(n)} AS name, count(*) AS n FROM {replica_ident(cfg, n)}" for n in scan
+        ]
+        for r in spark.sql(" UNION ALL ".join(parts)).collect():
+            counts[r["name"]] = int(r["n"])
+    return counts
+
+
 def replica_ident(cfg: PipelineConfig, name: str) -> str:
     """The SQL identifier of one of the pipeline's tables (``catalog.namespace.name``)."""
     return Catalog(cfg.catalog.name).ident(cfg.namespace, name)
 
 
 def replica(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFrame:
-    """The rows of one replica (or changelog) table, ``_cdc`` metadata column included."""
+    """The rows of one replica (or changelog) table, ``_cdc`` metadata column included;
+    :class:`~cdcflow.spark.errors.TableNotFound` naming the pipeline's tables when there is no
+    such table."""
+    names = replica_names(cfg, spark)
+    if name not in names:
+        raise table_not_found(name, names, f"{cfg.catalog.name}.{cfg.namespace}")
     return spark.table(replica_ident(cfg, name))
 
 

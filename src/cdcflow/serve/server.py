@@ -550,10 +550,24 @@ class _Handler(BaseHTTPRequestHandler):
         return path.rstrip("/") or "/"
 
     def do_GET(self) -> None:
-        status, payload, ctype = self.server.receiver.get(self._route(), self.headers.get("Accept"))
+        route = self._route()
+        if route in self.server.receiver.endpoints:
+            self._not_allowed()
+            return
+        status, payload, ctype = self.server.receiver.get(route, self.headers.get("Accept"))
         self._send(status, payload, ctype, {}, False)
 
     do_HEAD = do_GET
+
+    def _not_allowed(self) -> None:
+        """405 for a method other than POST on an endpoint's path."""
+        self._send(
+            405,
+            orjson.dumps({"status": "error", "code": "METHOD_NOT_ALLOWED"}),
+            "application/json",
+            {"Allow": "POST"},
+            True,
+        )
 
     def do_POST(self) -> None:
         receiver = self.server.receiver
@@ -592,13 +606,12 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def do_PUT(self) -> None:
-        self._send(
-            405,
-            orjson.dumps({"status": "error", "code": "METHOD_NOT_ALLOWED"}),
-            "application/json",
-            {"Allow": "POST, GET"},
-            True,
-        )
+        route = self._route()
+        if route in self.server.receiver.endpoints:
+            self._not_allowed()
+            return
+        resp = _error(404, "NOT_FOUND", "no endpoint at this path", close=True)
+        self._send(resp.status, orjson.dumps(resp.doc), "application/json", resp.headers, True)
 
     do_DELETE = do_PATCH = do_PUT
 

@@ -310,6 +310,42 @@ def session_running() -> bool:
     return SparkContext._active_spark_context is not None
 
 
+def attach_catalog(spark: SparkSession, settings: SparkSettings) -> list[str]:
+    """Give a running session the catalog of ``settings`` when it has none of that name (Spark
+    loads a catalog when it is first named); returns the settings of an existing catalog of
+    that name that differ from ``settings`` (nothing is changed then)."""
+    wanted = catalog_conf(settings)
+    prefix = f"spark.sql.catalog.{settings.catalog_name}"
+    if spark.conf.get(prefix, None) is None:
+        _embedded_warehouse(settings)
+        for k, v in wanted.items():
+            spark.conf.set(k, v)
+        return []
+    return sorted(
+        k
+        for k, v in wanted.items()
+        if not k.endswith(".cache-enabled") and spark.conf.get(k, None) != v
+    )
+
+
+def _reuse(settings: SparkSettings) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    wanted = catalog_conf(settings)
+    differ = attach_catalog(spark, settings)
+    if differ:
+        shown = ", ".join(f"{k}={spark.conf.get(k, None)!r} (not {wanted[k]!r})" for k in differ)
+        raise ConfigError(
+            f"the running session's catalog {settings.catalog_name!r} is not the one asked "
+            f"for: {shown}",
+            code="CATALOG_MISMATCH",
+            hint="one catalog of a name per process: give the same catalog settings, or "
+            "another catalog name",
+        )
+    return spark
+
+
 def _embedded_warehouse(settings: SparkSettings) -> None:
     """Create the folder of an embedded catalog's SQLite file (SQLite creates no folders)."""
     uri = catalog_uri(settings)
@@ -320,8 +356,13 @@ def _embedded_warehouse(settings: SparkSettings) -> None:
 
 
 def build_session(settings: SparkSettings | None = None) -> SparkSession:
-    """Create (or get) the SparkSession with Iceberg configured."""
+    """Create (or get) the SparkSession with Iceberg configured. A session already running in
+    this process is reused as it is, given the catalog if it lacks one of that name; one whose
+    catalog of that name is configured otherwise is refused (``CATALOG_MISMATCH``): Spark keeps
+    a catalog it has loaded, so reads and writes could land in different warehouses."""
     settings = settings or SparkSettings()
+    if session_running():
+        return _reuse(settings)
     find_java()
     for name in ("py4j", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.WARNING)

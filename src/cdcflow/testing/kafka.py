@@ -300,18 +300,20 @@ def consume(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> lis
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
+            where = (str(msg.topic()), int(msg.partition() or 0))
+            offset = int(msg.offset() or 0)
             out.append(
                 {
-                    "topic": msg.topic(),
-                    "partition": msg.partition(),
-                    "offset": msg.offset(),
+                    "topic": where[0],
+                    "partition": where[1],
+                    "offset": offset,
                     "key": msg.key(),
                     "value": msg.value(),
                     "headers": list(msg.headers() or []),
                 }
             )
-            if msg.offset() + 1 >= ends.get((msg.topic(), msg.partition()), 0):
-                ends.pop((msg.topic(), msg.partition()), None)
+            if offset + 1 >= ends.get(where, 0):
+                ends.pop(where, None)
         if ends:
             raise TimeoutError(f"partitions not read to their end: {sorted(ends)}")
         return out
