@@ -41,7 +41,10 @@ def test_resolved_events_raise_watermarks(spark: Any, tmp_path: Path) -> None:
     assert rows(spark, cfg, "t", "id, v") == [{"id": 1, "v": "a"}]
 
     path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    doc = cfg.model_dump(mode="json")
+    # the command runs in this process: its catalog is the session's
+    doc["catalog"]["warehouse"] = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    path.write_text(yaml.safe_dump(doc))
     for module, name in COMMANDS:
         if name not in cli.commands:
             _register(module, name)

@@ -81,14 +81,114 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class SecretFrom(_Model):
+    """Where a secret comes from: an environment variable (``env``) or a file (``file``),
+    exactly one. The value itself never appears in a configuration."""
+
+    env: str | None = None
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SecretFrom:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env or file")
+        return self
+
+
+#: Options of Spark's Kafka source that a ``kafka:`` source sets from its own keys.
+KAFKA_OWN_OPTIONS: dict[str, str] = {
+    "kafka.bootstrap.servers": "bootstrap_servers",
+    "subscribe": "topics",
+    "subscribePattern": "pattern",
+    "assign": "topics",
+    "startingOffsets": "starting_offsets",
+    "maxOffsetsPerTrigger": "max_offsets_per_trigger",
+    "failOnDataLoss": "fail_on_data_loss",
+    "includeHeaders": "(always on)",
+}
+#: Words of option names whose values are secrets: given only under ``secrets``.
+_SECRET_WORDS = ("jaas", "password", "secret", "token", "credential")
+
+
+class KafkaConfig(_Model):
+    """A source that reads Kafka topics with Spark's Kafka source (instead of a ``path``).
+
+    ``topics`` or ``pattern`` (a Java regular expression) names what is read;
+    ``starting_offsets``: where a new source begins (its checkpoint holds the offsets after
+    that); ``max_offsets_per_trigger`` bounds a batch; ``fail_on_data_loss``: stop with
+    ``KAFKA_DATA_LOSS`` when offsets the checkpoint still needs were deleted (by retention)
+    — ``false`` goes on and records what was skipped in the batch history. ``options`` pass
+    to Spark's Kafka source (``kafka.security.protocol``…), ``secrets`` set options whose
+    values are secrets (``kafka.sasl.jaas.config``) from an environment variable or a file.
+    """
+
+    bootstrap_servers: str
+    topics: list[str] | None = None
+    pattern: str | None = None
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int | None = Field(default=None, ge=1)
+    fail_on_data_loss: bool = True
+    options: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, SecretFrom] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> KafkaConfig:
+        if (self.topics is None) == (self.pattern is None):
+            raise ValueError("give topics (a list) or pattern (a regular expression), not both")
+        if self.topics is not None and (not self.topics or not all(t.strip() for t in self.topics)):
+            raise ValueError("topics must name at least one topic")
+        for key in [*self.options, *self.secrets]:
+            if key in KAFKA_OWN_OPTIONS:
+                raise ValueError(
+                    f"option {key!r} is set by the source's own key {KAFKA_OWN_OPTIONS[key]!r}"
+                )
+        for key in self.options:
+            if any(word in key.lower() for word in _SECRET_WORDS):
+                raise ValueError(
+                    f"option {key!r} holds a secret: give it under secrets, from an environment "
+                    f"variable or a file ({key}: {{env: NAME}})"
+                )
+        return self
+
+    @property
+    def subscription(self) -> str:
+        """What is read, for messages and the checkpoint: ``kafka://<servers>/<topics>``."""
+        what = ",".join(self.topics) if self.topics is not None else f"pattern {self.pattern}"
+        return f"kafka://{self.bootstrap_servers}/{what}"
+
+    def spark_options(self, source: str) -> dict[str, str]:
+        """The options of Spark's Kafka source, secrets read now (the result is not to be
+        shown or logged)."""
+        from cdcflow.secrets import read_secret
+
+        out = {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "startingOffsets": self.starting_offsets,
+            "failOnDataLoss": "true" if self.fail_on_data_loss else "false",
+            "includeHeaders": "true",
+        }
+        if self.topics is not None:
+            out["subscribe"] = ",".join(t.strip() for t in self.topics)
+        else:
+            assert self.pattern is not None
+            out["subscribePattern"] = self.pattern
+        if self.max_offsets_per_trigger is not None:
+            out["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        out.update(self.options)
+        for key, where in self.secrets.items():
+            secret = read_secret(where.env, where.file, f"source {source!r}: secret {key!r}")
+            out[key] = secret.text()
+        return out
+
+
 #: Placeholders of a source's ``replica_name`` template.
 NAME_FIELDS: tuple[str, ...] = ("source", "database", "schema", "table")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
 class SourceConfig(_Model):
-    """One source of raw messages and how to decode them: a landing zone (``path``, what
-    ``cdcflow run`` reads), or a DataFrame given through the Python API (no ``path``).
+    """One source of raw messages and how to decode them: a landing zone (``path``), Kafka
+    topics (``kafka``), or a DataFrame given through the Python API (neither).
 
     ``replica_name``: how the source's tables are named in the catalog, a template of
     ``{source}``, ``{database}``, ``{schema}`` and ``{table}`` (lower-cased, other characters
@@ -100,6 +200,7 @@ class SourceConfig(_Model):
 
     name: str
     path: str | None = None
+    kafka: KafkaConfig | None = None
     dialect: str = "auto"
     keys: dict[str, list[str]] = Field(default_factory=dict)
     types: dict[str, dict[str, str]] = Field(default_factory=dict)
@@ -108,6 +209,24 @@ class SourceConfig(_Model):
     replica_name: str | None = None
     create_path: bool = False
     renamed_from: str | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> SourceConfig:
+        if self.path is not None and self.kafka is not None:
+            raise ValueError("give path (a landing zone) or kafka (topics), not both")
+        if self.kafka is not None and (self.max_files_per_batch or self.create_path):
+            raise ValueError(
+                "max_files_per_batch and create_path are for landing zones; a kafka source "
+                "bounds its batches with kafka.max_offsets_per_trigger"
+            )
+        return self
+
+    @property
+    def location(self) -> str:
+        """Where the source reads: its landing zone, its Kafka subscription, or ``""``."""
+        if self.kafka is not None:
+            return self.kafka.subscription
+        return self.path or ""
 
     @field_validator("name", "renamed_from")
     @classmethod
@@ -371,11 +490,21 @@ def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
         update={
             "checkpoint": fix(cfg.checkpoint),
             "catalog": cfg.catalog.model_copy(update={"warehouse": fix(cfg.catalog.warehouse)}),
-            "sources": [
-                s.model_copy(update={"path": fix(s.path)}) if s.path else s for s in cfg.sources
-            ],
+            "sources": [_source_relative_to(s, fix) for s in cfg.sources],
             "outputs": [
                 o.model_copy(update={"path": fix(o.path)}) if o.path else o for o in cfg.outputs
             ],
         }
     )
+
+
+def _source_relative_to(src: SourceConfig, fix: Any) -> SourceConfig:
+    if src.path:
+        return src.model_copy(update={"path": fix(src.path)})
+    if src.kafka is not None and any(s.file for s in src.kafka.secrets.values()):
+        secrets = {
+            k: v.model_copy(update={"file": fix(v.file)}) if v.file else v
+            for k, v in src.kafka.secrets.items()
+        }
+        return src.model_copy(update={"kafka": src.kafka.model_copy(update={"secrets": secrets})})
+    return src

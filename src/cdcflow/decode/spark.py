@@ -347,6 +347,15 @@ def read_raw(
     return reader.load(path)
 
 
+def read_kafka(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
+    """Records of Kafka topics as rows of Spark's Kafka source (a stream), with the source's
+    ``options`` (subscription, starting offsets, security; headers always included)."""
+    reader = spark.readStream.format("kafka")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
 def judge_groups(
     batches: Iterator[pa.RecordBatch],
     now: float,

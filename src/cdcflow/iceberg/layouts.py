@@ -98,6 +98,8 @@ HISTORY_FIELDS: Fields = (
     ("source", "string"),
     ("applied", "bigint"),
     ("undelivered", "bigint"),
+    # a Kafka source that goes on past lost offsets: <topic>-<partition> → <from>-<to>
+    ("skipped", "map<string,string>"),
 )
 
 TOMBSTONES = "tombstones"

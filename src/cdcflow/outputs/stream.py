@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -237,26 +235,11 @@ def write_files(events: Any, out: Any, pipeline: str, batch_id: int) -> str:
 
 def load_secret(out: Any) -> SecretStr | None:
     """The output's secret from ``secret_env`` or ``secret_file`` (``None`` when unsigned)."""
-    from cdcflow.errors import ConfigError
+    from cdcflow.secrets import read_secret
 
-    if out.secret_env:
-        value = os.environ.get(out.secret_env)
-        if not value:
-            raise ConfigError(
-                f"output {out.name!r}: environment variable {out.secret_env} is not set"
-            )
-        return SecretStr(value)
-    if out.secret_file:
-        try:
-            value = Path(out.secret_file).read_text().strip()
-        except OSError as e:
-            raise ConfigError(
-                f"output {out.name!r}: cannot read secret_file ({e.strerror})"
-            ) from None
-        if not value:
-            raise ConfigError(f"output {out.name!r}: secret_file is empty")
-        return SecretStr(value)
-    return None
+    if not (out.secret_env or out.secret_file):
+        return None
+    return SecretStr(read_secret(out.secret_env, out.secret_file, f"output {out.name!r}").text())
 
 
 @dataclass(frozen=True)

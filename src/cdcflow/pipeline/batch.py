@@ -160,6 +160,8 @@ class BatchRunner:
         self.internal = cfg.namespace + "__cdcflow"
         self.writer = Writer(self.catalog, self.pipeline_id)
         self.first_batch = True
+        #: what the batch in progress cannot read (a Kafka source past lost offsets)
+        self.skipped: dict[str, str] = {}
         #: the highest batch id this function has begun to apply
         self.begun: int | None = None
         #: the run of the streaming query that gave the last batch
@@ -242,6 +244,7 @@ class BatchRunner:
             ):
                 self.first_batch = False
                 return
+        self.skipped = self._skipped(spark, batch_id)
         decoded = self._columns(self._frame(df)).persist()
         try:
             report = self._process(spark, decoded, batch_id, check, started)
@@ -254,6 +257,18 @@ class BatchRunner:
             self.expire(spark)
         if self.on_report:
             self.on_report(report)
+
+    def _skipped(self, spark: SparkSession, batch_id: int) -> dict[str, str]:
+        """For a Kafka source that goes on past lost offsets, what this batch cannot read
+        (see :mod:`cdcflow.pipeline.kafka`)."""
+        kafka = self.src.kafka
+        if kafka is None or kafka.fail_on_data_loss or self.checkpoint is None:
+            return {}
+        from cdcflow.pipeline.kafka import batch_start, log_starts, skipped
+
+        start = batch_start(spark, self.checkpoint, batch_id)
+        earliest = log_starts(spark, kafka.spark_options(self.src.name), sorted(start))
+        return skipped(start, earliest)
 
     def _empty_files(self, spark: SparkSession, seen: set[str], batch_id: int) -> DataFrame | None:
         """The rows of the batch's zero-byte files, which Spark's scan never reads (the files
@@ -628,6 +643,7 @@ class BatchRunner:
             held=hold.held if hold is not None else 0,
             released=hold.released if hold is not None else 0,
             stages=dict(clock.seconds),
+            skipped=dict(self.skipped),
         )
         with clock.stage("history"):
             self._history(spark, report, started, clock)
@@ -825,10 +841,11 @@ class BatchRunner:
         ops = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.operations.items())
         tables = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.tables.items())
         stages = ", ".join(f"{lit(k)}, CAST({v:.3f} AS double)" for k, v in clock.seconds.items())
+        lost = ", ".join(f"{lit(k)}, {lit(v)}" for k, v in sorted(report.skipped.items()))
         sql = f"""
             INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
                                  duplicates, conflicts, stale, dead_lettered, tables, seconds,
-                                 stages, source, applied, undelivered)
+                                 stages, source, applied, undelivered, skipped)
             SELECT {lit(self.pipeline_id)}, {report.batch_id},
               timestamp_millis({int(started * 1000)}), current_timestamp(), {report.events},
               {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
@@ -836,7 +853,8 @@ class BatchRunner:
               {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
               {report.seconds:.3f}D,
               {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"},
-              {lit(self.source)}, {report.applied}, {report.undelivered}
+              {lit(self.source)}, {report.applied}, {report.undelivered},
+              {f"map({lost})" if lost else "CAST(map() AS map<string,string>)"}
         """
         self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)
 

@@ -399,7 +399,7 @@ class Checkpoint:
             record = known.get(src.name)
             if record is None and src.renamed_from and src.renamed_from in known:
                 old = known.pop(src.renamed_from)
-                record = replace(old, name=src.name, path=src.path or "", dialect=src.dialect)
+                record = replace(old, name=src.name, path=src.location, dialect=src.dialect)
                 self.store.write(record.to_json(), "sources", record.id, SOURCE_FILE)
             if record is None:
                 if src.name in {r.id for r in known.values()}:
@@ -415,9 +415,7 @@ class Checkpoint:
                 # starts a new query whose batch ids begin at 0 again, which the ledger of the
                 # earlier one would take for batches already committed
                 ledger = f"{pipeline_id}/{src.name}/{uuid.uuid4().hex[:8]}"
-                record = SourceRecord(
-                    src.name, src.name, src.path or "", src.dialect, names, ledger
-                )
+                record = SourceRecord(src.name, src.name, src.location, src.dialect, names, ledger)
                 self.store.write(record.to_json(), "sources", record.id, SOURCE_FILE)
             else:
                 self._check(src, record)
@@ -488,7 +486,7 @@ class Checkpoint:
             )
         if src.dialect != record.dialect and record.dialect != "auto":
             # a dialect can be corrected (files already read stay as they were decoded)
-            updated = replace(record, name=src.name, path=src.path or "", dialect=src.dialect)
+            updated = replace(record, name=src.name, path=src.location, dialect=src.dialect)
             self.store.write(updated.to_json(), "sources", record.id, SOURCE_FILE)
 
     # ------------------------------------------------------------------ earlier layout
@@ -528,8 +526,6 @@ class Checkpoint:
             # a sole source keeps the ledger it had, so a batch replayed after the upgrade is
             # still recognised
             ledger = pipeline_id if len(self.cfg.sources) == 1 else f"{pipeline_id}/{src.name}"
-            record = SourceRecord(
-                src.name, src.name, src.path or "", src.dialect, "{table}", ledger
-            )
+            record = SourceRecord(src.name, src.name, src.location, src.dialect, "{table}", ledger)
             self.store.write(record.to_json(), "sources", src.name, SOURCE_FILE)
         self.store.rename(["stream"], ["stream.before-per-source"])

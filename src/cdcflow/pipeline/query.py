@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
 from cdcflow.errors import CdcflowError, ConfigError
@@ -119,6 +119,13 @@ def bind_catalog(spark: SparkSession, cfg: PipelineConfig) -> None:
         )
 
 
+def _java_exception(query: StreamingQuery) -> Any | None:
+    """The Java exception a streaming query ended with (PySpark's own conversion keeps only
+    the text of a cause that is not one of Spark's)."""
+    found = query._jsq.exception()
+    return found.get() if found.isDefined() else None
+
+
 class SourceMissing(ConfigError):
     """A source's landing zone does not exist."""
 
@@ -185,6 +192,8 @@ class Pipeline:
         self.checkpoint: Checkpoint | None = None
         self.shared: Shared | None = None
         self._sources: dict[str, tuple[SourceConfig, SourceRecord]] = {}
+        self._launchers: list[Callable[[], StreamingQuery]] = []
+        self._restarts: dict[int, int] = {}
 
     @property
     def spark(self) -> SparkSession:
@@ -320,11 +329,14 @@ class Pipeline:
                 self._check_path(src)
 
     def _check_path(self, src: SourceConfig) -> None:
+        if src.kafka is not None:
+            return
         if src.path is None:
             raise SourceMissing(
-                f"source {src.name!r} has no path, and no DataFrame was given for it",
-                hint="cdcflow run reads landing zones: set the source's path; from Python, "
-                "give the source's DataFrame to Pipeline.start (inputs)",
+                f"source {src.name!r} has no path or kafka topics, and no DataFrame was given "
+                "for it",
+                hint="cdcflow run reads landing zones and Kafka topics: set the source's path "
+                "or kafka; from Python, give the source's DataFrame to Pipeline.start (inputs)",
             )
         if "://" in src.path:
             return
@@ -343,13 +355,15 @@ class Pipeline:
     def stream(
         self, src: SourceConfig, record: SourceRecord, data: DataFrame | Decoded | None
     ) -> DataFrame:
-        """The decoded stream of one source: its landing zone's files, or the DataFrame given
-        for it (raw messages are decoded, canonical events pass as they are)."""
+        """The decoded stream of one source: its landing zone's files, its Kafka topics, or the
+        DataFrame given for it (raw messages are decoded, canonical events pass as they
+        are)."""
         from cdcflow.decode.spark import (
             Decoded,
             decode_dataframe,
             decoded_frame,
             is_decoded,
+            read_kafka,
             read_raw,
         )
 
@@ -357,6 +371,8 @@ class Pipeline:
             return data.frame
         if data is not None and is_decoded(data):
             return decoded_frame(data)
+        if data is None and src.kafka is not None:
+            data = read_kafka(self._stream_session(), src.kafka.spark_options(src.name))
         if data is None:
             assert src.path is not None
             data = read_raw(
@@ -387,27 +403,73 @@ class Pipeline:
         self.check_paths(given)
         self.open()
         assert self.checkpoint is not None
+        self._launchers = []
         try:
             for src in self.cfg.sources:
                 _, record = self._sources[src.name]
                 location = self.checkpoint.query_path(record)
                 runner = self.foreach_batch(src.name, on_report, checkpoint=location)
-                writer = (
-                    self.stream(src, record, given.get(src.name))
-                    .writeStream.foreachBatch(runner)
-                    .option("checkpointLocation", location)
-                    .queryName(f"cdcflow_{self.cfg.pipeline}_{record.id}")
-                )
-                if follow:
-                    seconds = parse_duration(self.cfg.follow_interval)
-                    writer = writer.trigger(processingTime=f"{seconds} seconds")
-                else:
-                    writer = writer.trigger(availableNow=True)
-                self.queries.append(writer.start())
+                launch = self._launcher(src, record, given.get(src.name), runner, location, follow)
+                self._launchers.append(launch)
+                self.queries.append(launch())
         except BaseException:
             self.close()
             raise
         return self.queries
+
+    def _launcher(
+        self,
+        src: SourceConfig,
+        record: SourceRecord,
+        data: DataFrame | Decoded | None,
+        runner: BatchRunner,
+        location: str,
+        follow: bool,
+    ) -> Callable[[], StreamingQuery]:
+        """What starts (and, after a known failure of Spark's, starts again) one source's
+        query."""
+
+        def launch() -> StreamingQuery:
+            writer = (
+                self.stream(src, record, data)
+                .writeStream.foreachBatch(runner)
+                .option("checkpointLocation", location)
+                .queryName(f"cdcflow_{self.cfg.pipeline}_{record.id}")
+            )
+            if follow:
+                seconds = parse_duration(self.cfg.follow_interval)
+                writer = writer.trigger(processingTime=f"{seconds} seconds")
+            else:
+                writer = writer.trigger(availableNow=True)
+            return writer.start()
+
+        return launch
+
+    def _restart_failed(self) -> bool:
+        """Start again a Kafka source's query that ended on SPARK-57438 (see
+        :func:`cdcflow.spark.errors.kafka_restart_bug`), at most a few times a run; whether
+        every failed query was started again."""
+        from cdcflow.spark.errors import kafka_restart_bug
+
+        for i, q in enumerate(self.queries):
+            exc = _java_exception(q)
+            if exc is None:
+                continue
+            if (
+                not kafka_restart_bug(exc)
+                or self._restarts.get(i, 0) >= 3
+                or i >= len(self._launchers)
+            ):
+                return False
+            self._restarts[i] = self._restarts.get(i, 0) + 1
+            logging.getLogger("cdcflow").warning(
+                "cdcflow: source %s: Spark's Kafka source failed to report progress after a "
+                "batch it ran again (SPARK-57438, PySpark 4.1.0-4.1.2); its query is started "
+                "again",
+                self.cfg.sources[i].name,
+            )
+            self.queries[i] = self._launchers[i]()
+        return True
 
     @property
     def query(self) -> StreamingQuery:
@@ -461,7 +523,12 @@ class Pipeline:
         result = RunResult()
         started = time.monotonic()
         try:
-            while any(q.isActive for q in self.queries):
+            while True:
+                if any(q.exception() is not None for q in self.queries):
+                    if not self._restart_failed():
+                        break
+                if not any(q.isActive for q in self.queries):
+                    break
                 if should_stop is not None and should_stop():
                     result.stopped = True
                     self.stop()
@@ -469,8 +536,6 @@ class Pipeline:
                 if timeout is not None and time.monotonic() - started > timeout:
                     result.stopped = True
                     self.stop()
-                    break
-                if any(q.exception() is not None for q in self.queries):
                     break
                 time.sleep(0.2)
             ended = self._await_queries()
@@ -515,14 +580,20 @@ class Pipeline:
         return ended
 
     def _failure(self, ended: BaseException | None) -> BaseException | None:
-        """What ended the run: a batch's own failure, else a query's."""
-        failures = [r.failure for r in self.runners if r.failure is not None]
-        if failures:
-            return failures[0]
-        for q in self.queries:
+        """What ended the run: a batch's own failure, else a query's (offsets gone from Kafka
+        as ``KAFKA_DATA_LOSS``, naming the source, topic, partition and offsets)."""
+        from cdcflow.spark.errors import kafka_data_loss
+
+        for runner in self.runners:
+            if runner.failure is not None:
+                return kafka_data_loss(runner.failure, runner.src.name) or runner.failure
+        for q, src in zip(self.queries, [s.name for s in self.cfg.sources], strict=False):
             exc = q.exception()
             if exc is not None:
-                return CdcflowError(first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT)
+                lost = kafka_data_loss(_java_exception(q) or exc, src)
+                return lost or CdcflowError(
+                    first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT
+                )
         if ended is not None:
             return CdcflowError(first_line(ended), code="PIPELINE_FAILED", hint=DEBUG_HINT)
         return None

@@ -161,7 +161,8 @@ def list_dead_letters(
     raw_bytes: int | None = 80,
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Columns and rows of the chosen dead letters, oldest first (``raw``: the message's
-    bytes, cut to ``raw_bytes`` unless ``None``)."""
+    bytes, cut to ``raw_bytes`` unless ``None``). A Kafka record's origin shows its offset:
+    ``kafka://<topic>/<partition>@<offset>``."""
     from cdcflow.pipeline.results import dead_letters
 
     ids = _source_ids(cfg, spark, chosen.sources) if chosen.sources else None
@@ -176,7 +177,8 @@ def list_dead_letters(
             "source",
             "batch_id AS batch",
             "first_seen",
-            "origin",
+            "CASE WHEN origin LIKE 'kafka://%' THEN concat(origin, '@', offset) "
+            "ELSE origin END AS origin",
             "line",
             "offset",
             "item",

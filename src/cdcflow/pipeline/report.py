@@ -76,6 +76,9 @@ class BatchReport:
     released: int = 0
     #: seconds per stage (see :data:`STAGES`)
     stages: dict[str, float] = field(default_factory=dict)
+    #: a Kafka source with ``fail_on_data_loss: false``: offsets no longer in Kafka when the
+    #: batch read, ``<topic>-<partition>`` → ``<from>-<to>`` (``to`` excluded)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -137,6 +140,9 @@ def format_report(report: BatchReport, source: bool = False) -> str:
     if slowest is not None:
         extra += f" · slowest stage {slowest[0]} {slowest[1]:.1f}s"
     undelivered = f" · {report.undelivered:,} undelivered" if report.undelivered else ""
+    if report.skipped:
+        lost = ", ".join(f"{tp} {span}" for tp, span in sorted(report.skipped.items()))
+        extra += f" · offsets no longer in Kafka, skipped: {lost}"
     head = f"{report.source} batch" if source and report.source else "batch"
     return (
         f"{head} {report.batch_id}: {report.events:,} events ({ops or 'none'}) · "

@@ -31,7 +31,6 @@ configuration holds their names, and the values live in :class:`Secret` objects 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cdcflow.config import parse_duration
 from cdcflow.errors import ConfigError
+from cdcflow.secrets import Secret, read_secret
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
@@ -77,28 +77,6 @@ def parse_size(value: str | int) -> int:
     return size
 
 
-class Secret:
-    """A secret value that never shows itself in ``repr``, ``str`` or logs."""
-
-    __slots__ = ("_value", "origin")
-
-    def __init__(self, value: bytes, origin: str) -> None:
-        self._value = value
-        self.origin = origin  # "env NAME" / "file PATH": safe to show
-
-    def reveal(self) -> bytes:
-        """The secret's bytes (for HMAC and comparisons only)."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return f"Secret(<hidden>, from {self.origin})"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> Any:
-        raise TypeError("secrets are not pickled")
-
-
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -122,21 +100,7 @@ class _SecretSource(_Model):
 
     def resolve(self, where: str) -> Secret:
         """Read the secret now; errors name the variable or file, never the value."""
-        env, path = self._names()
-        if env is not None:
-            value = os.environ.get(env)
-            if value is None or not value.strip():
-                raise ConfigError(f"{where}: environment variable {env} is not set or empty")
-            return Secret(value.strip().encode("utf-8"), f"env {env}")
-        assert path is not None
-        try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            raise ConfigError(f"{where}: cannot read secret file {path}: {e.strerror}") from None
-        data = data.strip()
-        if not data:
-            raise ConfigError(f"{where}: secret file {path} is empty")
-        return Secret(data, f"file {path}")
+        return read_secret(*self._names(), where)
 
 
 class SignatureAuth(_SecretSource):

@@ -6,7 +6,7 @@ their text; the position of a syntax error comes from the exception's own fields
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from cdcflow.errors import CdcflowError, CommandFailed, did_you_mean
@@ -101,3 +101,95 @@ def spark_problem(exc: BaseException, query: str | None = None) -> CdcflowError 
             )
         return SqlError(f"Spark refused the query: {first_line(exc)}", hint=DEBUG_HINT)
     return CommandFailed(f"Spark failed: {first_line(exc)}", code="SPARK_FAILED", hint=DEBUG_HINT)
+
+
+def java_causes(exc: Any, depth: int = 20) -> Iterator[Any]:
+    """A Java exception (or the one behind a Python exception raised by Spark) and its
+    causes."""
+    if not isinstance(exc, BaseException):
+        current = exc
+    else:
+        current = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    python: Any = exc
+    while current is None and python is not None:
+        python = getattr(python, "_cause", None) or getattr(python, "cause", None)
+        current = getattr(python, "java_exception", None) or getattr(python, "_origin", None)
+    seen = 0
+    while current is not None and seen < depth:
+        yield current
+        seen += 1
+        try:
+            current = current.getCause()
+        except Exception:  # not a Java throwable after all
+            return
+
+
+def _kafka_loss_text(condition: str, params: dict[str, str]) -> str:
+    part = params.get("topicPartition", "")
+    if condition.endswith("COULD_NOT_READ_OFFSET_RANGE"):
+        return (
+            f"offsets {params.get('startOffset')} to {params.get('endOffset')} of {part} are no "
+            "longer in Kafka"
+        )
+    if condition.endswith("START_OFFSET_RESET"):
+        return (
+            f"{part} now starts at offset {params.get('fetchedOffset')}, after offset "
+            f"{params.get('offset')} where the source was"
+        )
+    if condition.endswith("PARTITIONS_DELETED"):
+        return f"partitions {params.get('partitions')} were deleted"
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(params.items()) if k != "groupId")
+    return f"{condition}: {shown}" if shown else condition
+
+
+def kafka_data_loss(exc: Any, source: str) -> CdcflowError | None:
+    """``KAFKA_DATA_LOSS`` when ``exc`` is Spark's Kafka source finding offsets it still
+    needed gone (retention, a deleted topic), by the Java exception's class and error class;
+    ``None`` otherwise."""
+    for java in java_causes(exc):
+        try:
+            name = str(java.getClass().getName())
+            condition = ""
+            params: dict[str, str] = {}
+            if hasattr(java, "getErrorClass"):
+                condition = str(java.getErrorClass() or "")
+                params = {str(k): str(v) for k, v in dict(java.getMessageParameters()).items()}
+        except Exception:  # a Java object of another kind: not this error
+            continue
+        if condition.startswith("KAFKA_DATA_LOSS") or name.endswith("KafkaIllegalStateException"):
+            return CdcflowError(
+                f"source {source!r}: {_kafka_loss_text(condition, params)}: retention (or a "
+                "topic deleted and created again) removed records the source had not read",
+                code="KAFKA_DATA_LOSS",
+                hint="those records are lost to this source; to go on from the oldest offsets "
+                "Kafka still has, set kafka.fail_on_data_loss: false on the source (the "
+                "offsets skipped are recorded in cdcflow history); to read the topics again "
+                "from the start, rebuild the source (docs/kafka.md)",
+            )
+    return None
+
+
+def kafka_restart_bug(exc: Any) -> bool:
+    """Whether a streaming query ended on Spark's Kafka source failing to report its progress
+    after a batch it re-ran from its offset log at a restart (SPARK-57438, Spark 4.1.0–4.1.2:
+    ``NullPointerException`` in ``KafkaMicroBatchStream.metrics``). The batch itself was
+    applied and committed; the query, started again, goes on. Told by the exception's class
+    and the frame it was thrown from."""
+    for java in java_causes(exc):
+        try:
+            if str(java.getClass().getName()) != "java.lang.NullPointerException":
+                continue
+            frames = java.getStackTrace()
+            if len(frames) == 0:
+                continue
+            top = frames[0]
+            if (
+                str(top.getClassName()).startswith(
+                    "org.apache.spark.sql.kafka010.KafkaMicroBatchStream"
+                )
+                and str(top.getMethodName()) == "metrics"
+            ):
+                return True
+        except Exception:  # not a Java throwable
+            continue
+    return False

@@ -366,6 +366,10 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     find_java()
     for name in ("py4j", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # PySpark 4 logs every error it hands over to Python as a JSON line on stderr; cdcflow
+    # reports the errors it receives itself (coded), and lets its callers do the same
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     submitted = submitted_conf()
     files: list[str] = []
     if submitted is None:
@@ -388,4 +392,20 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
+    _quiet_jvm_loggers(spark)
     return spark
+
+
+#: JVM loggers whose warnings are expected and carry a stack trace: Hadoop's process helper
+#: interrupted while a stopping query's threads end.
+_QUIET_JVM = ("org.apache.hadoop.util.Shell",)
+
+
+def _quiet_jvm_loggers(spark: SparkSession) -> None:
+    jvm: Any = spark.sparkContext._jvm
+    try:
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        for name in _QUIET_JVM:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception:  # another logging backend than log4j 2: leave it as configured
+        return

@@ -3,20 +3,23 @@ broker and reads topics back (tests, ``make kafka-demo``).
 
 A producer's Kafka form is its topics, keys, values, headers and partitioning:
 
-- ``debezium`` (the PostgreSQL connector): a topic per table (``app.public.<table>``), the
-  key message as the Kafka key (so a key stays on one partition), null-value tombstones after
-  deletes and key changes, the transaction metadata topic (``app.transaction``) and a schema
-  change topic (``app``) where a column is added;
-- ``cockroachdb`` (the Kafka sink): a topic per table, the key as a JSON array of the primary
-  key's values, the value without key or topic, and every resolved timestamp sent to every
-  partition of every topic;
+- ``debezium`` (the PostgreSQL connector): a topic per table (``<prefix>.public.<table>``),
+  the key message as the Kafka key (so a key stays on one partition), null-value tombstones
+  after deletes and key changes, the transaction metadata topic (``<prefix>.transaction``) and
+  the schema change topic (``<prefix>``) where a column is added;
+- ``cockroachdb`` (the Kafka sink with ``full_table_name``): a topic per table
+  (``<database>.public.<table>``), the key as a JSON array of the primary key's values, the
+  value without key or topic, and every resolved timestamp sent to every partition of every
+  topic;
 - ``sqlserver_ces`` (change event streaming into Event Hubs, read through its Kafka endpoint):
-  one topic (the event hub), no key (Event Hubs spreads events over partitions), CloudEvents in
-  structured content mode or binary content mode (``ce_*`` headers, the ``data`` as the value),
-  and the segments of a split message on different partitions;
-- ``savegress`` (the unified format's Kafka message form): a topic per table, key
+  one topic (the event hub, ``<prefix>``), no key (Event Hubs spreads events over
+  partitions), CloudEvents in structured content mode or binary content mode (``ce_*``
+  headers, the ``data`` as the value), and the segments of a split message on different
+  partitions;
+- ``savegress`` (the unified format's Kafka message form): a topic per table
+  (``<prefix>.<table>``), key
   ``<table>:<primary key>``, the event as the value, ``savegress-*`` headers; transaction
-  markers on ``cdc.transactions``.
+  markers on ``<prefix>.transactions``.
 
 Delivery faults (``faults=True``): records sent twice, and a producer restart that resends a
 run of records already sent. Order across partitions is whatever the broker gives: ordering
@@ -75,7 +78,7 @@ def _with_faults(records: list[KafkaRecord], rng: random.Random) -> list[KafkaRe
     return out
 
 
-def _debezium(w: Workload, seed: int, faults: bool, partitions: int) -> KafkaDelivery:
+def _debezium(w: Workload, seed: int, faults: bool, partitions: int, prefix: str) -> KafkaDelivery:
     from cdcflow.testing.render_debezium import decode_options, render_records
 
     records: list[KafkaRecord] = []
@@ -96,10 +99,10 @@ def _debezium(w: Workload, seed: int, faults: bool, partitions: int) -> KafkaDel
                     "ddl": ddl,
                     "tableChanges": [{"type": "ALTER", "id": f'"app"."public"."{table}"'}],
                 }
-                records.append(KafkaRecord("app", _json({"databaseName": "app"}), _json(change)))
+                records.append(KafkaRecord(prefix, _json({"databaseName": "app"}), _json(change)))
         records.append(
             KafkaRecord(
-                topic,
+                prefix + topic.removeprefix("app"),
                 None if key is None else _json(key),
                 None if value is None else _json(value),
             )
@@ -115,15 +118,18 @@ def _added(w: Workload, table: str, column: str) -> bool:
     )
 
 
-def _cockroachdb(w: Workload, seed: int, faults: bool, partitions: int) -> KafkaDelivery:
+def _cockroachdb(
+    w: Workload, seed: int, faults: bool, partitions: int, prefix: str
+) -> KafkaDelivery:
     from cdcflow.testing.render_cockroachdb import decode_options, kafka_messages
 
     messages, resolved = kafka_messages(w, seed=seed, faults=faults)
+    # full_table_name: <database>.<schema>.<table>
     records = [
-        KafkaRecord(table, _json(key), None if doc is None else _json(doc))
+        KafkaRecord(f"{prefix}.public.{table}", _json(key), None if doc is None else _json(doc))
         for table, key, doc in messages
     ]
-    topics = sorted(w.tables)
+    topics = sorted(f"{prefix}.public.{t}" for t in w.tables)
     if resolved is not None:
         for topic in topics:
             for partition in range(partitions):
@@ -133,7 +139,9 @@ def _cockroachdb(w: Workload, seed: int, faults: bool, partitions: int) -> Kafka
     return KafkaDelivery("cockroachdb", records, decode_options(w), topics)
 
 
-def _sqlserver_ces(w: Workload, seed: int, faults: bool, partitions: int) -> KafkaDelivery:
+def _sqlserver_ces(
+    w: Workload, seed: int, faults: bool, partitions: int, prefix: str
+) -> KafkaDelivery:
     from cdcflow.testing.render_sqlserver_ces import (
         EVENT_KINDS,
         decode_options,
@@ -163,18 +171,18 @@ def _sqlserver_ces(w: Workload, seed: int, faults: bool, partitions: int) -> Kaf
             else:
                 headers = (("content-type", b"application/cloudevents+json"),)
                 value = _json(piece)
-            records.append(KafkaRecord("ces", None, value, headers, partition))
-    return KafkaDelivery("sqlserver_ces", records, decode_options(w), ["ces"])
+            records.append(KafkaRecord(prefix, None, value, headers, partition))
+    return KafkaDelivery("sqlserver_ces", records, decode_options(w), [prefix])
 
 
-def _savegress(w: Workload, seed: int, faults: bool, partitions: int) -> KafkaDelivery:
+def _savegress(w: Workload, seed: int, faults: bool, partitions: int, prefix: str) -> KafkaDelivery:
     from cdcflow.testing.render_savegress import _kafka, decode_options, render_messages
 
     records = []
     for doc in render_messages(w, markers=True):
         form = _kafka(doc, w)
         table = doc.get("table")
-        topic = f"cdc.{table}" if table else "cdc.transactions"
+        topic = f"{prefix}.{table}" if table else f"{prefix}.transactions"
         headers = tuple((k, str(v).encode()) for k, v in form["headers"].items())
         records.append(KafkaRecord(topic, form["key"].encode(), _json(form["value"]), headers))
     topics = sorted({r.topic for r in records})
@@ -189,11 +197,23 @@ _FORMS = {
 }
 
 
+#: Each producer's default topic prefix (the connector's topic prefix, the database of
+#: CockroachDB's full table names, the event hub).
+PREFIXES = {"cockroachdb": "shop", "debezium": "app", "savegress": "cdc", "sqlserver_ces": "ces"}
+
+
 def delivery(
-    dialect: str, workload: Workload, *, seed: int, faults: bool = True, partitions: int = 3
+    dialect: str,
+    workload: Workload,
+    *,
+    seed: int,
+    faults: bool = True,
+    partitions: int = 3,
+    prefix: str | None = None,
 ) -> KafkaDelivery:
-    """A workload in ``dialect``'s Kafka form (one of :data:`KAFKA_DIALECTS`)."""
-    found = _FORMS[dialect](workload, seed, faults, partitions)
+    """A workload in ``dialect``'s Kafka form (one of :data:`KAFKA_DIALECTS`); its topics
+    start with ``prefix`` (default :data:`PREFIXES`)."""
+    found = _FORMS[dialect](workload, seed, faults, partitions, prefix or PREFIXES[dialect])
     if faults:
         found.records = _with_faults(found.records, random.Random(seed + 1))
     return found
