@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 VENV35 := .venv-spark35
 STAMP35 := $(VENV35)/.installed
 
-.PHONY: setup setup-spark35 demo test test-spark35 test-fast fuzz bench lint proto check-install constraints cluster-demo clean
+.PHONY: setup setup-spark35 demo kafka-demo test test-spark35 test-fast fuzz bench lint proto check-install constraints cluster-demo clean
 
 # pyproject.toml declares ranges; constraints.txt pins the exact versions installed here and in CI.
 # The jars (Iceberg's Spark runtime, JDBC drivers, Spark's Kafka connector) are resolved by their
@@ -35,6 +35,10 @@ setup-spark35: $(STAMP35)
 
 demo: $(STAMP)
 	$(VENV)/bin/cdcflow demo
+
+# The demo through a Kafka broker started from its Maven artifacts (and stopped at the end).
+kafka-demo: $(STAMP)
+	$(VENV)/bin/cdcflow demo --kafka --dir ./demo-data/kafka
 
 test: $(STAMP)
 	$(PY) -m pytest -q

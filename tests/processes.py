@@ -21,19 +21,21 @@ def pipeline_config(
     namespace: str = "crash",
     dialect: str = "savegress",
     files_per_batch: int | None = 1,
+    kafka: dict[str, Any] | None = None,
     **extra: Any,
 ) -> Path:
-    """``root/pipeline.yaml`` for one source over ``root/landing`` with the decoder options a
-    renderer gave (keys, types, options), on the test session's warehouse."""
+    """``root/pipeline.yaml`` for one source over ``root/landing`` (or the Kafka topics of
+    ``kafka``, the source's ``kafka:`` section) with the decoder options a renderer gave (keys,
+    types, options), on the test session's warehouse."""
     source: dict[str, Any] = {
         "name": "s",
-        "path": str(root / "landing"),
+        **({"kafka": kafka} if kafka else {"path": str(root / "landing")}),
         "dialect": dialect,
         "keys": {t: list(k) for t, k in options.table_keys.items()},
         "types": {t: dict(c) for t, c in options.column_types.items()},
         "options": dict(options.extra),
     }
-    if files_per_batch is not None:
+    if files_per_batch is not None and not kafka:
         source["max_files_per_batch"] = files_per_batch
     cfg = {
         "pipeline": namespace,

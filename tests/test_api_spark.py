@@ -167,7 +167,8 @@ def test_a_condition_spark_cannot_read_or_a_source_without_input_stops_before_an
     with pytest.raises(ConfigError) as e:
         cdc.pipeline(spark=spark, **settings).run()
     assert str(e.value) == (
-        "[SOURCE_PATH_MISSING] source 'main' has no path, and no DataFrame was given for it"
+        "[SOURCE_PATH_MISSING] source 'main' has no path or kafka topics, "
+        "and no DataFrame was given for it"
     )
 
 

@@ -5,21 +5,29 @@ pipeline with Spark's Kafka connector; the replicas equal the oracle."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from cdcflow.config import load_config
+from cdcflow.config import load_config, load_config_file
 from cdcflow.errors import CdcflowError
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.report import format_report
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
-from cdcflow.testing.kafka import KAFKA_DIALECTS, delivery, produce
+from cdcflow.testing.kafka import KAFKA_DIALECTS, KafkaRecord, delivery, produce
 from cdcflow.testing.renderers import renderer_features
+from cdcflow.testing.services.base import free_port
 from cdcflow.testing.workload import Workload, generate
+from tests.processes import pipeline_config
 
 pytestmark = pytest.mark.spark
 
@@ -64,7 +72,7 @@ def test_each_producers_kafka_form_through_a_real_broker_equals_the_oracle(
     n = next(_names)
     w = generate(50 + n, tables=3, transactions=40, features=renderer_features(dialect))
     sent = delivery(dialect, w, seed=50 + n, prefix=f"k{n}{dialect[:4]}")
-    assert produce(kafka.bootstrap, sent.records) == len(sent.records)
+    assert len(produce(kafka.bootstrap, sent.records)) == len(sent.records)
     name = f"kafka_{dialect}"
     cfg = kafka_config(tmp_path, name, dialect, kafka.bootstrap, sent.options, topics=sent.topics)
     reports = Pipeline(cfg, spark).run().reports
@@ -74,7 +82,6 @@ def test_each_producers_kafka_form_through_a_real_broker_equals_the_oracle(
 
 def _savegress_records(w: Workload, topic: str, txs: slice) -> list[Any]:
     """The unified format's Kafka form of some transactions, on one topic."""
-    from cdcflow.testing.kafka import KafkaRecord
     from cdcflow.testing.render_savegress import _kafka, render_messages
 
     out = []
@@ -147,3 +154,277 @@ def test_offsets_deleted_before_they_were_read_stop_the_source_or_are_recorded(
     history = spark.sql("SELECT skipped FROM cdc.lossy__cdcflow.batches WHERE size(skipped) > 0")
     assert [dict(r["skipped"]) for r in history.collect()] == [skipped]
     assert "offsets no longer in Kafka, skipped: " in format_report(reports[0])
+
+
+def _follow(config: Path, crash_after: str | None, kill_after_batches: int | None) -> int:
+    """``cdcflow run --follow`` in a process of its own, killed by ``CDCFLOW_CRASH_AFTER``
+    right after one commit, or with SIGKILL into the batch after ``kill_after_batches``."""
+    env = {k: v for k, v in os.environ.items() if k != "CDCFLOW_CRASH_AFTER"}
+    if crash_after:
+        env["CDCFLOW_CRASH_AFTER"] = crash_after
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow", "run", str(config), "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    # a crash point that never comes would leave the run following forever
+    guard = threading.Timer(240, lambda: os.killpg(proc.pid, signal.SIGTERM))
+    guard.start()
+    try:
+        assert proc.stdout is not None
+        batches = 0
+        for line in proc.stdout:
+            batches += line.startswith("batch ")
+            if kill_after_batches is not None and batches >= kill_after_batches:
+                time.sleep(1.5)  # into the next batch's work
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        return proc.wait(timeout=600)
+    finally:
+        guard.cancel()
+
+
+def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_blocks_nothing(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """A following run over Debezium topics killed right after a merge, a dead-letter commit,
+    a batch-history commit and another merge, and in the middle of a batch; the rerun gives
+    the oracle's replicas, every batch in the history once, each poison record dead-lettered
+    once with its Kafka coordinates."""
+    w = generate(71, tables=3, transactions=60, features=renderer_features("debezium"))
+    sent = delivery("debezium", w, seed=71, prefix="crash71")
+    table_topic = "crash71.public." + sorted(w.tables)[0]
+    # a poison record on partition 1 of a table's topic every 30 records: every batch has one
+    records: list[KafkaRecord] = []
+    poisons: list[int] = []
+    for i, r in enumerate(sent.records):
+        if i % 30 == 0:
+            poisons.append(len(records))
+            records.append(KafkaRecord(table_topic, b"{}", b"this is not json", partition=1))
+        records.append(r)
+    stored = produce(kafka.bootstrap, records)
+    poisoned = sorted(stored[i][1:] for i in poisons)
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = pipeline_config(
+        tmp_path,
+        warehouse,
+        sent.options,
+        namespace="kcrash",
+        dialect="debezium",
+        kafka={
+            "bootstrap_servers": kafka.bootstrap,
+            "topics": sent.topics,
+            "max_offsets_per_trigger": 40,
+        },
+        follow_interval="1s",
+    )
+    for step in ("merge@1", "dead_letters@2", "history@3", "merge@4"):
+        assert _follow(config, step, None) == 137, step
+    assert _follow(config, None, kill_after_batches=1) == -signal.SIGKILL
+    assert Pipeline(load_config_file(config), spark).run().exit_status == 3  # the poison
+
+    assert_replicas(spark, "kcrash", w)
+    hist = spark.sql(
+        "SELECT batch_id, count(*) AS n FROM cdc.kcrash__cdcflow.batches GROUP BY batch_id"
+    ).collect()
+    assert hist and all(r["n"] == 1 for r in hist)
+    dead = spark.sql(
+        "SELECT origin, offset, error_code FROM cdc.kcrash__cdcflow.dead_letters ORDER BY offset"
+    ).collect()
+    assert [tuple(r) for r in dead] == [
+        (f"kafka://{table_topic}/{p}", offset, "NOT_JSON") for p, offset in poisoned
+    ]
+    from cdcflow.pipeline.replay import DeadLetterFilter, list_dead_letters
+
+    columns, listed = list_dead_letters(load_config_file(config), spark, DeadLetterFilter(), 50)
+    shown = sorted(r[columns.index("origin")] for r in listed)
+    assert shown == sorted(f"kafka://{table_topic}/{p}@{o}" for p, o in poisoned)
+
+
+def test_the_broker_stopped_for_30_seconds_while_following(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """The broker stops for 30 s under a following run and starts again (same port, same
+    data): the run keeps going and applies what was produced before and after."""
+    w = generate(72, tables=2, transactions=40, features=renderer_features("savegress"))
+    sent = delivery("savegress", w, seed=72, prefix="outage72")
+    half = len(sent.records) // 2
+    produce(kafka.bootstrap, sent.records[:half])
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = pipeline_config(
+        tmp_path,
+        warehouse,
+        sent.options,
+        namespace="koutage",
+        kafka={"bootstrap_servers": kafka.bootstrap, "topics": sent.topics},
+        follow_interval="2s",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow", "run", str(config), "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    guard = threading.Timer(420, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    guard.start()
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("batch "), first
+        bootstrap = kafka.bootstrap
+        assert kafka.stop() == "stopped"
+        time.sleep(30)
+        assert kafka.start() == bootstrap  # the same port: the run's address still holds
+        produce(kafka.bootstrap, sent.records[half:])
+        deadline = time.monotonic() + 180
+        applied = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                assert_replicas(spark, "koutage", w)
+                applied = True
+                break
+            except AssertionError:
+                time.sleep(3)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        guard.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert applied, first + out + err[-2000:]
+    assert proc.returncode == 0, out + err[-2000:]  # it kept going, and stopped cleanly
+
+
+def test_the_canonical_stream_out_to_a_topic(spark: Any, kafka: Any, tmp_path: Path) -> None:
+    """A Kafka output: every row event applied is a record of the topic (at least once), in
+    the unified format's Kafka form, a key's records on one partition, the event id in a
+    header; a broker that cannot be reached dead-letters the batch's events as
+    DELIVERY_FAILED and the run goes on."""
+    from cdcflow.decode.decoder import Decoder
+    from cdcflow.outputs.stream import OUTPUT_OPERATIONS
+    from cdcflow.testing.kafka import consume
+    from cdcflow.testing.renderers import renderer
+
+    w = generate(73, tables=2, transactions=30, features=renderer_features("savegress"))
+    res = renderer("savegress")(w, tmp_path / "landing", seed=73)
+    expected: dict[str, dict[str, Any]] = {}
+    decoder = Decoder("savegress", res.options)
+    for f in res.files:
+        for out in decoder.decode_file(f.read_bytes(), str(f)):
+            for e in out.events:
+                if e["operation"] in OUTPUT_OPERATIONS:
+                    expected[e["id"]] = e
+    cfg = load_config(
+        {
+            "pipeline": "kout",
+            "checkpoint": str(tmp_path / "checkpoint"),
+            "namespace": "kout",
+            "sources": [
+                {
+                    "name": "s",
+                    "path": str(tmp_path / "landing"),
+                    "dialect": "savegress",
+                    "keys": {t: list(k) for t, k in res.options.table_keys.items()},
+                    "types": {t: dict(c) for t, c in res.options.column_types.items()},
+                    "options": dict(res.options.extra),
+                }
+            ],
+            "outputs": [
+                {
+                    "type": "kafka",
+                    "name": "stream",
+                    "kafka": {"bootstrap_servers": kafka.bootstrap, "topic": "kout.events"},
+                }
+            ],
+        }
+    )
+    from cdcflow.testing.kafka import create_topics
+
+    create_topics(kafka.bootstrap, ["kout.events"])
+    reports = Pipeline(cfg, spark).run().reports
+    assert sum(r.dead_lettered for r in reports) == 0
+    records = consume(kafka.bootstrap, ["kout.events"])
+    got: dict[str, dict[str, Any]] = {}
+    partitions: dict[bytes, set[int]] = {}
+    for r in records:
+        event = orjson.loads(r["value"])
+        headers = dict(r["headers"])
+        assert headers["savegress-event-id"].decode() == event["id"]
+        assert headers["savegress-table"].decode() == event["table"]
+        assert r["key"].decode().startswith(f"{event['table']}:")
+        partitions.setdefault(r["key"], set()).add(r["partition"])
+        got[event["id"]] = event
+    assert set(got) == set(expected)
+    assert all(len(p) == 1 for p in partitions.values())
+    for event_id, e in expected.items():
+        assert got[event_id]["operation"] == e["operation"]
+        assert got[event_id]["table"] == e["table"]
+
+    # a broker nobody answers at: the batch's events are dead letters, the run goes on
+    gone = f"127.0.0.1:{free_port()}"
+    broken = cfg.model_copy(
+        update={
+            "pipeline": "kout_gone",
+            "namespace": "kout_gone",
+            "checkpoint": str(tmp_path / "checkpoint_gone"),
+            "outputs": [
+                cfg.outputs[0].model_copy(
+                    update={
+                        "kafka": cfg.outputs[0].kafka.model_copy(  # type: ignore[union-attr]
+                            update={
+                                "bootstrap_servers": gone,
+                                "options": {
+                                    "kafka.max.block.ms": "3000",
+                                    "kafka.delivery.timeout.ms": "3000",
+                                    "kafka.request.timeout.ms": "2000",
+                                },
+                            }
+                        )
+                    }
+                )
+            ],
+        }
+    )
+    result = Pipeline(broken, spark).run(raise_on_failure=False)
+    assert result.failure is None
+    codes = spark.sql(
+        "SELECT DISTINCT error_code FROM cdc.kout_gone__cdcflow.dead_letters"
+    ).collect()
+    assert [r["error_code"] for r in codes] == ["DELIVERY_FAILED"]
+    assert_replicas(spark, "kout_gone", w)  # the replicas were written all the same
+
+
+def test_the_python_api_reads_a_topic_as_docs_python_api_shows(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """docs/python-api.md's Kafka snippet, run against the broker: read the topic with
+    Spark's Kafka source, decode it, let cdcflow apply it."""
+    import cdcflow.api as cdc
+
+    w = generate(74, tables=1, transactions=25, features=renderer_features("debezium"))
+    sent = delivery("debezium", w, seed=74, prefix="dbserver1")
+    produce(kafka.bootstrap, sent.records)
+    (table,) = w.tables
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", f"dbserver1.public.{table}")
+        .option("includeHeaders", "true")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    decoded = cdc.decode(raw, dialect="debezium")
+    pipe = cdc.start(
+        decoded,
+        namespace="api_topic",
+        checkpoint=str(tmp_path / "chk"),
+        dialect="debezium",
+        keys=list(w.tables[table].key),
+    )
+    result = pipe.wait()
+    assert result.failure is None and result.dead_lettered == 0
+    assert_replicas(spark, "api_topic", w)

@@ -95,7 +95,8 @@ class SecretFrom(_Model):
         return self
 
 
-#: Options of Spark's Kafka source that a ``kafka:`` source sets from its own keys.
+#: Options of Spark's Kafka source and sink that cdcflow sets from a source's or an output's
+#: own keys.
 KAFKA_OWN_OPTIONS: dict[str, str] = {
     "kafka.bootstrap.servers": "bootstrap_servers",
     "subscribe": "topics",
@@ -105,49 +106,77 @@ KAFKA_OWN_OPTIONS: dict[str, str] = {
     "maxOffsetsPerTrigger": "max_offsets_per_trigger",
     "failOnDataLoss": "fail_on_data_loss",
     "includeHeaders": "(always on)",
+    "topic": "topic",
 }
 #: Words of option names whose values are secrets: given only under ``secrets``.
 _SECRET_WORDS = ("jaas", "password", "secret", "token", "credential")
 
 
-class KafkaConfig(_Model):
-    """A source that reads Kafka topics with Spark's Kafka source (instead of a ``path``).
-
-    ``topics`` or ``pattern`` (a Java regular expression) names what is read;
-    ``starting_offsets``: where a new source begins (its checkpoint holds the offsets after
-    that); ``max_offsets_per_trigger`` bounds a batch; ``fail_on_data_loss``: stop with
-    ``KAFKA_DATA_LOSS`` when offsets the checkpoint still needs were deleted (by retention)
-    — ``false`` goes on and records what was skipped in the batch history. ``options`` pass
-    to Spark's Kafka source (``kafka.security.protocol``…), ``secrets`` set options whose
-    values are secrets (``kafka.sasl.jaas.config``) from an environment variable or a file.
-    """
+class KafkaConnection(_Model):
+    """How to reach a Kafka cluster: ``bootstrap_servers``, ``options`` for Spark's Kafka
+    source or sink (``kafka.security.protocol``…) and ``secrets``: options whose values are
+    secrets (``kafka.sasl.jaas.config``), each from an environment variable or a file."""
 
     bootstrap_servers: str
-    topics: list[str] | None = None
-    pattern: str | None = None
-    starting_offsets: Literal["earliest", "latest"] = "earliest"
-    max_offsets_per_trigger: int | None = Field(default=None, ge=1)
-    fail_on_data_loss: bool = True
     options: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, SecretFrom] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _check(self) -> KafkaConfig:
-        if (self.topics is None) == (self.pattern is None):
-            raise ValueError("give topics (a list) or pattern (a regular expression), not both")
-        if self.topics is not None and (not self.topics or not all(t.strip() for t in self.topics)):
-            raise ValueError("topics must name at least one topic")
+    def _options(self) -> KafkaConnection:
         for key in [*self.options, *self.secrets]:
             if key in KAFKA_OWN_OPTIONS:
-                raise ValueError(
-                    f"option {key!r} is set by the source's own key {KAFKA_OWN_OPTIONS[key]!r}"
-                )
+                raise ValueError(f"option {key!r} is set by the key {KAFKA_OWN_OPTIONS[key]!r}")
         for key in self.options:
             if any(word in key.lower() for word in _SECRET_WORDS):
                 raise ValueError(
                     f"option {key!r} holds a secret: give it under secrets, from an environment "
                     f"variable or a file ({key}: {{env: NAME}})"
                 )
+        return self
+
+    def connection_options(self, where: str) -> dict[str, str]:
+        """``kafka.bootstrap.servers``, the options, and the secrets read now (the result is
+        not to be shown or logged)."""
+        from cdcflow.secrets import read_secret
+
+        out = {"kafka.bootstrap.servers": self.bootstrap_servers, **self.options}
+        for key, src in self.secrets.items():
+            out[key] = read_secret(src.env, src.file, f"{where}: secret {key!r}").text()
+        return out
+
+    def with_files_relative_to(self, fix: Any) -> Any:
+        """A copy whose secret files are resolved by ``fix``."""
+        if not any(s.file for s in self.secrets.values()):
+            return self
+        secrets = {
+            k: v.model_copy(update={"file": fix(v.file)}) if v.file else v
+            for k, v in self.secrets.items()
+        }
+        return self.model_copy(update={"secrets": secrets})
+
+
+class KafkaConfig(KafkaConnection):
+    """A source that reads Kafka topics with Spark's Kafka source (instead of a ``path``).
+
+    ``topics`` or ``pattern`` (a Java regular expression) names what is read;
+    ``starting_offsets``: where a new source begins (its checkpoint holds the offsets after
+    that); ``max_offsets_per_trigger`` bounds a batch; ``fail_on_data_loss``: stop with
+    ``KAFKA_DATA_LOSS`` when offsets the checkpoint still needs were deleted (by retention)
+    — ``false`` goes on and records what was skipped in the batch history.
+    """
+
+    topics: list[str] | None = None
+    pattern: str | None = None
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int | None = Field(default=None, ge=1)
+    fail_on_data_loss: bool = True
+
+    @model_validator(mode="after")
+    def _subscription(self) -> KafkaConfig:
+        if (self.topics is None) == (self.pattern is None):
+            raise ValueError("give topics (a list) or pattern (a regular expression), not both")
+        if self.topics is not None and (not self.topics or not all(t.strip() for t in self.topics)):
+            raise ValueError("topics must name at least one topic")
         return self
 
     @property
@@ -159,13 +188,11 @@ class KafkaConfig(_Model):
     def spark_options(self, source: str) -> dict[str, str]:
         """The options of Spark's Kafka source, secrets read now (the result is not to be
         shown or logged)."""
-        from cdcflow.secrets import read_secret
-
         out = {
-            "kafka.bootstrap.servers": self.bootstrap_servers,
             "startingOffsets": self.starting_offsets,
             "failOnDataLoss": "true" if self.fail_on_data_loss else "false",
             "includeHeaders": "true",
+            **self.connection_options(f"source {source!r}"),
         }
         if self.topics is not None:
             out["subscribe"] = ",".join(t.strip() for t in self.topics)
@@ -174,11 +201,13 @@ class KafkaConfig(_Model):
             out["subscribePattern"] = self.pattern
         if self.max_offsets_per_trigger is not None:
             out["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
-        out.update(self.options)
-        for key, where in self.secrets.items():
-            secret = read_secret(where.env, where.file, f"source {source!r}: secret {key!r}")
-            out[key] = secret.text()
         return out
+
+
+class KafkaOutputConfig(KafkaConnection):
+    """Where a ``kafka`` output writes: one ``topic``."""
+
+    topic: str
 
 
 #: Placeholders of a source's ``replica_name`` template.
@@ -338,11 +367,16 @@ class OutputConfig(_Model):
     (``format: unified_batch``) or the Kafka message form (``format: kafka``).
     ``webhook``: signed HTTP POSTs of unified batches (or single events when ``batch_size`` is 1)
     with retries; what still fails is dead-lettered as ``DELIVERY_FAILED``.
+    ``kafka``: records of the unified format's Kafka message form written to ``kafka.topic``
+    with Spark's Kafka sink (key ``<table>:<primary key>``, so a key stays on one partition;
+    the event id in the ``savegress-event-id`` header); a batch whose write fails is
+    dead-lettered as ``DELIVERY_FAILED``.
     """
 
-    type: Literal["files", "webhook"]
+    type: Literal["files", "webhook", "kafka"]
     name: str
     path: str | None = None
+    kafka: KafkaOutputConfig | None = None
     format: Literal["unified_batch", "kafka"] = "unified_batch"
     url: str | None = None
     secret_env: str | None = None
@@ -362,7 +396,18 @@ class OutputConfig(_Model):
 
     @model_validator(mode="after")
     def _per_type(self) -> OutputConfig:
-        if self.type == "files":
+        if self.type != "kafka" and self.kafka is not None:
+            raise ValueError(f"output {self.name!r}: 'kafka' is for kafka outputs")
+        if self.type == "kafka":
+            if self.kafka is None:
+                raise ValueError(
+                    f"output {self.name!r}: a kafka output needs 'kafka' "
+                    "({bootstrap_servers: ..., topic: ...})"
+                )
+            for key in ("path", "url", "secret_env", "secret_file"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"output {self.name!r}: '{key}' is not for kafka outputs")
+        elif self.type == "files":
             if not self.path:
                 raise ValueError(f"output {self.name!r}: a files output needs 'path'")
             for key in ("url", "secret_env", "secret_file"):
@@ -491,9 +536,7 @@ def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
             "checkpoint": fix(cfg.checkpoint),
             "catalog": cfg.catalog.model_copy(update={"warehouse": fix(cfg.catalog.warehouse)}),
             "sources": [_source_relative_to(s, fix) for s in cfg.sources],
-            "outputs": [
-                o.model_copy(update={"path": fix(o.path)}) if o.path else o for o in cfg.outputs
-            ],
+            "outputs": [_output_relative_to(o, fix) for o in cfg.outputs],
         }
     )
 
@@ -501,10 +544,14 @@ def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
 def _source_relative_to(src: SourceConfig, fix: Any) -> SourceConfig:
     if src.path:
         return src.model_copy(update={"path": fix(src.path)})
-    if src.kafka is not None and any(s.file for s in src.kafka.secrets.values()):
-        secrets = {
-            k: v.model_copy(update={"file": fix(v.file)}) if v.file else v
-            for k, v in src.kafka.secrets.items()
-        }
-        return src.model_copy(update={"kafka": src.kafka.model_copy(update={"secrets": secrets})})
+    if src.kafka is not None:
+        return src.model_copy(update={"kafka": src.kafka.with_files_relative_to(fix)})
     return src
+
+
+def _output_relative_to(out: OutputConfig, fix: Any) -> OutputConfig:
+    if out.path:
+        return out.model_copy(update={"path": fix(out.path)})
+    if out.kafka is not None:
+        return out.model_copy(update={"kafka": out.kafka.with_files_relative_to(fix)})
+    return out

@@ -118,14 +118,20 @@ class StopSignals:
 )
 @click.option("--seed", default=7, show_default=True, help="Workload seed.")
 @click.option(
+    "--kafka", is_flag=True, help="Through a Kafka broker started for the demo (needs mvn)."
+)
+@click.option(
     "--transactions", default=150, show_default=True, help="Source transactions to generate."
 )
-def demo_cmd(workdir: str, seed: int, transactions: int) -> None:
+def demo_cmd(workdir: str, seed: int, transactions: int, kafka: bool) -> None:
     """Zero-configuration end-to-end run: generate a workload, render it in every registered
     dialect with delivery faults, run the pipeline twice (the second run redelivers part of the
-    input) and check every replica against the oracle."""
-    from cdcflow.demo import run_demo
+    input) and check every replica against the oracle. With --kafka: start a Kafka broker,
+    produce each dialect's workload into topics in its producer's Kafka form, read them with
+    kafka sources, check the replicas, stop the broker."""
+    from cdcflow.demo import run_demo, run_kafka_demo
 
-    ok = run_demo(Path(workdir), seed=seed, transactions=transactions, echo=click.echo)
+    run = run_kafka_demo if kafka else run_demo
+    ok = run(Path(workdir), seed=seed, transactions=transactions, echo=click.echo)
     if not ok:
         raise click.exceptions.Exit(1)

@@ -1,11 +1,16 @@
 """Outputs: the canonical stream emitted to downstream consumers.
 
-Two kinds (``outputs:`` in the configuration, :class:`cdcflow.config.OutputConfig`):
+Three kinds (``outputs:`` in the configuration, :class:`cdcflow.config.OutputConfig`):
 
 * ``files`` — per micro-batch, JSON lines under ``<path>/batch=<batch id>/``: unified batch
   envelopes (``batch_id``, ``batch_size``, ``batch_timestamp``, ``events``) or the Kafka message
   form (``key`` ``table:primary_key``, ``value``, ``savegress-*`` ``headers``). A replayed batch
   overwrites its own directory, so the output is idempotent.
+* ``kafka`` — the Kafka message form written to a topic with Spark's Kafka sink: key
+  ``table:primary_key`` (one key stays on one partition), the unified event as the value,
+  ``savegress-*`` headers (the event id among them, for downstream deduplication).
+  At-least-once: a replayed batch writes its records again. A batch whose write fails comes
+  back as rows the engine dead-letters (``DELIVERY_FAILED``).
 * ``webhook`` — signed POSTs (``X-Savegress-Event-ID``, ``X-Savegress-Signature``,
   ``X-Savegress-Timestamp``) of unified batches, or single events when ``batch_size`` is 1,
   over urllib3 (kept-alive connections per task) with its retry policy: exponential backoff
@@ -230,6 +235,64 @@ def write_files(events: Any, out: Any, pipeline: str, batch_id: int) -> str:
     return target
 
 
+# --------------------------------------------------------------------------- kafka
+
+#: The rows Spark's Kafka sink takes.
+KAFKA_ROW_DDL = "key binary, value binary, headers array<struct<key:string,value:binary>>"
+
+
+def _kafka_rows(batches: Iterator[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    for batch in batches:
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        headers: list[list[dict[str, Any]]] = []
+        for row in batch.to_pylist():
+            record = kafka_record(row, render_unified(row))
+            keys.append(record["key"].encode("utf-8"))
+            values.append(dumps(record["value"]))
+            headers.append(
+                [{"key": k, "value": str(v).encode("utf-8")} for k, v in record["headers"].items()]
+            )
+        if keys:
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(keys, pa.binary()),
+                    pa.array(values, pa.binary()),
+                    pa.array(headers, pa.list_(header)),
+                ],
+                ["key", "value", "headers"],
+            )
+
+
+def write_kafka(events: Any, out: Any, pipeline: str, batch_id: int) -> Any | None:
+    """Write one batch's events to the output's topic; ``None`` when written, else the frame
+    of the events not delivered (columns of :data:`FAILURE_DDL`) when Spark's Kafka sink
+    failed."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    rows = _ordered(_row_events(events), out.concurrency)
+    records = rows.mapInArrow(_kafka_rows, KAFKA_ROW_DDL)
+    options = out.kafka.connection_options(f"output {out.name!r}")
+    try:
+        records.write.format("kafka").options(**options).option("topic", out.kafka.topic).save()
+    except (Py4JJavaError, CapturedException) as e:
+        from pyspark.sql import functions as F
+
+        from cdcflow.spark.errors import first_line
+
+        cols = [c.split(" ")[0].strip("`") for c in FAILURE_DDL.split(", ")][:-2]
+        failed = _row_events(events).select(*cols)
+        reason = f"Kafka write to topic {out.kafka.topic} failed: {first_line(e)}"
+        return failed.withColumn("_status", F.lit(None).cast("int")).withColumn(
+            "_reason", F.lit(reason)
+        )
+    return None
+
+
 # --------------------------------------------------------------------------- webhook
 
 
@@ -437,6 +500,14 @@ def emit(events: Any, outputs: list[Any], pipeline: str, batch_id: int) -> list[
     for out in outputs:
         if out.type == "files":
             write_files(events, out, pipeline, batch_id)
+        elif out.type == "kafka":
+            failed = write_kafka(events, out, pipeline, batch_id)
+            if failed is not None:
+                dead.append(
+                    coded_rows(
+                        failed, pipeline, batch_id, "DELIVERY_FAILED", failure_message_sql(out)
+                    )
+                )
         else:
             failures = deliver_webhook(events, out, pipeline, batch_id)
             dead.append(

@@ -76,7 +76,8 @@ def spark_problem(exc: BaseException, query: str | None = None) -> CdcflowError 
         return None
     if not isinstance(exc, CapturedException):
         return None
-    error_class = exc.getErrorClass() or ""
+    getter = getattr(exc, "getCondition", None) or exc.getErrorClass
+    error_class = getter() or ""
     params = exc.getMessageParameters() or {}
     if isinstance(exc, ParseException):
         where = _position(exc)

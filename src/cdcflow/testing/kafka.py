@@ -249,9 +249,12 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 3) ->
     raise TimeoutError(f"topics without leaders after 30s: {wanted}")
 
 
-def produce(bootstrap: str, records: Sequence[KafkaRecord], partitions: int = 3) -> int:
+def produce(
+    bootstrap: str, records: Sequence[KafkaRecord], partitions: int = 3
+) -> list[tuple[str, int, int]]:
     """Produce ``records`` in order (each topic created with ``partitions`` first); returns
-    how many the broker acknowledged. Keys are partitioned as Kafka's Java client does."""
+    where the broker stored each, (topic, partition, offset), in the order of ``records``.
+    Keys are partitioned as Kafka's Java client does."""
     from confluent_kafka import KafkaException, Producer
 
     create_topics(bootstrap, {r.topic for r in records}, partitions)
@@ -264,16 +267,19 @@ def produce(bootstrap: str, records: Sequence[KafkaRecord], partitions: int = 3)
         }
     )
     failures: list[str] = []
-    acknowledged = [0]
+    stored: list[tuple[str, int, int] | None] = [None] * len(records)
 
-    def done(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-        else:
-            acknowledged[0] += 1
+    def done(i: int) -> Any:
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+            else:
+                stored[i] = (str(msg.topic()), int(msg.partition()), int(msg.offset()))
 
-    for r in records:
-        kwargs: dict[str, Any] = {"key": r.key, "value": r.value, "on_delivery": done}
+        return report
+
+    for i, r in enumerate(records):
+        kwargs: dict[str, Any] = {"key": r.key, "value": r.value, "on_delivery": done(i)}
         if r.headers:
             kwargs["headers"] = list(r.headers)
         if r.partition is not None:
@@ -285,9 +291,9 @@ def produce(bootstrap: str, records: Sequence[KafkaRecord], partitions: int = 3)
             except BufferError:
                 producer.poll(0.1)
     remaining = producer.flush(60)
-    if failures or remaining:
+    if failures or remaining or any(s is None for s in stored):
         raise KafkaException(f"{len(failures)} failed, {remaining} unsent: {failures[:3]}")
-    return acknowledged[0]
+    return [s for s in stored if s is not None]
 
 
 def consume(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> list[dict[str, Any]]:
