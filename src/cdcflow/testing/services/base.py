@@ -43,8 +43,10 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
-    """Whether ``port`` can be bound on 127.0.0.1."""
+    """Whether a server can listen on ``port`` of 127.0.0.1 again: as Java's server sockets
+    do (``SO_REUSEADDR``), connections of its last run still closing do not count."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
