@@ -104,13 +104,17 @@ def worker_properties(
     home: Path, bootstrap: str, port: int, plugin_dirs: list[Path], offset_flush_ms: int
 ) -> str:
     """The worker's configuration: JSON with schemas for keys and values, offsets in a file,
-    REST on the loopback interface."""
+    REST on the loopback interface. The JSON converter keeps a ``NULL`` a ``NULL``: by
+    default it writes a null field that has a default value (a column with ``DEFAULT``) as
+    that default."""
     path = ",".join(sorted({str(p.parent) for p in plugin_dirs}))
     return f"""bootstrap.servers={bootstrap}
 key.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter=org.apache.kafka.connect.json.JsonConverter
 key.converter.schemas.enable=true
 value.converter.schemas.enable=true
+key.converter.replace.null.with.default=false
+value.converter.replace.null.with.default=false
 offset.storage.file.filename={home / "connect.offsets"}
 offset.flush.interval.ms={offset_flush_ms}
 plugin.path={path}
