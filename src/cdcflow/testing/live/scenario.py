@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -196,6 +195,11 @@ class Follower:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watch: threading.Thread | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was asked for."""
+        return self._stop.is_set()
 
     def start(self) -> None:
         """Start the process, and the watch that starts it again when it exits by itself."""
@@ -460,7 +464,7 @@ class LiveRun:
         return None
 
     def _sample_lag(self) -> None:
-        while self.follower is not None and not self.follower._stop.is_set():
+        while self.follower is not None and not self.follower.stopping:
             lsn = self._connector_lsn()
             if lsn is not None:
                 self.report.connector_lag_bytes.append(max(0, self._wal_lsn() - lsn))
@@ -621,8 +625,3 @@ def _lags(
             continue
         out.append((max(seen.values()) - at).total_seconds())
     return out
-
-
-def median(values: list[float]) -> float:
-    """The median (NaN for none)."""
-    return statistics.median(values) if values else float("nan")

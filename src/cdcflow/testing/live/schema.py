@@ -26,7 +26,6 @@ boundary is then the replay of its changes in that order, each row rebuilt with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -157,11 +156,6 @@ CREATE CONSTRAINT TRIGGER live_commit AFTER INSERT ON live_changes
 """
 
 
-def table(name: str) -> TableSpec:
-    """The live table ``name``."""
-    return next(t for t in TABLES if t.name == name)
-
-
 def setup_sql(tables: tuple[TableSpec, ...] = TABLES) -> str:
     """Statements creating the table set with its bookkeeping triggers."""
     parts = [TYPES + ";", BOOKKEEPING]
@@ -206,8 +200,3 @@ def connector_config(
         "provide.transaction.metadata": "true",
         "skipped.operations": "none",
     }
-
-
-def key_columns(tables: tuple[TableSpec, ...] = TABLES) -> Mapping[str, tuple[str, ...]]:
-    """Key columns by table."""
-    return {t.name: t.key for t in tables}
