@@ -397,32 +397,42 @@ class _Session:
         if self._insert("customers", self._customer_row(key)):
             self.w.keys["customers"].add(key)
 
-    def update_customer(self) -> None:
-        key = self.w.keys["customers"].pick(self.rng)
+    def _update(self, table: str, row: Callable[[Any], dict[str, Any]], most: int) -> None:
+        """Up to ``most`` columns of a row (by ``id``) set to new values."""
+        key = self.w.keys[table].pick(self.rng)
         if key is None:
             return
-        row = self._customer_row(key)
-        del row["id"]
-        chosen = self.rng.sample(sorted(row), self.rng.randint(1, 3))
+        values = row(key)
+        del values["id"]
+        chosen = self.rng.sample(sorted(values), self.rng.randint(1, most))
         sets = ", ".join(f"{c} = %({c})s" for c in chosen)
         self._exec(
-            f"UPDATE customers SET {sets} WHERE id = %(id)s",
-            {**{c: row[c] for c in chosen}, "id": key},
+            f"UPDATE {table} SET {sets} WHERE id = %(id)s",
+            {**{c: values[c] for c in chosen}, "id": key},
         )
 
-    def delete_customer(self) -> None:
-        key = self.w.keys["customers"].pick(self.rng)
-        if key is not None and self._exec("DELETE FROM customers WHERE id = %s", (key,)):
-            self.w.keys["customers"].drop(key)
+    def _delete(self, table: str) -> None:
+        key = self.w.keys[table].pick(self.rng)
+        if key is not None and self._exec(f"DELETE FROM {table} WHERE id = %s", (key,)):
+            self.w.keys[table].drop(key)
 
-    def customer_key_change(self) -> None:
-        old = self.w.keys["customers"].pick(self.rng)
+    def _key_change(self, table: str, fresh: Callable[[], int]) -> None:
+        old = self.w.keys[table].pick(self.rng)
         if old is None:
             return
-        new = self._fresh_customer()
-        if self._exec("UPDATE customers SET id = %s WHERE id = %s", (new, old)):
-            self.w.keys["customers"].drop(old)
-            self.w.keys["customers"].add(new)
+        new = fresh()
+        if self._exec(f"UPDATE {table} SET id = %s WHERE id = %s", (new, old)):
+            self.w.keys[table].drop(old)
+            self.w.keys[table].add(new)
+
+    def update_customer(self) -> None:
+        self._update("customers", self._customer_row, 3)
+
+    def delete_customer(self) -> None:
+        self._delete("customers")
+
+    def customer_key_change(self) -> None:
+        self._key_change("customers", self._fresh_customer)
 
     def reinsert_customer(self) -> None:
         key = self.w.keys["customers"].pick(self.rng)
@@ -481,33 +491,19 @@ class _Session:
         self.new_ledger_entry(account=key % 50, amount=amount, memo=f"order {key}")
 
     def update_order(self) -> None:
-        key = self.w.keys["orders"].pick(self.rng)
-        if key is None:
-            return
-        row = self._order_row(key)
-        del row["id"]
-        if self.rng.random() < 0.7:
-            del row["note"]  # the note, when large, stays unchanged
-        chosen = self.rng.sample(sorted(row), self.rng.randint(1, 4))
-        sets = ", ".join(f"{c} = %({c})s" for c in chosen)
-        self._exec(
-            f"UPDATE orders SET {sets} WHERE id = %(id)s",
-            {**{c: row[c] for c in chosen}, "id": key},
-        )
+        def row(key: int) -> dict[str, Any]:
+            values = self._order_row(key)
+            if self.rng.random() < 0.7:
+                del values["note"]  # the note, when large, stays unchanged
+            return values
+
+        self._update("orders", row, 4)
 
     def delete_order(self) -> None:
-        key = self.w.keys["orders"].pick(self.rng)
-        if key is not None and self._exec("DELETE FROM orders WHERE id = %s", (key,)):
-            self.w.keys["orders"].drop(key)
+        self._delete("orders")
 
     def order_key_change(self) -> None:
-        old = self.w.keys["orders"].pick(self.rng)
-        if old is None:
-            return
-        new = self.w.keys["orders"].fresh()
-        if self._exec("UPDATE orders SET id = %s WHERE id = %s", (new, old)):
-            self.w.keys["orders"].drop(old)
-            self.w.keys["orders"].add(new)
+        self._key_change("orders", self.w.keys["orders"].fresh)
 
     # ------------------------------------------------------------------ documents
 
@@ -541,9 +537,7 @@ class _Session:
             )
 
     def delete_document(self) -> None:
-        key = self.w.keys["documents"].pick(self.rng)
-        if key is not None and self._exec("DELETE FROM documents WHERE id = %s", (key,)):
-            self.w.keys["documents"].drop(key)
+        self._delete("documents")
 
     # ------------------------------------------------------------------ ledger
 

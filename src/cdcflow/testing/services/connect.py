@@ -22,15 +22,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from cdcflow.testing.services.base import (
     SMALL_JVM,
     Background,
+    Service,
     ServiceError,
     free_port,
     java,
+    log4j2,
     maven_jars,
     port_free,
 )
@@ -72,20 +73,6 @@ PLUGIN_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 </project>
 """
 
-LOG4J2 = """status = warn
-name = connect
-shutdownHook = disable
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.file.ref = file
-logger.reflections.name = org.reflections
-logger.reflections.level = error
-"""
-
 
 def plugin_path(plugins: tuple[str, ...], debezium: str = DEBEZIUM) -> list[Path]:
     """The folders holding each plugin's jars (resolved on first use); their parents go on
@@ -123,7 +110,7 @@ rest.advertised.host.name=127.0.0.1
 """
 
 
-class KafkaConnect:
+class KafkaConnect(Service):
     """One standalone worker with its own folder (``home``): configuration, offsets,
     connector files, logs, state."""
 
@@ -172,7 +159,9 @@ class KafkaConnect:
         props.write_text(
             worker_properties(self.home, self.bootstrap, port, dirs, self.offset_flush_ms)
         )
-        (self.home / "log4j2.properties").write_text(LOG4J2.format(log=self.home / "connect.log"))
+        (self.home / "log4j2.properties").write_text(
+            log4j2("connect", self.home / "connect.log", {"org.reflections": "error"})
+        )
         files = sorted((self.home / "connectors").glob("*.json"))
         self.process.record(port=port)
         started = time.monotonic()
@@ -250,15 +239,6 @@ class KafkaConnect:
         """Kill the worker (SIGKILL): offsets not flushed yet are lost, and what it produced
         since is produced again after the next start."""
         self.process.kill()
-
-    def __enter__(self) -> KafkaConnect:
-        self.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def _request(method: str, url: str, body: Any = None, timeout: float = 10.0) -> Any:
