@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 VENV35 := .venv-spark35
 STAMP35 := $(VENV35)/.installed
 
-.PHONY: setup setup-spark35 demo kafka-demo test test-spark35 test-fast fuzz bench lint proto check-install constraints cluster-demo clean
+.PHONY: setup setup-spark35 demo kafka-demo live-demo test test-spark35 test-fast fuzz bench lint proto check-install constraints cluster-demo clean
 
 # pyproject.toml declares ranges; constraints.txt pins the exact versions installed here and in CI.
 # The jars (Iceberg's Spark runtime, JDBC drivers, Spark's Kafka connector) are resolved by their
@@ -39,6 +39,13 @@ demo: $(STAMP)
 # The demo through a Kafka broker started from its Maven artifacts (and stopped at the end).
 kafka-demo: $(STAMP)
 	$(VENV)/bin/cdcflow demo --kafka --dir ./demo-data/kafka
+
+# PostgreSQL → Debezium's connector in Kafka Connect → Kafka → cdcflow run → Iceberg for a few
+# minutes, with Kafka Connect and cdcflow killed and the broker restarted on the way; the
+# database is the oracle (cdcflow.testing.live). LIVE_MINUTES sets the workload's length.
+LIVE_MINUTES ?= 3
+live-demo: $(STAMP)
+	$(PY) -m cdcflow.testing.live --minutes $(LIVE_MINUTES)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -211,9 +211,20 @@ def test_transaction_metadata_markers() -> None:
 
 def test_row_events_carry_the_transaction_block_id() -> None:
     doc = orjson.loads(conf("dbz_serde_mysql_without_schema.json"))
+    doc["transaction"] = {"id": "file=mysql-bin.000003,pos=154", "total_order": 1}
+    (e,), _ = decode(doc)
+    assert e["transaction_id"] == "file=mysql-bin.000003,pos=154"
+    assert "debezium_transaction" not in e["metadata"]
+
+
+def test_a_postgresql_transaction_id_is_its_xid() -> None:
+    """The PostgreSQL connector writes ``<xid>:<the last LSN it saw>``: the LSN differs
+    between BEGIN, each event and END (the captured messages show it), the xid does not."""
+    doc = orjson.loads(conf("dbz_serde_mysql_without_schema.json"))
     doc["transaction"] = {"id": "571:53195832", "total_order": 1, "data_collection_order": 1}
     (e,), _ = decode(doc)
-    assert e["transaction_id"] == "571:53195832"
+    assert e["transaction_id"] == "571"
+    assert e["metadata"]["debezium_transaction"] == "571:53195832"
 
 
 def test_schema_change_history_record_is_ddl_with_column_types() -> None:

@@ -363,6 +363,8 @@ def _to_time(value: Any) -> str:
             if int(h) < 24 and int(mi) < 60 and int(s or 0) < 61:
                 base = f"{h}:{mi}:{s or '00'}"
                 return f"{base}.{frac[:6].ljust(6, '0')}" if frac else base
+            if h == "24" and int(mi) == int(s or 0) == int(frac or 0) == 0:
+                return "24:00:00"  # the end of a day (PostgreSQL's time holds it)
     raise ValueTypeError(f"expected a time HH:MM:SS, got {value!r}")
 
 

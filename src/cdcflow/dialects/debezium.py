@@ -22,7 +22,14 @@ from cdcflow.dialects.base import Capabilities, Decoded, Dialect, Item, Order, W
 from cdcflow.errors import DecodeError
 from cdcflow.transports.json import kind, parse_exact
 from cdcflow.transports.message import RawMessage
-from cdcflow.types import ValueTypeError, decimal_type, infer_type, json_bytes, source_type
+from cdcflow.types import (
+    ValueTypeError,
+    decimal_text,
+    decimal_type,
+    infer_type,
+    json_bytes,
+    source_type,
+)
 
 #: ``op`` → canonical operation (``m``, a logical decoding message, is skipped).
 OPS: dict[str, str] = {"c": "INSERT", "u": "UPDATE", "d": "DELETE", "r": "SNAPSHOT"}
@@ -55,6 +62,14 @@ _DDL_TABLE = re.compile(
     r"^\s*(CREATE|ALTER|DROP|TRUNCATE|RENAME)\s+(?:TEMPORARY\s+)?TABLE\s+"
     r"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?([`\"\[\]\w.]+)",
     re.IGNORECASE,
+)
+#: A PostgreSQL connector's transaction id: ``<txId>:<LSN>``. The LSN is the last one the
+#: connector had seen when it wrote the struct, so BEGIN, each event and END of one
+#: transaction carry different ids; the transaction is ``txId``.
+_PG_TRANSACTION = re.compile(r"^(\d+):(\d+)$")
+#: ``source.snapshot`` values of initial (blocking) snapshot reads; ``last`` ends the snapshot.
+SNAPSHOT_READS = frozenset(
+    {"true", "first", "first_in_data_collection", "last_in_data_collection", "last"}
 )
 #: PostgreSQL's placeholder for an unchanged TOAST column.
 UNAVAILABLE = "__debezium_unavailable_value"
@@ -120,6 +135,18 @@ _CONNECT: dict[str, str] = {
 }
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_DAY = dt.date(1970, 1, 1)
+#: PostgreSQL's ``time`` ``24:00:00``, in microseconds.
+_END_OF_DAY = 86_400_000_000
+#: PostgreSQL's ``infinity`` and ``-infinity`` as the PostgreSQL connector writes them (the
+#: JDBC driver's constants: microseconds of a timestamp, days of a date, a timestamptz's text)
+#: → the last and first instants a replica holds, as Spark's own PostgreSQL reader gives them.
+_PG_INFINITE_MICROS: dict[int, int] = {9223372036825200000: 1, -9223372036832400000: -1}
+_PG_INFINITE_DAYS: dict[int, int] = {-2147472692: 1, -2147472691: -1}
+_PG_INFINITE_TEXT: dict[str, int] = {"infinity": 1, "-infinity": -1}
+_INFINITE: dict[int, dt.datetime] = {
+    1: dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+    -1: dt.datetime(1, 1, 1),
+}
 #: A field's type info: (canonical type, semantic name, Connect type).
 Field = tuple[str, str, str]
 
@@ -142,6 +169,10 @@ def connect_field(f: Mapping[str, Any]) -> Field:
     found = SEMANTIC.get(name)
     if found is not None:
         return found, name, ctype
+    items = f.get("items")
+    if ctype == "array" and isinstance(items, dict):
+        inner, inner_name, inner_ctype = connect_field(items)
+        return f"array<{inner}>", inner_name, f"array:{inner_ctype}"
     return _CONNECT.get(ctype, "json"), name, ctype
 
 
@@ -229,7 +260,11 @@ def _pg(src: Mapping[str, Any]) -> tuple[int, ...]:
         if not isinstance(pair, list) or len(pair) != 2:
             raise ValueError(f"sequence must be [commit_lsn, change_lsn], got {seq!r}")
         change = _int(pair[1]) if pair[1] is not None else _int(src.get("lsn"))
-        return (_int(pair[0]) if pair[0] is not None else 0, change)
+        # the first element is the commit LSN of the transaction before; null for the first
+        # transaction a connector streams (and for snapshot reads): the change's own LSN keeps
+        # every key's events in commit order (a later change of a key comes after the commit
+        # of the earlier one)
+        return (_int(pair[0]) if pair[0] is not None else change, change)
     lsn = src.get("lsn")
     n = positions.pg_lsn(lsn) if isinstance(lsn, str) and "/" in lsn else _int(lsn)
     return n, n
@@ -377,7 +412,7 @@ class DebeziumDialect(Dialect):
         src: Mapping[str, Any],
         fields: Mapping[str, Field],
         item: Item,
-    ) -> Decoded:
+    ) -> Decoded | list[Decoded]:
         connector = _connector(src)
         where = self._where(src, item)
         order = self._order(connector, src, payload, item)
@@ -385,6 +420,30 @@ class DebeziumDialect(Dialect):
             return self.make_event(
                 "TRUNCATE", where, order, item, source=CONNECTORS.get(connector or "")
             )
+        if op == "r" and str(src.get("snapshot", "")).lower() == "last" and order.transaction_id:
+            row = self._row_event(op, payload, where, order, fields, connector, item)
+            return [row, self._snapshot_commit(order, item)]
+        return self._row_event(op, payload, where, order, fields, connector, item)
+
+    def _snapshot_commit(self, order: Order, item: Item) -> Decoded:
+        """The ``COMMIT`` of an initial snapshot, after its last read: with ``consistency:
+        transactions`` no replica shows a snapshot half read."""
+        marker = Item(item.msg, item.number, self.lineage(item.msg))
+        marker.meta["snapshot"] = True
+        commit = Order(self.delivery_order(marker), order.position, order.timestamp,
+                       order.transaction_id)  # fmt: skip
+        return self.make_event("COMMIT", (None, None, None), commit, marker)
+
+    def _row_event(
+        self,
+        op: str,
+        payload: Mapping[str, Any],
+        where: Where,
+        order: Order,
+        fields: Mapping[str, Field],
+        connector: str | None,
+        item: Item,
+    ) -> Decoded:
         before, after = payload.get("before"), payload.get("after")
         if connector == "mongodb":
             before, after = _mongo(before, "before"), _mongo(after, "after")
@@ -479,7 +538,8 @@ class DebeziumDialect(Dialect):
                     if isinstance(c, dict)
                 }
         ts = _millis(doc.get("ts_ms"))
-        order = Order(self.delivery_order(item), None, ts, _text(doc.get("id")))
+        txid, position = _transaction(doc.get("id"), item)
+        order = Order(self.delivery_order(item), position, ts, txid)
         return self.make_event(op, (None, None, None), order, item)
 
     def _schema_change(self, doc: dict[str, Any], item: Item) -> Decoded | list[Decoded]:
@@ -548,7 +608,9 @@ class DebeziumDialect(Dialect):
         position = {k: src[k] for k in POSITION_FIELDS if src.get(k) is not None}
         ts = _millis(src.get("ts_ms") or payload.get("ts_ms"))
         transaction = payload.get("transaction")
-        txid = _text(transaction.get("id")) if isinstance(transaction, dict) else None
+        txid = (
+            _transaction(transaction.get("id"), item)[0] if isinstance(transaction, dict) else None
+        )
         native = ORDER.get(connector or "")
         if native is None or not any(src.get(f) for f in REQUIRED[connector or ""]):
             return Order(self.delivery_order(item), position or None, ts, txid)
@@ -557,11 +619,12 @@ class DebeziumDialect(Dialect):
         except (ValueError, TypeError) as e:
             raise self.fail("BAD_POSITION", f"{connector} source position: {e}") from None
         # snapshot reads sort below streamed changes of the same key
-        snap = str(src.get("snapshot", "false")).lower()
-        streamed = 0 if snap in ("true", "last", "first", "first_in_data_collection",
-                                 "last_in_data_collection") else 1  # fmt: skip
+        snapshot = str(src.get("snapshot", "false")).lower() in SNAPSHOT_READS
+        if snapshot and txid is None and payload.get("op") == "r":
+            # the snapshot's position names it: one started again after a crash is another
+            txid = "snapshot:" + ":".join(str(p) for p in parts)
         item.meta["sequence_source"] = f"source.{connector}"
-        return Order(sequence.encode((streamed, *parts)), position or None, ts, txid)
+        return Order(sequence.encode((0 if snapshot else 1, *parts)), position or None, ts, txid)
 
     def _typed(
         self,
@@ -583,7 +646,8 @@ class DebeziumDialect(Dialect):
                 unavailable.append(col)
                 continue
             field = fields.get(col)
-            t = field[0] if field is not None else declared.get(col)
+            # a declared type wins over the schema's (an unconstrained numeric kept as text)
+            t = declared.get(col) or (field[0] if field is not None else None)
             if t is None:
                 t = "timestamp" if isinstance(v, dt.datetime) else infer_type(v)
                 if t is not None:
@@ -596,9 +660,11 @@ class DebeziumDialect(Dialect):
                 # the value is taken as written
                 mismatch.append(col)
             try:
-                connect = _connect_value(v, field, t)
+                connect = _connect_value(v, field, field[0] if field is not None else t)
             except (ValueError, OverflowError) as e:  # bad base64, a date out of range
                 raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+            if isinstance(connect, Decimal) and t == "string":
+                connect = decimal_text(connect)
             out[col] = self.value(col, connect, t)
         return out
 
@@ -698,30 +764,57 @@ def _mongo(image: Any, what: str) -> dict[str, Any] | None:
     return {k: _json_text(v) if isinstance(v, dict | list) else v for k, v in out.items()}
 
 
+def _unscaled(raw: bytes, scale: int) -> Decimal:
+    """A decimal from its two's-complement unscaled bytes, every digit kept (arithmetic in
+    the default context would round it to 28 digits)."""
+    return Decimal(f"{int.from_bytes(raw, 'big', signed=True)}E{-scale}")
+
+
 def _connect_value(value: Any, field: Field | None, t: str) -> Any:
     """A Connect-encoded value → the value of canonical type ``t``."""
     if value is None or field is None:
         return value
     _, name, ctype = field
     if t.startswith("decimal") and isinstance(value, str) and ctype == "bytes":
-        raw = base64.b64decode(value)
-        return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-int(t.split(",")[1][:-1]))
+        return _unscaled(base64.b64decode(value), int(t.split(",")[1][:-1]))
     if name == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
         raw = value.get("value", b"")
         raw = raw if isinstance(raw, bytes) else base64.b64decode(str(raw))
-        return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-int(value.get("scale", 0)))
+        return _unscaled(raw, int(value.get("scale", 0)))
+    if ctype.startswith("array:") and isinstance(value, list) and t.startswith("array<"):
+        inner = (t[6:-1], name, ctype[6:])
+        return [_connect_value(v, inner, inner[0]) for v in value]
     if t == "date" and isinstance(value, int):
+        if value in _PG_INFINITE_DAYS:
+            return _INFINITE[_PG_INFINITE_DAYS[value]].date()
         return _EPOCH_DAY + dt.timedelta(days=value)
     if name in _UNITS and isinstance(value, int):
         unit = _UNITS[name]
         micros = value * 1_000_000 // unit
         if t == "time":
+            if micros == _END_OF_DAY:
+                return "24:00:00"
             return (_EPOCH + dt.timedelta(microseconds=micros)).time().isoformat()
-        instant = _EPOCH + dt.timedelta(microseconds=micros)
+        sign = _PG_INFINITE_MICROS.get(micros)
+        instant = _INFINITE[sign] if sign else _EPOCH + dt.timedelta(microseconds=micros)
         return instant.replace(tzinfo=dt.UTC) if t == "timestamp" else instant
+    if t == "timestamp" and isinstance(value, str) and value in _PG_INFINITE_TEXT:
+        return _INFINITE[_PG_INFINITE_TEXT[value]].replace(tzinfo=dt.UTC)
     if t == "json" and isinstance(value, dict):
         return _json_text(value)
     return value
+
+
+def _transaction(value: Any, item: Item) -> tuple[str | None, dict[str, Any] | None]:
+    """(transaction id, position) of a transaction id as a connector writes it: a PostgreSQL
+    id ``<txId>:<LSN>`` is ``txId`` (the whole id kept in ``metadata.debezium_transaction``),
+    its LSN the position; any other id as it is."""
+    text = _text(value)
+    found = _PG_TRANSACTION.match(text) if text else None
+    if found is None:
+        return text, None
+    item.meta["debezium_transaction"] = text
+    return found.group(1), {"lsn": int(found.group(2))}
 
 
 def _ident(text: str) -> list[str]:

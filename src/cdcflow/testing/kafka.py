@@ -345,3 +345,28 @@ def consume(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> lis
         return out
     finally:
         consumer.close()
+
+
+def end_offsets(bootstrap: str, prefix: str, attempts: int = 60) -> dict[tuple[str, int], int]:
+    """The end offset of every partition of the topics named ``<prefix>.…``, asked again
+    while topics are being created or the broker restarts (their partitions have no leader
+    for a moment)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    for attempt in range(attempts):
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-probe"})
+        try:
+            out = {}
+            for name, meta in probe.list_topics(timeout=10).topics.items():
+                if name.startswith(prefix + "."):
+                    for p in meta.partitions:
+                        tp = TopicPartition(name, p)
+                        out[(name, p)] = probe.get_watermark_offsets(tp, timeout=10)[1]
+            return out
+        except KafkaException:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
+        finally:
+            probe.close()
+    raise AssertionError("unreachable")

@@ -3,8 +3,12 @@
 Messages are Kafka Connect JSON with their schema (``schemas.enable=true``; tables of plain
 column types without, their types declared), values in
 Debezium's encodings (``Decimal`` as base64 bytes, ``MicroTimestamp``, ``ZonedTimestamp``,
-``Date`` days, ``Json``), ``source.sequence`` as ``[commit_lsn, change_lsn]`` text. A key
-change is a delete, a tombstone and a create, as the connector writes it. Delivery faults:
+``Date`` days, ``Json``), ``source.sequence`` as ``[last commit LSN, change LSN]`` text (the
+commit LSN of the transaction before; null for a new connector's first streamed transaction),
+transaction ids ``<xid>:<LSN>`` whose LSN differs between ``BEGIN``, each event and ``END``,
+snapshot reads marked ``first``…``last``, as the real connector writes them (the messages
+captured from it are ``tests/data/debezium/postgresql``). A key change is a delete, a
+tombstone and a create, as the connector writes it. Delivery faults:
 at-least-once redelivery after a connector restart (a run of messages sent again), an initial
 snapshot overlapping the stream, transaction metadata (``BEGIN``/``END``), Kafka tombstones,
 unchanged-TOAST markers in partial updates, reordering across files and Kafka records.
@@ -191,32 +195,56 @@ def _toast(workload: Workload, ch: Change, after: dict[str, Any]) -> dict[str, A
 Record = tuple[str, dict[str, Any] | None, dict[str, Any] | None]
 
 
+def _marker(reads: list[tuple[str, Any]], i: int) -> str:
+    """``source.snapshot`` of the ``i``-th read of an initial snapshot, as the connector
+    marks them."""
+    if i == len(reads) - 1:
+        return "last"
+    if i == 0:
+        return "first"
+    table = reads[i][0]
+    if reads[i + 1][0] != table:
+        return "last_in_data_collection"
+    return "first_in_data_collection" if reads[i - 1][0] != table else "true"
+
+
 def render_records(
     workload: Workload, *, faults: bool, transactions: slice | None = None, seed: int = 0
 ) -> list[Record]:
     """(topic, key message, value message) in the connector's order; a ``None`` value is a
     tombstone (transaction metadata and truncates have no key)."""
     rng = random.Random(seed)
-    txs = workload.transactions[transactions or slice(None)]
+    first = (transactions.start or 0) if transactions is not None else 0
+    txs = list(enumerate(workload.transactions))[transactions or slice(None)]
     out: list[Record] = []
-    whole = transactions is None or not transactions.start
+    whole = not first
     snapshot_at = len(txs) // 3 if faults and whole else 0
     if snapshot_at:
         # the initial snapshot reads the state after the first transactions; streaming
         # resumes a little earlier (snapshot/stream overlap)
-        state = oracle.apply([c for tx in txs[:snapshot_at] for c in tx.changes], workload.tables)
-        lsn = txs[snapshot_at - 1].lsn
-        for table, rows in state.items():
-            for row in rows.values():
-                src = {"connector": "postgresql", "db": "app", "snapshot": "true",
-                       "lsn": lsn * 1024, "ts_ms": 1735689600000, "txId": 1}  # fmt: skip
-                value = _message(workload, table, "r", None, row, src, None)
-                out.append((f"app.public.{table}", _key_message(workload, table, row), value))
+        changes = [c for _, tx in txs[:snapshot_at] for c in tx.changes]
+        state = oracle.apply(changes, workload.tables)
+        lsn = txs[snapshot_at - 1][1].lsn * 1024
+        reads = [(t, row) for t, rows in state.items() for row in rows.values()]
+        for i, (table, row) in enumerate(reads):
+            src = {"connector": "postgresql", "db": "app", "snapshot": _marker(reads, i),
+                   "sequence": f'[null,"{lsn}"]', "lsn": lsn, "ts_ms": 1735689600000,
+                   "txId": 999}  # fmt: skip
+            value = _message(workload, table, "r", None, row, src, None)
+            out.append((f"app.public.{table}", _key_message(workload, table, row), value))
         txs = txs[max(0, snapshot_at - 2) :]
-    for tx in txs:
+    for n, (number, tx) in enumerate(txs):
         ts = int(tx.commit_time.timestamp() * 1000)
-        tid = f"{tx.txid}:{tx.lsn * 1024 + 1023}"
-        meta = {"status": "BEGIN", "id": tid, "ts_ms": ts, "event_count": None}
+        commit = tx.lsn * 1024 + 1023
+        # a PostgreSQL xid; the connector's ids are "<xid>:<the last LSN it saw>", and its
+        # sequence starts with the commit LSN of the transaction before (null for the first
+        # transaction a new connector streams)
+        xid = 1000 + number
+        before = workload.transactions[number - 1].lsn * 1024 + 1023 if number else None
+        last_commit = "null" if before is None or (whole and n == 0) else f'"{before}"'
+        lsns = [tx.lsn * 1024 + ch.seq for ch in tx.changes if ch.kind in EVENT_KINDS]
+        meta = {"status": "BEGIN", "id": f"{xid}:{lsns[0] if lsns else commit}", "ts_ms": ts,
+                "event_count": None}  # fmt: skip
         if faults:
             out.append(("app.transaction", None, {**meta, "data_collections": None}))
         counts: dict[str, int] = {}
@@ -224,16 +252,21 @@ def render_records(
             if ch.kind not in EVENT_KINDS:
                 continue
             counts[ch.table] = counts.get(ch.table, 0) + 1
+            lsn = tx.lsn * 1024 + ch.seq
             src = {
                 "connector": "postgresql",
                 "db": "app",
                 "snapshot": "false",
-                "sequence": f'["{tx.lsn * 1024 + 1023}","{tx.lsn * 1024 + ch.seq}"]',
-                "lsn": tx.lsn * 1024 + ch.seq,
-                "txId": tx.txid,
+                "sequence": f'[{last_commit},"{lsn}"]',
+                "lsn": lsn,
+                "txId": xid,
                 "ts_ms": ts,
             }
-            trx = {"id": tid, "total_order": ch.seq, "data_collection_order": counts[ch.table]}
+            trx = {
+                "id": f"{xid}:{lsn}",
+                "total_order": ch.seq,
+                "data_collection_order": counts[ch.table],
+            }
             topic = f"app.public.{ch.table}"
             if ch.kind == "truncate":
                 out.append((topic, None, _message(workload, ch.table, "t", None, None, src, trx)))
@@ -260,7 +293,8 @@ def render_records(
             collections = [
                 {"data_collection": f"public.{t}", "event_count": n} for t, n in counts.items()
             ]
-            end = {**meta, "status": "END", "event_count": sum(counts.values())}
+            end = {**meta, "id": f"{xid}:{commit}", "status": "END",
+                   "event_count": sum(counts.values())}  # fmt: skip
             out.append(("app.transaction", None, {**end, "data_collections": collections}))
     if faults and len(out) > 4:
         # a connector restart: a run of messages delivered again

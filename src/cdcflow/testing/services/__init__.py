@@ -4,6 +4,8 @@ of its own:
 
 - :class:`~cdcflow.testing.services.kafka.KafkaBroker`: Apache Kafka in KRaft mode (broker and
   controller in one process), from its Maven artifacts;
+- :class:`~cdcflow.testing.services.connect.KafkaConnect`: Kafka Connect in standalone mode with
+  Debezium's source connectors, from their Maven artifacts;
 - :class:`~cdcflow.testing.services.postgres.Postgres`: PostgreSQL from Debian's packages, run
   as a non-root user, with logical decoding on;
 - :class:`~cdcflow.testing.services.rest.RestCatalog`: Iceberg's REST catalog server, from

@@ -13,7 +13,8 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from cdcflow.errors import CdcflowError
 
@@ -43,8 +44,10 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
-    """Whether ``port`` can be bound on 127.0.0.1."""
+    """Whether a server can listen on ``port`` of 127.0.0.1 again: as Java's server sockets
+    do (``SO_REUSEADDR``), connections of its last run still closing do not count."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -131,6 +134,48 @@ def alive(pid: int | None, marker: bytes | None = None) -> bool:
     if stat.rsplit(")", 1)[1].split()[0] == "Z":
         return False
     return marker is None or marker in cmd
+
+
+def log4j2(name: str, log: Path, loggers: Mapping[str, str] | None = None) -> str:
+    """A log4j 2 configuration writing to ``log`` at level info (``loggers``: other levels by
+    logger name). The JVM stops itself in its own shutdown hook: log4j's must not stop
+    first."""
+    lines = [
+        "status = warn",
+        f"name = {name}",
+        "shutdownHook = disable",
+        "appender.file.type = File",
+        "appender.file.name = file",
+        f"appender.file.fileName = {log}",
+        "appender.file.layout.type = PatternLayout",
+        "appender.file.layout.pattern = [%d] %p %m (%c)%n",
+        "rootLogger.level = info",
+        "rootLogger.appenderRef.file.ref = file",
+    ]
+    for i, (logger, level) in enumerate((loggers or {}).items()):
+        lines += [f"logger.l{i}.name = {logger}", f"logger.l{i}.level = {level}"]
+    return "\n".join(lines) + "\n"
+
+
+class Service:
+    """A server that ``with`` starts and stops (also after a failure)."""
+
+    def start(self) -> str:
+        """Start the server; returns its address."""
+        raise NotImplementedError
+
+    def stop(self) -> str:
+        """Stop the server; says how."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
 
 
 class Background:

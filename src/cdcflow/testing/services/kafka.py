@@ -15,14 +15,15 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 
 from cdcflow.testing.services.base import (
     SMALL_JVM,
     Background,
+    Service,
     ServiceError,
     free_port,
     java,
+    log4j2,
     maven_jars,
     port_free,
 )
@@ -42,21 +43,6 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
       <artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
   </dependencies>
 </project>
-"""
-
-LOG4J2 = """status = warn
-name = kafka
-# Kafka stops itself in its own shutdown hook: log4j must not stop first
-shutdownHook = disable
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.file.ref = file
-logger.request.name = kafka.request.logger
-logger.request.level = warn
 """
 
 
@@ -129,7 +115,7 @@ def serving(bootstrap: str, timeout: float = 1.0) -> bool:
         return False
 
 
-class KafkaBroker:
+class KafkaBroker(Service):
     """One broker with its own folder (``home``): configuration, data, logs, state."""
 
     def __init__(self, home: Path, version: str = VERSION) -> None:
@@ -173,7 +159,9 @@ class KafkaBroker:
                 controller = free_port()
         props = self.home / "server.properties"
         props.write_text(server_properties(self.home, port, controller))
-        (self.home / "log4j2.properties").write_text(LOG4J2.format(log=self.home / "server.log"))
+        (self.home / "log4j2.properties").write_text(
+            log4j2("kafka", self.home / "server.log", {"kafka.request.logger": "warn"})
+        )
         jvm = self._jvm()
         if not (self.home / "data" / "meta.properties").exists():
             cluster = state.get("cluster_id") or _cluster_id()
@@ -204,12 +192,3 @@ class KafkaBroker:
     def kill(self) -> None:
         """Kill the broker (SIGKILL), as a crash would."""
         self.process.kill()
-
-    def __enter__(self) -> KafkaBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -15,9 +15,8 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
-from cdcflow.testing.services.base import Background, ServiceError, free_port, program
+from cdcflow.testing.services.base import Background, Service, ServiceError, free_port, program
 
 #: Settings appended to postgresql.conf at initdb.
 CONF = """
@@ -46,7 +45,7 @@ def _bin() -> Path:
     return found[-1].parent
 
 
-class Postgres:
+class Postgres(Service):
     """One server with its own data folder; ``database``, ``user`` and ``password`` are
     created at the first start."""
 
@@ -192,15 +191,6 @@ class Postgres:
             self._owned(self.data)  # a folder above may have lost its o+x since the start
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
         return "stopped"
-
-    def __enter__(self) -> Postgres:
-        self.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def _ensure_user(name: str) -> None:

@@ -16,11 +16,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from cdcflow.testing.services.base import (
     SMALL_JVM,
     Background,
+    Service,
     ServiceError,
     free_port,
     java,
@@ -87,7 +87,7 @@ def answers(uri: str) -> bool:
         return False
 
 
-class RestCatalog:
+class RestCatalog(Service):
     """One REST catalog server with its own folder: ``catalog.db`` (the backend's SQLite
     file), ``warehouse/``, logs and state. ``name`` is the backend catalog's name."""
 
@@ -151,15 +151,6 @@ class RestCatalog:
     def stop(self) -> str:
         """Stop the server."""
         return self.process.stop(grace=10)
-
-    def __enter__(self) -> RestCatalog:
-        self.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def _read(path: Path) -> str:

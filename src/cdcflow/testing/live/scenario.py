@@ -1,0 +1,627 @@
+"""One live run: services up, the table set and its rows, the connector started while the
+sessions write (its snapshot overlaps the stream), ``cdcflow run --follow`` reading the
+connector's topics, faults injected on a schedule, catch-up measured, then the checks:
+
+- every replica equals ``SELECT *`` of its table under the type mapping;
+- every Iceberg snapshot of every replica (time travel) equals the table at some transaction
+  boundary, boundaries never going back (``consistency: transactions``);
+- no dead letters;
+- end-to-end lag: for each transaction, from its commit in PostgreSQL to the commit of the
+  first replica snapshot showing it (median and p95), and the connector's lag behind the WAL.
+
+Faults: Kafka Connect killed (SIGKILL) and started again (it produces again what it sent
+after its last offset flush), ``cdcflow run`` killed (SIGKILL, the process group) and run
+again, the broker stopped and started. A ``cdcflow run`` that exits by itself (e.g. while the
+broker is away) is started again and reported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import yaml
+
+from cdcflow.testing.kafka import end_offsets
+from cdcflow.testing.live import oracle
+from cdcflow.testing.live.schema import TABLES, connector_config
+from cdcflow.testing.live.workload import Settings, Workload
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdcflow.testing.services.connect import KafkaConnect
+    from cdcflow.testing.services.kafka import KafkaBroker
+    from cdcflow.testing.services.postgres import Postgres
+
+#: Columns compared by their SHA-256 in snapshot checks (large text).
+HASHED: dict[str, frozenset[str]] = {
+    "documents": frozenset({"body"}),
+    "orders": frozenset({"note"}),
+}
+#: A driver JVM for a pipeline that runs a few minutes on a small machine.
+PIPELINE_CONF = {
+    "spark.driver.memory": "1g",
+    # the quick compiler alone fills the default code cache of 48 MB within minutes
+    "spark.driver.extraJavaOptions": (
+        "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
+    ),
+    "spark.ui.enabled": "false",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run does: seconds of workload, faults of each kind (spread over the run),
+    the workload's settings, the pipeline's consistency mode."""
+
+    duration: float = 180.0
+    connect_kills: int = 2
+    cdcflow_kills: int = 2
+    broker_restarts: int = 1
+    settings: Settings = field(default_factory=Settings)
+    consistency: str = "transactions"
+    follow_interval: str = "2s"
+
+    def faults(self) -> list[tuple[float, str]]:
+        """(second of the run, fault) in time order."""
+        out: list[tuple[float, str]] = []
+        kinds = (
+            ("connect", self.connect_kills, 0.2),
+            ("cdcflow", self.cdcflow_kills, 0.3),
+            ("broker", self.broker_restarts, 0.45),
+        )
+        for name, n, first in kinds:
+            for i in range(n):
+                share = first + i * (0.85 - first) / max(n, 1) + (0.05 if i else 0.0)
+                out.append((share * self.duration, name))
+        return sorted(out)
+
+
+@dataclass
+class Fault:
+    """A fault injected: when (seconds into the run), what, and what it took to recover."""
+
+    at: float
+    kind: str
+    outcome: str = ""
+
+
+@dataclass
+class TableResult:
+    """One table: rows in the source and the replica, whether they are equal (or the first
+    difference), and how its snapshots matched transaction boundaries."""
+
+    table: str
+    source_rows: int
+    replica_rows: int
+    difference: str
+    snapshots: int = 0
+    snapshots_matched: int = 0
+    snapshot_failures: list[str] = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        """Whether the replica equals the table and every snapshot matched a boundary."""
+        return not self.difference and self.snapshots_matched == self.snapshots
+
+
+@dataclass
+class Report:
+    """What a live run found."""
+
+    tables: list[TableResult] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+    connector_catch_up: float = 0.0
+    connector_lag_bytes: list[int] = field(default_factory=list)
+    dead_letters: list[str] = field(default_factory=list)
+    committed: dict[str, int] = field(default_factory=dict)
+    rolled_back: dict[str, int] = field(default_factory=dict)
+    cdcflow_runs: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Every replica equal, every snapshot at a boundary, no dead letters."""
+        return bool(self.tables) and all(t.equal for t in self.tables) and not self.dead_letters
+
+    def lag(self, q: float) -> float:
+        """A quantile of the end-to-end lag, in seconds."""
+        if not self.lags:
+            return float("nan")
+        ordered = sorted(self.lags)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def lines(self) -> list[str]:
+        """The report as text."""
+        out = [f"{'table':<12}{'source':>8}{'replica':>9}  snapshots  result"]
+        for t in self.tables:
+            result = "equal" if not t.difference else f"differs: {t.difference}"
+            snaps = f"{t.snapshots_matched}/{t.snapshots}"
+            out.append(f"{t.table:<12}{t.source_rows:>8}{t.replica_rows:>9}  {snaps:>9}  {result}")
+            out.extend(
+                f"    snapshot not at a transaction boundary: {f}" for f in t.snapshot_failures
+            )
+        out.append(
+            "transactions: "
+            + ", ".join(f"{k}={v}" for k, v in sorted(self.committed.items()))
+            + (
+                f"; rolled back: {sum(self.rolled_back.values())} (deadlocks, key conflicts)"
+                if self.rolled_back
+                else ""
+            )
+        )
+        out.append("faults injected:")
+        out.extend(f"  {f.at:7.1f}s  {f.kind:<8} {f.outcome}" for f in self.faults)
+        out.append("cdcflow runs: " + "; ".join(self.cdcflow_runs))
+        if self.lags:
+            out.append(
+                f"end-to-end lag (commit in PostgreSQL → visible in the replica) over "
+                f"{len(self.lags)} transactions: median {self.lag(0.5):.1f}s, "
+                f"p95 {self.lag(0.95):.1f}s, max {max(self.lags):.1f}s"
+            )
+        if self.connector_lag_bytes:
+            out.append(
+                f"connector lag behind the WAL: max {max(self.connector_lag_bytes):,} bytes; "
+                f"caught up {self.connector_catch_up:.1f}s after the last commit"
+            )
+        out.append(f"dead letters: {len(self.dead_letters)}")
+        out.extend(f"  {d}" for d in self.dead_letters[:5])
+        out.append("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in self.seconds.items()))
+        out.append("every replica equals its table" if self.ok else "REPLICAS DIFFER")
+        return out
+
+
+class Follower:
+    """``cdcflow run CONFIG --follow`` in a process group of its own, started again when it
+    exits by itself."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.config = config
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.runs: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watch: threading.Thread | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was asked for."""
+        return self._stop.is_set()
+
+    def start(self) -> None:
+        """Start the process, and the watch that starts it again when it exits by itself."""
+        with self._lock:
+            self._spawn()
+        if self._watch is None:
+            self._watch = threading.Thread(target=self._guard, name="live-follower", daemon=True)
+            self._watch.start()
+
+    def _spawn(self) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cdcflow", "run", str(self.config), "--follow"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def _guard(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                if self.proc is not None and self.proc.poll() is not None:
+                    self.runs.append(f"exited by itself with status {self.proc.returncode}")
+                    self._spawn()
+
+    def kill(self) -> None:
+        """SIGKILL the process group (the driver and its JVM), then start it again."""
+        with self._lock:
+            assert self.proc is not None
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.runs.append("killed (SIGKILL)")
+            self._spawn()
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """SIGTERM: the run stops after the batch in progress."""
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.join()
+        with self._lock:
+            if self.proc is None or self.proc.poll() is not None:
+                return
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                status = self.proc.wait(timeout)
+                self.runs.append(f"stopped (SIGTERM), status {status}")
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                self.runs.append("did not stop on SIGTERM: killed")
+
+
+class LiveRun:
+    """A live run in ``root``. ``kafka`` and ``postgres`` are running servers to use (the
+    run restarts the broker as a fault); without them the run starts its own."""
+
+    def __init__(
+        self,
+        root: Path,
+        plan: Plan,
+        *,
+        prefix: str = "live",
+        kafka: KafkaBroker | None = None,
+        postgres: Postgres | None = None,
+        warehouse: str | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.root = root.resolve()
+        self.plan = plan
+        self.prefix = prefix
+        self.namespace = prefix
+        self.database = prefix
+        self.kafka = kafka
+        self.postgres = postgres
+        self.warehouse = warehouse or str(self.root / "warehouse")
+        self.log = log
+        self.report = Report()
+        self._own: list[Any] = []
+        self._started = 0.0
+        self._connector_started = dt.datetime.now(dt.UTC)
+        self.connect: KafkaConnect | None = None
+        self.follower: Follower | None = None
+
+    # ------------------------------------------------------------------ services
+
+    def _services(self) -> None:
+        from cdcflow.testing.services.connect import KafkaConnect
+        from cdcflow.testing.services.kafka import KafkaBroker
+        from cdcflow.testing.services.postgres import Postgres
+
+        if self.kafka is None:
+            self.kafka = KafkaBroker(self.root / "kafka")
+            self._own.append(self.kafka)
+            self.kafka.start()
+        if self.postgres is None:
+            self.postgres = Postgres(self.root / "postgres" / "data")
+            self._own.append(self.postgres)
+            self.postgres.start()
+        self.postgres.superuser(
+            f"""SELECT format('CREATE DATABASE %I OWNER %I', '{self.database}', :'user')
+                WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = '{self.database}')
+                \\gexec"""
+        )
+        self.connect = KafkaConnect(self.root / "connect", self.kafka.bootstrap)
+        self.connect.start()
+
+    @property
+    def url(self) -> str:
+        """The workload database's libpq URL."""
+        assert self.postgres is not None
+        p = self.postgres
+        return f"postgresql://{p.user}:{p.password}@127.0.0.1:{p.port}/{self.database}"
+
+    def config(self) -> Path:
+        """The pipeline configuration: one ``kafka:`` source over the connector's topics."""
+        assert self.kafka is not None
+        cfg = {
+            "pipeline": self.namespace,
+            "checkpoint": str(self.root / "checkpoint"),
+            "namespace": self.namespace,
+            "catalog": {"name": "cdc", "warehouse": self.warehouse},
+            "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": PIPELINE_CONF},
+            "consistency": self.plan.consistency,
+            "follow_interval": self.plan.follow_interval,
+            "sources": [
+                {
+                    "name": "pg",
+                    "dialect": "debezium",
+                    "kafka": {
+                        "bootstrap_servers": self.kafka.bootstrap,
+                        "pattern": self.prefix.replace(".", "\\.") + "\\..*",
+                    },
+                }
+            ],
+        }
+        path = self.root / "pipeline.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return path
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, spark: Callable[[], SparkSession]) -> Report:
+        """The whole run; ``spark`` gives the session the checks read replicas with (asked
+        for once the pipeline has stopped). Services the run started are stopped, also on
+        failure."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._run(spark)
+        finally:
+            self.close()
+
+    def _run(self, spark: Callable[[], SparkSession]) -> Report:
+        t0 = time.monotonic()
+        self._services()
+        assert self.kafka is not None and self.postgres is not None and self.connect is not None
+        workload = Workload(self.url, self.plan.settings)
+        workload.setup()
+        self._mark("services and rows", t0)
+
+        self._started = time.monotonic()
+        workload.start(self.plan.duration)
+        time.sleep(min(3.0, self.plan.duration / 10))  # the snapshot overlaps the sessions
+        p = self.postgres
+        self.connect.add(
+            self.prefix,
+            connector_config(
+                port=p.port,
+                database=self.database,
+                user=p.user,
+                password=p.password,
+                prefix=self.prefix,
+            ),
+        )
+        # transactions before it are the snapshot's: they do not count for the lag
+        self._connector_started = dt.datetime.now(dt.UTC)
+        self.log(f"connector {self.prefix} started at {self._now():.1f}s, snapshot under way")
+        self._wait_for_topics()
+        self.follower = Follower(self.config(), self.root / "cdcflow.log")
+        self.follower.start()
+        self.log(f"cdcflow run --follow started at {self._now():.1f}s")
+
+        sampler = threading.Thread(target=self._sample_lag, name="live-lag", daemon=True)
+        sampler.start()
+        for at, kind in self.plan.faults():
+            while self._now() < at:
+                time.sleep(0.2)
+            self._inject(kind)
+        workload.join()
+        self._mark("workload", self._started)
+
+        self._caught_up(workload)
+        self._mark("catch-up", self._started + self.plan.duration)
+        self.follower.stop()
+        self.report.cdcflow_runs = list(self.follower.runs)
+        self.report.committed = dict(workload.stats.committed)
+        self.report.rolled_back = dict(workload.stats.rolled_back)
+        t1 = time.monotonic()
+        self._check(spark())
+        self._mark("checks", t1)
+        return self.report
+
+    def _now(self) -> float:
+        return time.monotonic() - self._started
+
+    def _mark(self, what: str, since: float) -> None:
+        self.report.seconds[what] = time.monotonic() - since
+
+    def _inject(self, kind: str) -> None:
+        assert self.connect is not None and self.kafka is not None and self.follower is not None
+        fault = Fault(self._now(), kind)
+        t = time.monotonic()
+        if kind == "connect":
+            self.connect.kill()
+            self.connect.start()
+            fault.outcome = (
+                f"Kafka Connect SIGKILLed, running again after {time.monotonic() - t:.1f}s"
+            )
+        elif kind == "cdcflow":
+            self.follower.kill()
+            fault.outcome = "cdcflow run SIGKILLed (process group) and started again"
+        else:
+            self.kafka.stop()
+            self.kafka.start()
+            fault.outcome = f"broker stopped and started, serving after {time.monotonic() - t:.1f}s"
+        self.log(f"fault at {fault.at:.1f}s: {fault.outcome}")
+        self.report.faults.append(fault)
+
+    def _wait_for_topics(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self._end_offsets():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the connector created no topic in {timeout:.0f}s")
+            time.sleep(0.5)
+
+    def _end_offsets(self) -> dict[tuple[str, int], int]:
+        assert self.kafka is not None
+        return end_offsets(self.kafka.bootstrap, self.prefix)
+
+    # ------------------------------------------------------------------ lag and catch-up
+
+    def _wal_lsn(self) -> int:
+        import psycopg
+
+        from cdcflow.positions import pg_lsn
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        return int(pg_lsn(str(row[0])))
+
+    def _connector_lsn(self) -> int | None:
+        assert self.connect is not None
+        try:
+            offsets = self.connect.offsets(self.prefix)
+        except Exception:  # the worker is being restarted
+            return None
+        for o in offsets:
+            found = (o.get("offset") or {}).get("lsn")
+            if isinstance(found, int):
+                return found
+        return None
+
+    def _sample_lag(self) -> None:
+        while self.follower is not None and not self.follower.stopping:
+            lsn = self._connector_lsn()
+            if lsn is not None:
+                self.report.connector_lag_bytes.append(max(0, self._wal_lsn() - lsn))
+            time.sleep(1.0)
+
+    def _caught_up(self, workload: Workload, timeout: float = 300.0) -> None:
+        """Wait until the connector's flushed offset passes the WAL position after the last
+        workload commit (a fence transaction after it makes the connector move past it), then
+        until cdcflow has committed a batch up to every partition's end."""
+        import psycopg
+
+        end = self._wal_lsn()
+        last_commit = time.monotonic()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO ledger (account, entry, amount, memo) "
+                "VALUES (-1, -1, 0, 'fence') ON CONFLICT DO NOTHING"
+            )
+        deadline = time.monotonic() + timeout
+        while (self._connector_lsn() or 0) < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the connector did not reach {end} in {timeout:.0f}s")
+            time.sleep(0.2)
+        self.report.connector_catch_up = time.monotonic() - last_commit
+        self.log(f"connector caught up {self.report.connector_catch_up:.1f}s after the last commit")
+        ends = self._end_offsets()
+        while not self._applied(ends):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cdcflow did not reach the topics' ends in {timeout:.0f}s")
+            time.sleep(0.5)
+        self.log(f"cdcflow caught up at {self._now():.1f}s")
+
+    def _applied(self, ends: dict[tuple[str, int], int]) -> bool:
+        """Whether the pipeline committed a batch that read every partition to ``ends``."""
+        folders = list((self.root / "checkpoint" / "sources").glob("*/query"))
+        if not folders:
+            return False
+        query = folders[0]
+        commits = [int(p.name) for p in (query / "commits").glob("[0-9]*")]
+        if not commits:
+            return False
+        lines = (query / "offsets" / str(max(commits))).read_text().splitlines()
+        try:
+            read = orjson.loads(lines[2])
+        except (IndexError, orjson.JSONDecodeError):
+            return False
+        return all(
+            read.get(topic, {}).get(str(p), 0) >= end for (topic, p), end in ends.items() if end
+        )
+
+    # ------------------------------------------------------------------ checks
+
+    def _check(self, spark: SparkSession) -> None:
+        import psycopg
+
+        commits: dict[int, dt.datetime] = {}
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            for seq, at in conn.execute("SELECT seq, at FROM live_commits").fetchall():
+                commits[int(seq)] = at
+            touched: dict[int, set[str]] = {}
+            for seq, tbl in conn.execute(
+                "SELECT DISTINCT c.seq, ch.tbl FROM live_changes ch "
+                "JOIN live_commits c ON c.xid = ch.xid"
+            ).fetchall():
+                touched.setdefault(int(seq), set()).add(str(tbl))
+            visible: dict[int, dict[str, dt.datetime]] = {}
+            for spec in TABLES:
+                cols = oracle.columns(conn, spec.name)
+                key = tuple(c.name for c in cols if c.name in spec.key)
+                ident = f"cdc.{self.namespace}.{spec.name}"
+                hashed = HASHED.get(spec.name, frozenset())
+                source = oracle.source_rows(conn, spec.name, cols, frozenset())
+                replica = oracle.replica_rows(spark, ident, cols, frozenset())
+                d = oracle.compare(source, replica)
+                key_index = tuple(i for i, c in enumerate(cols) if c.name in spec.key)
+                result = oracle_result(spec.name, cols, d, key_index)
+                b = oracle.boundaries(conn, spec.name, key, cols, hashed)
+                final = list(b.final.values())
+                hashed_source = oracle.source_rows(conn, spec.name, cols, hashed)
+                if not oracle.compare(hashed_source, final).equal:
+                    raise AssertionError(f"{spec.name}: the recorded changes do not rebuild it")
+                snaps = [
+                    (int(r[0]), dt.datetime.fromtimestamp(r[1] / 1000, dt.UTC))
+                    for r in spark.sql(
+                        f"SELECT snapshot_id, unix_millis(committed_at) FROM {ident}.snapshots "
+                        "ORDER BY committed_at, snapshot_id"
+                    ).collect()
+                ]
+                rows = oracle.replica_snapshots(spark, ident, cols, hashed, [s for s, _ in snaps])
+                matches = oracle.match_snapshots(b, snaps, rows)
+                result.snapshots = len(matches)
+                result.snapshots_matched = sum(m.seq is not None for m in matches)
+                result.snapshot_failures = [
+                    f"{m.snapshot} at {m.committed_at}: {m.detail}"
+                    for m in matches
+                    if m.seq is None
+                ][:3]
+                self.report.tables.append(result)
+                for m in matches:
+                    if m.seq is None:
+                        continue
+                    for seq in range(1, m.seq + 1):
+                        if spec.name in touched.get(seq, ()):
+                            visible.setdefault(seq, {}).setdefault(spec.name, m.committed_at)
+        self.report.lags = _lags(commits, touched, visible, self._connector_started)
+        dead_letters = f"cdc.{self.namespace}__cdcflow.dead_letters"
+        if spark.catalog.tableExists(dead_letters):  # made by the first dead letter
+            dead = spark.sql(f"SELECT error_code, error_message FROM {dead_letters}").collect()
+            self.report.dead_letters = [f"[{r[0]}] {r[1]}" for r in dead]
+
+    # ------------------------------------------------------------------ teardown
+
+    def close(self) -> None:
+        """Stop what the run started: cdcflow, Kafka Connect, the replication slot, the
+        servers it started itself."""
+        if self.follower is not None:
+            self.follower.stop()
+        if self.connect is not None:
+            self.connect.stop()
+        if self.postgres is not None and self.postgres not in self._own:
+            try:
+                self.postgres.superuser(
+                    f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    f"WHERE slot_name = '{self.prefix}'"
+                )
+            except Exception as e:  # the server may be gone already
+                self.log(f"could not drop replication slot {self.prefix}: {e}")
+        for server in reversed(self._own):
+            server.stop()
+
+
+def oracle_result(
+    table: str, cols: list[oracle.Column], d: oracle.Difference, key: tuple[int, ...]
+) -> TableResult:
+    """A table's result from the difference of its source and replica rows."""
+    return TableResult(
+        table,
+        d.source_rows,
+        d.replica_rows,
+        "" if d.equal else oracle.first_difference(cols, d, key),
+    )
+
+
+def _lags(
+    commits: dict[int, dt.datetime],
+    touched: dict[int, set[str]],
+    visible: dict[int, dict[str, dt.datetime]],
+    since: dt.datetime,
+) -> list[float]:
+    """Seconds from each transaction's commit to the first snapshot commit that shows it in
+    every table it changed."""
+    out = []
+    for seq, at in commits.items():
+        if at < since or seq not in visible:
+            continue
+        seen = visible[seq]
+        if set(seen) != touched.get(seq, set()):
+            continue
+        out.append((max(seen.values()) - at).total_seconds())
+    return out
