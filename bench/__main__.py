@@ -15,10 +15,19 @@
     pipeline (parse once, then per table ``row_number`` + one ``MERGE``, sequential, warm).
 (f) small continuous batches: the same for one table.
 (g) parallel_tables: the steady batch of (e) with 1, 2 and 4 tables written at a time.
+(h) history: the steady batch of (f) into an scd2 table vs a hand-written SCD2 MERGE.
+(k) Kafka, one table: the steady batch of 200,000 events read from a topic of a broker started
+    here, vs the hand-written job reading the same offsets with Spark's Kafka source.
+(k') Kafka, 100 tables: the shape of (e) read from a topic.
+(m) soak: 100 batches (``BENCH_SOAK_BATCHES``) of 1,000 events over 10 tables in one
+    ``--follow`` run: batch time per tenth of the run, files, snapshots, read cost, storage.
+``BENCH_FORMAT=3`` makes every table format 3 (deletion vectors), cdcflow's and the
+hand-written jobs' alike; ``BENCH_MAINTENANCE=off`` turns cdcflow's maintenance off.
 
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png``. Sizes scale with the
 environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench PART...`` runs some cases
-(decode, e2e, growth, receiver, many, small, parallel); the others' figures in bench.json are kept.
+(decode, e2e, growth, receiver, many, small, parallel, history, kafka); the others' figures
+in bench.json are kept.
 """
 
 from __future__ import annotations
@@ -44,6 +53,9 @@ import orjson
 
 RESULTS = Path(__file__).parent / "results"
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+#: The tables' Iceberg format version, cdcflow's and the hand-written jobs' alike
+#: (``BENCH_FORMAT=3``: deletion vectors).
+FORMAT = os.environ.get("BENCH_FORMAT", "2")
 
 
 def _lsn(n: int) -> str:
@@ -190,7 +202,7 @@ def handwritten(spark: Any, folder: Path, table: str) -> None:
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} (id bigint, name string, qty bigint, "
         "price decimal(10,2), updated_at timestamp) USING iceberg "
-        "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
+        f"TBLPROPERTIES ('format-version'='{FORMAT}', 'write.merge.mode'='merge-on-read', "
         "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')"
     )
     src = spark.read.text(str(folder)).selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
@@ -324,14 +336,17 @@ def _multi_cfg(
     follow: str = "1s",
     parallel: int = 2,
     mode: str = "merge",
+    kafka: dict[str, Any] | None = None,
 ) -> Any:
     from cdcflow.config import load_config
 
     names = [f"t{t:03d}" for t in range(tables)]
+    where: dict[str, Any] = {"kafka": kafka} if kafka else {"path": str(landing)}
     return load_config(
         {
             "pipeline": name,
-            "tables": {"default": {"mode": mode}},
+            "tables": {"default": {"mode": mode, "table_properties": {"format-version": FORMAT}}},
+            "maintenance": os.environ.get("BENCH_MAINTENANCE", "on"),
             "checkpoint": str(root / f"ck_{name}"),
             "namespace": name,
             "catalog": {"name": "cdc", "warehouse": str(root / "warehouse")},
@@ -340,7 +355,7 @@ def _multi_cfg(
             "sources": [
                 {
                     "name": "s",
-                    "path": str(landing),
+                    **where,
                     "dialect": "savegress",
                     "keys": {t: ["id"] for t in names},
                     "types": {t: TYPES["items"] for t in names},
@@ -351,26 +366,23 @@ def _multi_cfg(
 
 
 def _hand_start(
-    spark: Any, files: list[Path], namespace: str, tables: int, columns: str, view: str
+    spark: Any, files: list[Path] | Any, namespace: str, tables: int, columns: str, view: str
 ) -> Any:
     """The hand-written jobs' start: their tables, and the batch parsed once (cached) as
-    ``view``."""
+    ``view``. ``files``: JSON-lines files, or a DataFrame of the lines (a string ``value``)."""
     for t in range(tables):
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS cdc.{namespace}.t{t:03d} ({columns}) USING iceberg "
-            "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
+            f"TBLPROPERTIES ('format-version'='{FORMAT}', 'write.merge.mode'='merge-on-read', "
             "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')"
         )
-    src = (
-        spark.read.text([str(f) for f in files])
-        .selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
-        .cache()
-    )
+    lines = spark.read.text([str(f) for f in files]) if isinstance(files, list) else files
+    src = lines.selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e").cache()
     src.createOrReplaceTempView(view)
     return src
 
 
-def handwritten_tables(spark: Any, files: list[Path], namespace: str, tables: int) -> None:
+def handwritten_tables(spark: Any, files: list[Path] | Any, namespace: str, tables: int) -> None:
     """What people write by hand for many tables: parse the batch once, then per table a
     row_number dedup and one MERGE, one table after another."""
     src = _hand_start(spark, files, namespace, tables, MULTI_COLUMNS, "bench_multi_raw")
@@ -590,6 +602,189 @@ def bench_parallel(
         out["steady_seconds"][str(p)] = steady_s
         print(f"    parallel_tables={p}: {steady_s:.1f}s", flush=True)
     return out
+
+
+def _produce_file(bootstrap: str, topic: str, path: Path) -> dict[int, tuple[int, int]]:
+    """Each line of ``path`` produced to ``topic`` (key: table and id, as the unified format's
+    Kafka form keys by table and primary key); the offsets written per partition
+    (first, last + 1)."""
+    from cdcflow.testing.kafka import KafkaRecord, produce
+
+    records = []
+    for line in path.read_bytes().splitlines():
+        doc = orjson.loads(line)
+        key = (doc.get("after") or doc.get("before"))["id"]
+        records.append(KafkaRecord(topic, f"{doc['table']}:{key}".encode(), line))
+    spans: dict[int, tuple[int, int]] = {}
+    for _, partition, offset in produce(bootstrap, records):
+        first, end = spans.get(partition, (offset, offset + 1))
+        spans[partition] = (min(first, offset), max(end, offset + 1))
+    return spans
+
+
+def _kafka_lines(spark: Any, bootstrap: str, topic: str, spans: dict[int, tuple[int, int]]) -> Any:
+    """What a hand-written job reads from Kafka for one batch: the offset range, as lines."""
+    start = json.dumps({topic: {str(p): a for p, (a, _) in spans.items()}})
+    end = json.dumps({topic: {str(p): b for p, (_, b) in spans.items()}})
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", start)
+        .option("endingOffsets", end)
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+    )
+
+
+def bench_kafka_shape(
+    spark: Any, root: Path, bootstrap: str, label: str, tables: int, events: int, keys: int
+) -> dict[str, Any]:
+    """(k)/(k'): the steady batch of ``events`` events over ``tables`` existing tables read
+    from a topic of a local broker (three partitions), in a running ``--follow`` pipeline,
+    against the hand-written job reading the same offsets with Spark's Kafka source +
+    ``from_json`` + ``row_number`` + one ``MERGE`` per table."""
+    files = root / f"{label}_files"
+    topic = f"bench.{label}"
+    n_load = max(events, tables * keys)
+    lsn = write_tables(files / "0.jsonl", n_load, tables, keys, 1, 1, inserts_only=True)
+    paths = [files / "0.jsonl"]
+    for b in range(1, 3):
+        paths.append(files / f"{b}.jsonl")
+        lsn = write_tables(paths[-1], events, tables, keys, seed=b + 30, first_lsn=lsn)
+    spans: list[dict[int, tuple[int, int]]] = []
+
+    def send(path: Path) -> Callable[[], object]:
+        return lambda: spans.append(_produce_file(bootstrap, topic, path))
+
+    kafka = {
+        "bootstrap_servers": bootstrap,
+        "topics": [topic],
+        "starting_offsets": "earliest",
+        "max_offsets_per_trigger": 10 * n_load,
+    }
+    from cdcflow.testing.kafka import create_topics
+
+    create_topics(bootstrap, [topic], 3)
+    cfg = _multi_cfg(root, f"bench_{label}", root / "unused", tables, kafka=kafka)
+    follow = _Follow(spark, cfg)
+    try:
+        load_s, _ = follow.batch(send(paths[0]))
+        warm_s, _ = follow.batch(send(paths[1]))
+        steady_s, report = follow.batch(send(paths[2]))
+    finally:
+        follow.stop()
+    hand_ns = f"bench_{label}_hand"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS cdc.{hand_ns}")
+    for span in spans[:2]:  # the load, then a warm batch
+        handwritten_tables(spark, _kafka_lines(spark, bootstrap, topic, span), hand_ns, tables)
+    t = time.perf_counter()
+    handwritten_tables(spark, _kafka_lines(spark, bootstrap, topic, spans[2]), hand_ns, tables)
+    hand_s = time.perf_counter() - t
+    differing = sum(
+        spark.sql(
+            f"SELECT count(*) AS n FROM (SELECT id, name, qty, price, updated_at FROM "
+            f"cdc.bench_{label}.t{t:03d} EXCEPT SELECT * FROM cdc.{hand_ns}.t{t:03d})"
+        ).collect()[0]["n"]
+        for t in range(min(tables, 3))
+    )
+    stages = dict(getattr(report, "stages", {}) or {})
+    return {
+        "tables": tables,
+        "events": events,
+        "hand_written_seconds": hand_s,
+        "ours_steady_seconds": steady_s,
+        "ours_warmup_batch_seconds": warm_s,
+        "ours_first_load_seconds": load_s,
+        "ratio_steady": steady_s / hand_s,
+        "decode_share": stages.get("decode", 0.0) / steady_s if steady_s else 0.0,
+        "steady_stages": stages,
+        "rows_differing_from_hand_written_first_3_tables": int(differing),
+    }
+
+
+def bench_kafka(spark: Any, root: Path) -> dict[str, Any]:
+    """(k) and (k') against a broker started here (cdcflow.testing.services)."""
+    from cdcflow.testing.services.kafka import KafkaBroker
+
+    with KafkaBroker(root / "kafka") as broker:
+        one = bench_kafka_shape(
+            spark, root, broker.bootstrap, "kone", 1, int(200_000 * SCALE), int(40_000 * SCALE)
+        )
+        print(_kafka_line("k", one), flush=True)
+        many = bench_kafka_shape(
+            spark, root, broker.bootstrap, "kmany", 100, int(20_000 * SCALE), 50
+        )
+        print(_kafka_line("k'", many), flush=True)
+    return {"one_table": one, "many_tables": many}
+
+
+def bench_soak(spark: Any, root: Path, batches: int, tables: int, events: int) -> dict[str, Any]:
+    """(m) months in miniature: ``batches`` batches of ``events`` events over ``tables`` tables
+    in one ``--follow`` run; the median batch time per tenth of the run, then what one table
+    became (data and delete files, snapshots) and the cost of counting its rows."""
+    files = root / "soak_files"
+    landing = root / "soak_landing"
+    landing.mkdir(parents=True)
+    keys = 200
+    lsn = write_tables(files / "0000.jsonl", tables * keys, tables, keys, 1, 1, inserts_only=True)
+    cfg = _multi_cfg(root, "bench_soak", landing, tables)
+    follow = _Follow(spark, cfg)
+    seconds: list[float] = []
+    try:
+        follow.batch(_copier(files / "0000.jsonl", landing))
+        for b in range(1, batches + 1):
+            path = files / f"{b:04d}.jsonl"
+            lsn = write_tables(path, events, tables, keys, seed=100 + b, first_lsn=lsn)
+            took, _ = follow.batch(_copier(path, landing))
+            seconds.append(took)
+    finally:
+        follow.stop()
+    tenth = max(1, batches // 10)
+    medians = [statistics.median(seconds[i : i + tenth]) for i in range(0, len(seconds), tenth)]
+    ident = "cdc.bench_soak.t000"
+    counts = spark.sql(
+        f"SELECT content, count(*) AS n FROM {ident}.files GROUP BY content"
+    ).collect()
+    by_content = {int(r["content"]): int(r["n"]) for r in counts}
+    snapshots = spark.sql(f"SELECT count(*) AS n FROM {ident}.snapshots").collect()[0]["n"]
+    t = time.perf_counter()
+    rows = spark.sql(f"SELECT count(*) AS n FROM {ident}").collect()[0]["n"]
+    count_s = time.perf_counter() - t
+    size = sum(f.stat().st_size for f in (root / "warehouse").rglob("*") if f.is_file())
+    return {
+        "batches": batches,
+        "tables": tables,
+        "events_per_batch": events,
+        "median_seconds_per_tenth": medians,
+        "growth": medians[-1] / medians[0] if medians and medians[0] else None,
+        "table_rows": int(rows),
+        "data_files": by_content.get(0, 0),
+        "delete_files": by_content.get(1, 0) + by_content.get(2, 0),
+        "snapshots": int(snapshots),
+        "count_seconds": count_s,
+        "warehouse_bytes": size,
+    }
+
+
+def _soak_line(r: dict[str, Any]) -> str:
+    tenths = ", ".join(f"{m:.1f}" for m in r["median_seconds_per_tenth"])
+    return (
+        f"(m) soak, {r['batches']} batches of {r['events_per_batch']:,} events over "
+        f"{r['tables']} tables: median s/batch per tenth [{tenths}] (last/first "
+        f"{r['growth']:.2f}×); one table: {r['table_rows']:,} rows in {r['data_files']} data "
+        f"files + {r['delete_files']} delete files, {r['snapshots']} snapshots, count(*) "
+        f"{r['count_seconds']:.2f}s; warehouse {r['warehouse_bytes'] / 1e6:.0f} MB"
+    )
+
+
+def _kafka_line(tag: str, r: dict[str, Any]) -> str:
+    return (
+        f"({tag}) Kafka, {r['events']:,} events over {r['tables']} existing table(s): cdcflow "
+        f"{r['ours_steady_seconds']:.1f}s steady (--follow; decode share "
+        f"{r['decode_share']:.0%}), hand-written {r['hand_written_seconds']:.1f}s; "
+        f"time ratio {r['ratio_steady']:.2f}×"
+    )
 
 
 def _shape_line(tag: str, r: dict[str, Any]) -> str:
@@ -888,7 +1083,18 @@ def receiver_only() -> dict[str, Any]:
 #: parallel_tables values (g) compares (``BENCH_PARALLEL=4,8`` to try others).
 CHOICES = tuple(int(x) for x in os.environ.get("BENCH_PARALLEL", "1,2,4").split(","))
 
-PARTS = ("decode", "e2e", "growth", "receiver", "many", "small", "parallel", "history")
+PARTS = (
+    "decode",
+    "e2e",
+    "growth",
+    "receiver",
+    "many",
+    "small",
+    "parallel",
+    "history",
+    "kafka",
+    "soak",
+)
 
 
 def _decode_line(d: dict[str, Any]) -> str:
@@ -929,7 +1135,11 @@ def main(argv: list[str] | None = None) -> int:
         packages = None
         if iceberg:
             packages = iceberg_runtime(pyspark.__version__).rsplit(":", 1)[0] + f":{iceberg}"
-        results["versions"] = {"spark": pyspark.__version__, "iceberg": iceberg or ICEBERG_VERSION}
+        results["versions"] = {
+            "spark": pyspark.__version__,
+            "iceberg": iceberg or ICEBERG_VERSION,
+            "format": FORMAT,
+        }
         print(f"Spark {pyspark.__version__}, Iceberg {iceberg or ICEBERG_VERSION}", flush=True)
         root = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
         try:
@@ -987,6 +1197,12 @@ def _run_spark_parts(spark: Any, root: Path, chosen: set[str], results: dict[str
             spark, root, "history", tables=1, events=int(20_000 * SCALE), keys=5_000, mode="scd2"
         )
         print(_shape_line("h", h), flush=True)
+    if "kafka" in chosen:
+        results["kafka"] = bench_kafka(spark, root)
+    if "soak" in chosen:
+        batches = int(os.environ.get("BENCH_SOAK_BATCHES", "100"))
+        m = results["soak"] = bench_soak(spark, root, batches, 10, int(1_000 * SCALE))
+        print(_soak_line(m), flush=True)
     if "parallel" in chosen:
         print("(g) the steady batch of (e) by parallel_tables:", flush=True)
         results["parallel_tables"] = bench_parallel(
