@@ -61,6 +61,7 @@ KEYS = {
         "s4_partial",
         "s5_pk",
         "s5_truncate",
+        "s5_retruncate",
         "s6_schema",
         "s8_bad",
     )
@@ -118,6 +119,10 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
             ev("INSERT", "s5_truncate", 25, after={"id": 5}),
             ev("TRUNCATE", "s5_truncate", 20),
             ev("INSERT", "s5_truncate", 30, after={"id": 3}),
+            # run 2 truncates, then writes a key again, deletes one and inserts one
+            ev("INSERT", "s5_retruncate", 10, after={"id": 1, "v": "a"}),
+            ev("INSERT", "s5_retruncate", 11, after={"id": 2, "v": "b"}),
+            ev("INSERT", "s5_retruncate", 12, after={"id": 3, "v": "c"}),
             # 6: schema evolution
             ev("INSERT", "s6_schema", 10, after={"id": 1, "v": "a"}),
             ev(
@@ -204,13 +209,20 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
             ev("UPDATE", "s4_partial", 20, after={"id": 1, "b": "b20"}, partial=True),
             ev("INSERT", "s5_pk", 5, after={"id": 1, "v": "older"}),
             ev("INSERT", "s5_truncate", 15, after={"id": 4}),
+            ev("TRUNCATE", "s5_retruncate", 40),
+            ev("UPDATE", "s5_retruncate", 41, after={"id": 2, "v": "b2"}),
+            ev("DELETE", "s5_retruncate", 42, before={"id": 3}),
+            ev("INSERT", "s5_retruncate", 43, after={"id": 7, "v": "g"}),
             ev("INSERT", "s6_schema", 30, after={"id": 3, "v": 123}),  # v is a string column
             ev("INSERT", "s6_schema", 31, after={"id": 4, "v": "d", "extra": 6}),
         ],
     )
     for m in history2:
         land(landing, m)
+    retruncate = f"{cfg.catalog.name}.{cfg.namespace}.s5_retruncate.snapshots"
+    snapshots1 = spark.sql(f"SELECT count(*) AS n FROM {retruncate}").collect()[0]["n"]
     reports2 = run(spark, cfg)
+    snapshots2 = spark.sql(f"SELECT count(*) AS n FROM {retruncate}").collect()[0]["n"]
     history = {t: snapshot(spark, cfg, t) for t in (*HISTORY_TABLES, "dbx_users", "dbx_users_city")}
     before3 = {
         t: rows(spark, cfg, t)
@@ -221,6 +233,7 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
             "s4_partial",
             "s5_pk",
             "s5_truncate",
+            "s5_retruncate",
             "s6_schema",
         )
     }
@@ -235,4 +248,5 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
         "bad_file": bad_file,
         "history_snap1": history_snap1,
         "history": history,
+        "retruncate_snapshots": snapshots2 - snapshots1,
     }

@@ -97,6 +97,58 @@ def test_a_newer_truncate_moves_the_watermark_and_an_older_one_does_not() -> Non
     assert older.truncate is None and older.watermark == "p05"
 
 
+def test_configured_table_properties_are_planned_only_where_the_table_differs() -> None:
+    wanted = {"format-version": "3", "write.target-file-size-bytes": "1048576"}
+    new = decide(
+        "t",
+        "t",
+        "merge",
+        meta({"INSERT": 1}, {"id": {"bigint"}}),
+        None,
+        configured_keys=["id"],
+        table_properties=wanted,
+    )
+    assert {k: new.properties[k] for k in wanted} == wanted
+    # the table has them already (the format version as the catalog reads it): nothing to set
+    state = TableState({"id": "bigint"}, {**wanted, KEY_PROPERTY: "id"})
+    same = decide(
+        "t",
+        "t",
+        "merge",
+        meta({"INSERT": 1}, {"id": {"bigint"}}),
+        state,
+        configured_keys=["id"],
+        table_properties=wanted,
+    )
+    assert not set(wanted) & set(same.properties)
+    older = TableState({"id": "bigint"}, {"format-version": "2", KEY_PROPERTY: "id"})
+    upgraded = decide(
+        "t",
+        "t",
+        "merge",
+        meta({"INSERT": 1}, {"id": {"bigint"}}),
+        older,
+        configured_keys=["id"],
+        table_properties={"format-version": "3"},
+    )
+    assert upgraded.properties["format-version"] == "3"
+
+
+def test_table_properties_are_strings_and_cdcflows_own_names_are_refused() -> None:
+    from cdcflow.config import TableConfig
+
+    assert TableConfig(table_properties={"format-version": 3, "a": True}).table_properties == {
+        "format-version": "3",
+        "a": "true",
+    }
+    for bad, why in (
+        ({"cdcflow.keys": "id"}, "cdcflow's own"),
+        ({"format-version": "1"}, "cdcflow writes format 2 or 3"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            TableConfig(table_properties=bad)
+
+
 def test_changelog_plans_work_on_the_after_image_fields() -> None:
     state = TableState({"a": "string", "_empty": "string"}, {})
     plan = decide("log", "audit", "append", meta({"INSERT": 1}, {"b": {"int"}}), state)

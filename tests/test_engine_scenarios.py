@@ -59,6 +59,14 @@ def test_5_primary_key_change_and_truncate(spark: Any, world: dict) -> None:
     assert [r["id"] for r in rows(spark, world["cfg"], "s5_truncate", "id")] == [3, 5]
 
 
+def test_5_a_truncate_and_the_changes_after_it_are_one_snapshot(spark: Any, world: dict) -> None:
+    """A batch holding a TRUNCATE and later changes commits once: no snapshot shows the table
+    emptied without them (a key written again after the TRUNCATE is a new row)."""
+    got = rows(spark, world["cfg"], "s5_retruncate", "id, v, _cdc.operation AS op")
+    assert got == [{"id": 2, "v": "b2", "op": "UPDATE"}, {"id": 7, "v": "g", "op": "INSERT"}]
+    assert world["retruncate_snapshots"] == 1
+
+
 def test_6_added_column_and_type_conflict(spark: Any, world: dict) -> None:
     got = _vals(spark, world, "s6_schema", "id, v, extra")
     assert got == [

@@ -58,23 +58,7 @@ def test_every_replica_equals_its_table(live: Report) -> None:
     assert all(t.source_rows > 0 and not t.difference for t in live.tables), _text(live)
 
 
-@pytest.mark.parametrize(
-    "table",
-    [
-        pytest.param(
-            t.name,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a batch with a TRUNCATE commits the replica's DELETE apart from its "
-                "MERGE: the snapshot between them shows the table emptied, which no "
-                "transaction boundary does when the TRUNCATE's transaction also inserts",
-            ),
-        )
-        if t.name == "ledger"
-        else t.name
-        for t in TABLES
-    ],
-)
+@pytest.mark.parametrize("table", [t.name for t in TABLES])
 def test_every_snapshot_is_at_a_transaction_boundary(live: Report, table: str) -> None:
     (result,) = [t for t in live.tables if t.table == table]
     assert result.snapshots > 1, _text(live)

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from cdcflow.config import TableConfig
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
@@ -48,16 +49,20 @@ def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
     return sorted(out, key=repr)
 
 
+@pytest.mark.parametrize("version", ["2", "3"])
 def test_a_replica_read_by_name_outside_spark_equals_sparks_read(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, version: str
 ) -> None:
+    """Format 2 (position delete files) and format 3 (deletion vectors) alike."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     w = generate(5, tables=3, transactions=60, features=renderer_features("savegress"))
     res = renderer("savegress")(w, tmp_path / "landing", seed=5)
-    cfg = config(tmp_path, "readers", keys={t: list(k) for t, k in res.options.table_keys.items()})
+    namespace = f"readers_v{version}"
+    cfg = config(tmp_path, namespace, keys={t: list(k) for t, k in res.options.table_keys.items()})
     cfg = cfg.model_copy(
         update={
+            "tables": {"default": TableConfig(table_properties={"format-version": version})},
             "sources": [
                 cfg.sources[0].model_copy(
                     update={
@@ -65,7 +70,7 @@ def test_a_replica_read_by_name_outside_spark_equals_sparks_read(
                         "options": dict(res.options.extra),
                     }
                 )
-            ]
+            ],
         }
     )
     Pipeline(cfg, spark).run()
@@ -78,10 +83,10 @@ def test_a_replica_read_by_name_outside_spark_equals_sparks_read(
     catalog = SqlCatalog(
         "cdc", uri="sqlite:///" + uri.removeprefix("jdbc:sqlite:"), warehouse=f"file://{warehouse}"
     )
-    assert ("readers",) in catalog.list_namespaces()
+    assert (namespace,) in catalog.list_namespaces()
     deleted = 0
     for name, table in w.tables.items():
-        ident = f"cdc.readers.{name}"
+        ident = f"cdc.{namespace}.{name}"
         columns = list(table.columns)
         # the replica is right to begin with (deletes applied)
         d = diff_table(
@@ -90,7 +95,8 @@ def test_a_replica_read_by_name_outside_spark_equals_sparks_read(
         assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
         deleted += sum(1 for c in w.changes() if c.table == name and c.kind == "delete")
 
-        iceberg = catalog.load_table(("readers", name))
+        iceberg = catalog.load_table((namespace, name))
+        assert iceberg.format_version == int(version)
         sparks = spark.table(ident)._collect_as_arrow()
         theirs = iceberg.scan().to_arrow()
         assert _rows(pa.Table.from_batches(sparks)) == _rows(theirs), name

@@ -148,6 +148,7 @@ def table_config(
     track_history_except_column_list: Sequence[str] | None = None,
     name: str | None = None,
     deletes: str = "hard",
+    table_properties: Mapping[str, str] | None = None,
 ) -> TableConfig:
     """A table's settings under ``apply_changes`` names.
 
@@ -165,6 +166,7 @@ def table_config(
     ``scd2``). ``track_history_column_list`` / ``track_history_except_column_list``: with
     type 2, the columns whose changes open a new version. ``name``: the replica's name.
     ``deletes``: ``hard`` (rows removed) or ``soft`` (rows kept, ``_cdc.deleted`` set).
+    ``table_properties``: Iceberg properties of the replica (e.g. ``{"format-version": "3"}``).
     """
     return _table(_table_doc(locals()), "(table_config)")
 
@@ -233,6 +235,8 @@ def _table_doc(args: Mapping[str, Any]) -> dict[str, Any]:
             doc[field] = list(value) if isinstance(value, list | tuple) else value
     if args.get("ignore_null_updates"):
         doc["ignore_null_updates"] = True
+    if args.get("table_properties"):
+        doc["table_properties"] = dict(args["table_properties"])
     if args.get("deletes", "hard") != "hard":
         doc["deletes"] = args["deletes"]
     return doc
@@ -265,6 +269,7 @@ def pipeline_config(
     track_history_column_list: Sequence[str] | None = None,
     track_history_except_column_list: Sequence[str] | None = None,
     deletes: str = "hard",
+    table_properties: Mapping[str, str] | None = None,
     table_names: Mapping[str, str] | None = None,
     tables: Mapping[str, TableConfig | Mapping[str, Any]] | None = None,
     **settings: Any,
@@ -295,6 +300,7 @@ def pipeline_config(
             "track_history_column_list": track_history_column_list,
             "track_history_except_column_list": track_history_except_column_list,
             "deletes": deletes,
+            "table_properties": table_properties,
         }
     )
     entries: dict[str, Any] = {"default": common}

@@ -294,6 +294,64 @@ class SourceConfig(_Model):
         return v
 
 
+class MaintenanceConfig(_Model):
+    """When the running pipeline maintains a table (between batches, under its run lock).
+
+    Every ``every_batches`` batches, each table written since the last round is checked: with
+    ``rewrite_delete_files`` delete files or ``rewrite_data_files`` data files or more, its
+    data files are rewritten (small files bin-packed, deletes folded in); snapshots older than
+    ``snapshot_retention`` expire, the newest ``keep_snapshots`` always kept; files no snapshot
+    references, older than ``orphan_age`` (at least 24h, Iceberg's floor), are removed at most
+    once per ``orphan_interval``. The internal tables get the same.
+    """
+
+    #: ``maintenance: off`` in the configuration
+    enabled: bool = True
+    every_batches: int = Field(default=20, ge=1)
+    rewrite_delete_files: int = Field(default=20, ge=1)
+    rewrite_data_files: int = Field(default=40, ge=2)
+    snapshot_retention: str = "1h"
+    keep_snapshots: int = Field(default=20, ge=1)
+    orphan_age: str = "3d"
+    orphan_interval: str = "1d"
+
+    @field_validator("snapshot_retention", "orphan_interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+    @field_validator("orphan_age")
+    @classmethod
+    def _orphan_age(cls, v: str) -> str:
+        if parse_duration(v) < 24 * 3600:
+            raise ValueError(
+                f"{v!r} is under 24h: files of a commit in progress could be taken for orphans"
+            )
+        return v
+
+    @property
+    def snapshot_retention_seconds(self) -> int:
+        return parse_duration(self.snapshot_retention)
+
+    @property
+    def orphan_age_seconds(self) -> int:
+        return parse_duration(self.orphan_age)
+
+    @property
+    def orphan_interval_seconds(self) -> int:
+        return parse_duration(self.orphan_interval)
+
+
+def _maintenance(v: Any) -> Any:
+    """``off``/``false`` → no maintenance, ``on``/``true`` → the defaults."""
+    if v is False or (isinstance(v, str) and v.strip().lower() in ("off", "false", "no")):
+        return {"enabled": False}
+    if v is True or (isinstance(v, str) and v.strip().lower() in ("on", "true", "yes")):
+        return {}
+    return v
+
+
 class TableConfig(_Model):
     """How one target table is written.
 
@@ -314,6 +372,9 @@ class TableConfig(_Model):
     event is applied as a ``TRUNCATE`` at its sequence.
     ``ignore_null_updates``: a row event's ``NULL`` values leave the row's columns as they are
     (the event updates only the columns it gives a value), as a partial event does.
+    ``table_properties``: Iceberg table properties of the replica (``format-version``,
+    ``write.delete.granularity``, ``write.target-file-size-bytes``, …), set when the table is
+    created and on an existing table whose value differs.
     """
 
     mode: Literal["merge", "append", "scd2"] = "merge"
@@ -328,6 +389,36 @@ class TableConfig(_Model):
     apply_as_deletes: str | None = None
     apply_as_truncates: str | None = None
     ignore_null_updates: bool = False
+    table_properties: dict[str, str] = Field(default_factory=dict)
+    #: this table's maintenance (``None``: the pipeline's)
+    maintenance: MaintenanceConfig | None = None
+
+    @field_validator("maintenance", mode="before")
+    @classmethod
+    def _maintenance(cls, v: Any) -> Any:
+        return _maintenance(v)
+
+    @field_validator("table_properties", mode="before")
+    @classmethod
+    def _properties(cls, v: Any) -> Any:
+        if not isinstance(v, Mapping):
+            return v
+        out = {}
+        for key, value in v.items():
+            if not isinstance(key, str) or not key.strip():
+                raise ValueError(f"property names are non-empty strings, got {key!r}")
+            if key.startswith("cdcflow."):
+                raise ValueError(f"{key!r}: properties named cdcflow.* are cdcflow's own")
+            if isinstance(value, bool):
+                value = str(value).lower()
+            if not isinstance(value, str | int | float):
+                raise ValueError(f"{key!r}: a property's value is a string, got {value!r}")
+            out[key] = str(value)
+        if out.get("format-version", "2") not in ("2", "3"):
+            raise ValueError(
+                f"format-version {out['format-version']!r}: cdcflow writes format 2 or 3"
+            )
+        return out
 
     @field_validator("apply_as_deletes", "apply_as_truncates")
     @classmethod
@@ -443,6 +534,13 @@ class PipelineConfig(_Model):
     follow_interval: str = "10s"
     parallel_tables: int = Field(default=4, ge=1)
     outputs: list[OutputConfig] = Field(default_factory=list)
+    #: maintenance of the tables between batches (``off``: none)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+
+    @field_validator("maintenance", mode="before")
+    @classmethod
+    def _maintenance(cls, v: Any) -> Any:
+        return _maintenance(v)
 
     @field_validator("sources")
     @classmethod
@@ -480,6 +578,13 @@ class PipelineConfig(_Model):
     def table(self, name: str) -> TableConfig:
         """Settings of a target table (its own entry, else ``default``)."""
         return self.tables.get(name) or self.tables.get("default") or TableConfig()
+
+    def maintenance_of(self, name: str | None) -> MaintenanceConfig | None:
+        """The maintenance of a target table (``None``: an internal table), ``None`` when
+        off."""
+        own = self.table(name).maintenance if name is not None else None
+        found = self.maintenance if own is None else own
+        return found if found.enabled else None
 
     @property
     def retention_seconds(self) -> int:

@@ -31,6 +31,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("cdcflow.cli.serve", "serve_cmd"),
     ("cdcflow.cli.jars", "jars_cmd"),
     ("cdcflow.cli.catalog", "migrate_catalog_cmd"),
+    ("cdcflow.cli.maintain", "maintain_cmd"),
 ]
 
 

@@ -195,12 +195,45 @@ def sql_cmd(config: str, query: str, limit: int, output: str, full: bool) -> Non
 @click.command("history")
 @_config_arg
 @click.option("--limit", default=50, show_default=True)
+@click.option(
+    "--maintenance",
+    "upkeep",
+    is_flag=True,
+    help="Show the maintenance actions instead: table, action, seconds, files, bytes and "
+    "snapshots before → after.",
+)
 @_common
-def history_cmd(config: str, limit: int, output: str, full: bool) -> None:
-    """Show the batch history of a pipeline: counts, and the seconds each stage took."""
-    from cdcflow.pipeline.results import history
+def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) -> None:
+    """Show the batch history of a pipeline: counts, and the seconds each stage took (with
+    --maintenance: the maintenance actions)."""
+    from cdcflow.pipeline.results import history, maintenance
 
     cfg, spark = _session(config)
+    if upkeep:
+        df = maintenance(cfg, spark).orderBy("at", ascending=False).limit(limit)
+        found = df.collect()
+        if not found:
+            click.echo("no maintenance yet", err=output == "json")
+            return
+        if output == "json":
+            emit(df.columns, found, output, full, [f.dataType for f in df.schema.fields])
+            return
+        actions: list[tuple[Any, ...]] = [
+            (
+                r["batch_id"],
+                r["at"],
+                f"{r['namespace']}.{r['table']}",
+                r["action"],
+                round(r["seconds"], 1),
+                f"{r['files_before']} → {r['files_after']}",
+                f"{r['bytes_before']:,} → {r['bytes_after']:,}",
+                f"{r['snapshots_before']} → {r['snapshots_after']}",
+            )
+            for r in found
+        ]
+        columns = ["batch", "at", "table", "action", "seconds", "files", "bytes", "snapshots"]
+        emit(columns, actions, output, full)
+        return
     df = history(cfg, spark).orderBy("started_at", "batch_id", ascending=False).limit(limit)
     found = df.collect()
     if not found:

@@ -251,6 +251,7 @@ def decide(
     track_history_except: Sequence[str] | None = None,
     sequence_by: str | Sequence[str] | None = None,
     truncate_at: str | None = None,
+    table_properties: Mapping[str, str] | None = None,
 ) -> TablePlan:
     """The plan of one target table for a batch (``source``: the configured source whose
     events these are; the replica's identity is checked when given). ``except_columns`` are
@@ -258,9 +259,12 @@ def decide(
     ``track_history``/``track_history_except`` choose an scd2 table's tracked columns;
     ``sequence_by`` names the columns ordering the table's events, and ``truncate_at`` is then
     the batch's newest ``TRUNCATE`` in their order (the producer's sequences do not compare
-    with theirs)."""
+    with theirs). ``table_properties``: the configured Iceberg properties, planned where the
+    table's differ."""
     props = dict(state.properties) if state is not None else {}
-    new_props: dict[str, str] = {}
+    new_props: dict[str, str] = {
+        k: v for k, v in (table_properties or {}).items() if props.get(k) != v
+    }
     identity: SourceIdentity | None = None
     foreign: frozenset[SourceIdentity] = frozenset()
     if source is not None and meta.identities:

@@ -750,10 +750,15 @@ def data_columns(plan: TablePlan) -> list[str]:
     return [c for c in plan.schema.types if c not in keys]
 
 
-def merge_sql(ident: str, plan: TablePlan, source: str) -> str:
+def merge_sql(ident: str, plan: TablePlan, source: str, truncate: str | None = None) -> str:
     """The guarded ``MERGE`` of one replica: a matched row is rewritten only when the source
     changes something (a newer event, a conflict at the same sequence, or a column whose
-    author is newer), so redelivered input rewrites nothing."""
+    author is newer), so redelivered input rewrites nothing.
+
+    ``truncate``: the sequence of a ``TRUNCATE`` in the batch, applied in the same commit (a
+    snapshot never shows the table emptied without the changes after the ``TRUNCATE``): rows
+    older than it go unless the batch writes their key again, as a new row (the source holds
+    only events after it)."""
     assert plan.keys is not None
     keys = plan.keys
     data = data_columns(plan)
@@ -824,11 +829,22 @@ def merge_sql(ident: str, plan: TablePlan, source: str) -> str:
         delete_clause = "WHEN MATCHED AND NOT s._exists AND s._seq > t._cdc.sequence THEN DELETE"
         not_matched = "WHEN NOT MATCHED AND s._exists THEN INSERT"
     changes = " OR ".join(["s._seq > t._cdc.sequence", conflict, *column_newer])
+    truncated = older = ""
+    if truncate is not None:
+        older = f"t._cdc.sequence < {lit(truncate)}"
+        renew = ", ".join(
+            [f"{q(c)} = s.{col_alias(i)}" for i, c in enumerate(data)] + [f"_cdc = {cdc_insert}"]
+        )
+        gone = "" if soft else f"WHEN MATCHED AND {older} AND NOT s._exists THEN DELETE"
+        truncated = f"{gone}\n        WHEN MATCHED AND {older} THEN UPDATE SET {renew}"
+        older = f"WHEN NOT MATCHED BY SOURCE AND {older} THEN DELETE"
     return f"""
         MERGE INTO {ident} t USING {source} s ON {on}
+        {truncated}
         {delete_clause}
         WHEN MATCHED AND ({changes}) THEN UPDATE SET {update_sets}
         {not_matched} ({insert_cols}) VALUES ({insert_vals})
+        {older}
     """
 
 

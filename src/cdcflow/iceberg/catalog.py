@@ -140,6 +140,8 @@ class Catalog:
         props = json.loads(
             jvm.org.apache.iceberg.util.JsonUtil.mapper().writeValueAsString(table.properties())
         )
+        # the format version is the metadata's, never among the stored properties
+        props["format-version"] = str(table.operations().current().formatVersion())
         columns, structs = _columns(json.loads(schema_json))
         info = TableInfo(namespace, name, columns, structs, dict(props))
         with self._lock:

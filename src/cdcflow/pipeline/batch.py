@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
+from cdcflow.config import MaintenanceConfig, PipelineConfig, SourceConfig, parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
 from cdcflow.engine.history import (
@@ -80,6 +80,7 @@ from cdcflow.iceberg.layouts import (
     WATERMARKS,
     held_fields,
 )
+from cdcflow.iceberg.maintain import MAINTENANCE, MAINTENANCE_FIELDS, Action, Maintainer
 from cdcflow.iceberg.write import Statement, Writer, Written
 from cdcflow.pipeline.checkpoint import DIRECT
 from cdcflow.pipeline.report import BatchReport, StageClock, TableOutcome
@@ -164,6 +165,9 @@ class BatchRunner:
         self.skipped: dict[str, str] = {}
         #: the highest batch id this function has begun to apply
         self.begun: int | None = None
+        #: replicas written since the last maintenance round, and batches since it
+        self.written: set[str] = set()
+        self.since_maintenance = 0
         #: the run of the streaming query that gave the last batch
         self.run: str | None = None
         self.reports: list[BatchReport] = []
@@ -251,12 +255,69 @@ class BatchRunner:
         finally:
             decoded.unpersist()
         self.first_batch = False
+        self.written.update(o.table for o in report.outcomes)
+        self.since_maintenance += 1
+        if self.since_maintenance >= self.maintenance_every:
+            actions = self.maintain(spark, batch_id)
+            if actions:
+                lines = tuple(a.line() for a in actions)
+                report = BatchReport(**{**report.__dict__, "maintenance": lines})
         self.reports.append(report)
         self.shared.reports.append(report)
         if time.time() - self.last_expiry > min(EXPIRY_INTERVAL, self.cfg.retention_seconds):
             self.expire(spark)
         if self.on_report:
             self.on_report(report)
+
+    @property
+    def maintenance_every(self) -> int:
+        """Batches between maintenance rounds (the pipeline's policy, else the most frequent
+        of the tables' own; no round when nothing is maintained)."""
+        policies = [self.cfg.maintenance] + [t.maintenance for t in self.cfg.tables.values()]
+        found = [p.every_batches for p in policies if p is not None and p.enabled]
+        return min(found) if found else 2**62
+
+    def maintain(
+        self,
+        spark: SparkSession,
+        batch_id: int,
+        tables: list[str] | None = None,
+        forced: bool = False,
+        internal: bool = True,
+    ) -> list[Action]:
+        """A maintenance round (see :mod:`cdcflow.iceberg.maintain`) over the replicas written
+        since the last one (or ``tables``), then the internal tables (``internal``); each
+        action recorded in the maintenance table. ``forced`` (run by hand): every action due
+        at all."""
+        names = sorted(self.written) if tables is None else tables
+        self.written.clear()
+        self.since_maintenance = 0
+        targets = [(self.namespace, n) for n in names]
+        if internal:
+            found = self.catalog.table_names(spark, self.internal)
+            targets += [(self.internal, n) for n in sorted(found)]
+
+        def policy_of(namespace: str, name: str) -> MaintenanceConfig | None:
+            return self.cfg.maintenance_of(name if namespace == self.namespace else None)
+
+        actions = Maintainer(self.catalog, policy_of).run(spark, targets, forced)
+        if actions:
+            self._record_maintenance(spark, batch_id, actions)
+        return actions
+
+    def _record_maintenance(
+        self, spark: SparkSession, batch_id: int, actions: list[Action]
+    ) -> None:
+        self.catalog.ensure_table(spark, self.internal, MAINTENANCE, MAINTENANCE_FIELDS)
+        ident = self.catalog.ident(self.internal, MAINTENANCE)
+        rows = ", ".join(
+            f"({lit(self.pipeline_id)}, {int(batch_id)}, current_timestamp(), "
+            f"{lit(a.namespace)}, {lit(a.table)}, {lit(a.action)}, {a.seconds:.3f}D, "
+            f"{a.before.files}L, {a.after.files}L, {a.before.bytes}L, {a.after.bytes}L, "
+            f"{a.before.snapshots}L, {a.after.snapshots}L)"
+            for a in actions
+        )
+        spark.sql(f"INSERT INTO {ident} VALUES {rows}")
 
     def _skipped(self, spark: SparkSession, batch_id: int) -> dict[str, str]:
         """For a Kafka source that goes on past lost offsets, what this batch cannot read
@@ -513,6 +574,7 @@ class BatchRunner:
                 track_history_except=tcfg.track_history_except_columns,
                 sequence_by=tcfg.sequence_by,
                 truncate_at=truncate_at,
+                table_properties=tcfg.table_properties,
             )
 
         plans = [plan_of(t, name, mode, None) for t, name, mode in pending]
@@ -745,14 +807,13 @@ class BatchRunner:
                 )
             outcome = TableOutcome(plan.name, "append", events, dead_lettered=rejected)
             return outcome, time.perf_counter()
-        if plan.keys is not None and plan.truncate is not None:
-            sql = truncate_sql(ident, plan.truncate)
+        truncate = plan.truncate if plan.keys is not None else None
+        if truncate is not None and not s.live:
+            sql = truncate_sql(ident, truncate)
             self.writer.run(spark, Statement(self.namespace, plan.name, "truncate", sql), batch_id)
-            self.catalog.alter(
-                spark, self.namespace, plan.name, properties={TRUNCATE_PROPERTY: plan.truncate}
-            )
         if plan.keys is not None and s.live:
-            sql = merge_sql(ident, plan, stage.merge_source(plan))
+            # a TRUNCATE with changes after it: one commit (the MERGE deletes the older rows)
+            sql = merge_sql(ident, plan, stage.merge_source(plan), truncate)
             written = self.writer.run(
                 spark, Statement(self.namespace, plan.name, "merge", sql, report=True), batch_id
             )
@@ -760,6 +821,11 @@ class BatchRunner:
             # MERGE did not write because the replica row was newer (merge-on-read: written
             # rows are the commit's added records)
             stale = max(0, s.writes - written.count("added-records"))
+        if truncate is not None:
+            # the watermark after the rows: a crash before it repeats an idempotent statement
+            self.catalog.alter(
+                spark, self.namespace, plan.name, properties={TRUNCATE_PROPERTY: truncate}
+            )
         outcome = TableOutcome(
             plan.name,
             "merge",

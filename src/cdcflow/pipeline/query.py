@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from cdcflow.decode.spark import Decoded
+    from cdcflow.iceberg.maintain import Action
     from cdcflow.spark.session import SparkSettings
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
@@ -597,6 +598,27 @@ class Pipeline:
         if ended is not None:
             return CdcflowError(first_line(ended), code="PIPELINE_FAILED", hint=DEBUG_HINT)
         return None
+
+    # ------------------------------------------------------------------ maintenance
+
+    def maintain(self, tables: Sequence[str] | None = None) -> list[Action]:
+        """Maintain the tables now, under the run lock, whatever the policy's thresholds:
+        every replica (or ``tables``) whose files can be rewritten is, snapshots beyond the
+        policy's retention expire, orphan files go; without ``tables``, the internal tables
+        too (see :mod:`cdcflow.iceberg.maintain`)."""
+        self.open()
+        names = list(tables) if tables else self.tables()
+        known = set(self.tables())
+        missing = [t for t in names if t not in known]
+        if missing:
+            raise ConfigError(
+                f"no replica {', '.join(map(repr, missing))} in pipeline {self.cfg.pipeline!r}",
+                hint="replicas: " + (", ".join(sorted(known)) or "none yet"),
+            )
+        runner = self.foreach_batch(self.cfg.sources[0].name)
+        assert self.shared is not None
+        with self.shared.lock:
+            return runner.maintain(self.spark, -1, names, forced=True, internal=not tables)
 
     # ------------------------------------------------------------------ results
 

@@ -79,6 +79,8 @@ class BatchReport:
     #: a Kafka source with ``fail_on_data_loss: false``: offsets no longer in Kafka when the
     #: batch read, ``<topic>-<partition>`` → ``<from>-<to>`` (``to`` excluded)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: maintenance run after the batch, an action a line (see :mod:`cdcflow.iceberg.maintain`)
+    maintenance: tuple[str, ...] = ()
 
     @property
     def rate(self) -> float:
@@ -143,6 +145,8 @@ def format_report(report: BatchReport, source: bool = False) -> str:
     if report.skipped:
         lost = ", ".join(f"{tp} {span}" for tp, span in sorted(report.skipped.items()))
         extra += f" · offsets no longer in Kafka, skipped: {lost}"
+    if report.maintenance:
+        extra += f" · maintenance: {'; '.join(report.maintenance)}"
     head = f"{report.source} batch" if source and report.source else "batch"
     return (
         f"{head} {report.batch_id}: {report.events:,} events ({ops or 'none'}) · "

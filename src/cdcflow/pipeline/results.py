@@ -87,6 +87,14 @@ def dead_letters(cfg: PipelineConfig, spark: SparkSession) -> DataFrame:
     return _internal(cfg, spark, DEAD_LETTERS, DEAD_LETTER_FIELDS)
 
 
+def maintenance(cfg: PipelineConfig, spark: SparkSession) -> DataFrame:
+    """One row per maintenance action: ``batch_id`` after which it ran (-1: run by hand),
+    ``table``, ``action``, ``seconds``, files, bytes and snapshots before and after."""
+    from cdcflow.iceberg.maintain import MAINTENANCE, MAINTENANCE_FIELDS
+
+    return _internal(cfg, spark, MAINTENANCE, MAINTENANCE_FIELDS)
+
+
 def history(cfg: PipelineConfig, spark: SparkSession) -> DataFrame:
     """One row per batch applied: ``source``, ``batch_id``, counts of events, duplicates,
     stale events, conflicts and dead letters, and the seconds of each stage."""

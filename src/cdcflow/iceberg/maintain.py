@@ -1,0 +1,244 @@
+"""Table maintenance: what keeps a table's cost and storage flat over months of small commits.
+
+Every batch commits a snapshot with small data files and delete files (position deletes in
+format 2, deletion vectors in format 3). Between batches, under the run's lock, a table whose
+delete files or data files pass the policy's thresholds has its data files rewritten (small
+files bin-packed, delete files folded in, deletes left dangling removed); snapshots older than
+the retention go (the newest ``keep_snapshots`` always stay, and with them every snapshot of
+the batch a crash could replay: maintenance runs only after a batch has fully committed);
+files no snapshot references, older than ``orphan_age``, are removed at most once per
+``orphan_interval``. Each action is an Iceberg procedure: one atomic commit, or none.
+
+Figures come from the current snapshot's summary and the table's metadata (through the JVM,
+never a Spark job).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cdcflow.iceberg import ledger
+from cdcflow.spark.sql import lit, q
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdcflow.config import MaintenanceConfig
+    from cdcflow.iceberg.catalog import Catalog
+
+#: Table property: when orphan files were last removed (epoch seconds).
+ORPHANS_PROPERTY = "cdcflow.maintenance.orphans-removed-at"
+#: The maintenance table in the internal namespace: one row per action.
+MAINTENANCE = "maintenance"
+MAINTENANCE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("pipeline", "string"),
+    ("batch_id", "bigint"),
+    ("at", "timestamp"),
+    ("namespace", "string"),
+    ("table", "string"),
+    ("action", "string"),
+    ("seconds", "double"),
+    ("files_before", "bigint"),
+    ("files_after", "bigint"),
+    ("bytes_before", "bigint"),
+    ("bytes_after", "bigint"),
+    ("snapshots_before", "bigint"),
+    ("snapshots_after", "bigint"),
+)
+
+
+@dataclass(frozen=True)
+class TableFigures:
+    """What a table holds now: data and delete files, their bytes, snapshots."""
+
+    data_files: int = 0
+    delete_files: int = 0
+    bytes: int = 0
+    snapshots: int = 0
+
+    @property
+    def files(self) -> int:
+        return self.data_files + self.delete_files
+
+
+@dataclass(frozen=True)
+class Action:
+    """One maintenance action on one table, with the table's figures before and after."""
+
+    namespace: str
+    table: str
+    action: str
+    seconds: float
+    before: TableFigures
+    after: TableFigures
+
+    def line(self) -> str:
+        """The action as the progress line shows it."""
+        if self.action == "expire_snapshots":
+            change = f"{self.before.snapshots} → {self.after.snapshots} snapshots"
+        else:
+            change = f"{self.before.files} → {self.after.files} files"
+        return f"{self.action} {self.table} ({change}, {self.seconds:.1f}s)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What is due on a table: a rewrite of its data files, snapshot expiry, orphan removal."""
+
+    rewrite: bool = False
+    expire: bool = False
+    orphans: bool = False
+
+    @property
+    def anything(self) -> bool:
+        return self.rewrite or self.expire or self.orphans
+
+
+def due(
+    policy: MaintenanceConfig,
+    figures: TableFigures,
+    orphans_removed_at: float | None,
+    now: float,
+    forced: bool = False,
+) -> Plan:
+    """What the policy asks of a table with these figures (``forced``: maintenance run by
+    hand — any delete file or two data files are enough to rewrite, snapshots beyond
+    ``keep_snapshots`` expire, orphans go whatever the interval)."""
+    if forced:
+        rewrite = figures.delete_files > 0 or figures.data_files > 1
+        orphans = True
+    else:
+        rewrite = (
+            figures.delete_files >= policy.rewrite_delete_files
+            or figures.data_files >= policy.rewrite_data_files
+        )
+        interval = policy.orphan_interval_seconds
+        orphans = orphans_removed_at is None or now - orphans_removed_at >= interval
+    return Plan(rewrite=rewrite, expire=figures.snapshots > policy.keep_snapshots, orphans=orphans)
+
+
+def table_arg(namespace: str, name: str) -> str:
+    """A table as a procedure's ``table`` argument (a quoted multi-part name in a string)."""
+    return lit(f"{q(namespace)}.{q(name)}")
+
+
+def rewrite_sql(catalog: str, namespace: str, name: str) -> str:
+    """Bin-pack small data files and fold delete files in (every data file with a delete
+    file is rewritten); deletes no data file needs any more go too."""
+    return (
+        f"CALL {q(catalog)}.system.rewrite_data_files(table => {table_arg(namespace, name)}, "
+        "options => map('delete-file-threshold', '1', 'min-input-files', '2', "
+        "'remove-dangling-deletes', 'true', 'partial-progress.enabled', 'false'))"
+    )
+
+
+def expire_sql(catalog: str, namespace: str, name: str, older_than: float, keep: int) -> str:
+    """Expire snapshots older than ``older_than`` (epoch seconds), the newest ``keep`` kept."""
+    at = dt.datetime.fromtimestamp(older_than, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return (
+        f"CALL {q(catalog)}.system.expire_snapshots(table => {table_arg(namespace, name)}, "
+        f"older_than => TIMESTAMP {lit(at + '+00:00')}, retain_last => {int(keep)})"
+    )
+
+
+def orphans_sql(catalog: str, namespace: str, name: str, older_than: float) -> str:
+    """Remove files under the table's location that no snapshot references, older than
+    ``older_than`` (epoch seconds)."""
+    at = dt.datetime.fromtimestamp(older_than, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return (
+        f"CALL {q(catalog)}.system.remove_orphan_files(table => {table_arg(namespace, name)}, "
+        f"older_than => TIMESTAMP {lit(at + '+00:00')})"
+    )
+
+
+def figures(table: Any) -> TableFigures:
+    """A table's figures from its current snapshot's summary and its snapshot list (a JVM
+    ``Table``)."""
+    snap = table.currentSnapshot()
+    summary: Mapping[str, str] = dict(snap.summary()) if snap is not None else {}
+
+    def number(key: str) -> int:
+        try:
+            return int(summary.get(key, "0"))
+        except ValueError:
+            return 0
+
+    snapshots = int(table.snapshots().size()) if snap is not None else 0
+    return TableFigures(
+        data_files=number("total-data-files"),
+        delete_files=number("total-delete-files"),
+        bytes=number("total-files-size"),
+        snapshots=snapshots,
+    )
+
+
+@dataclass
+class Maintainer:
+    """Runs the policy over the tables a pipeline writes (see the module's text)."""
+
+    catalog: Catalog
+    policy_of: Callable[[str, str], MaintenanceConfig | None]
+    clock: Callable[[], float] = time.time
+    actions: list[Action] = field(default_factory=list)
+
+    def run(
+        self, spark: SparkSession, tables: list[tuple[str, str]], forced: bool = False
+    ) -> list[Action]:
+        """Maintain ``tables`` ((namespace, name)); the actions taken, in order."""
+        done: list[Action] = []
+        for namespace, name in tables:
+            policy = self.policy_of(namespace, name)
+            if policy is None:
+                continue
+            done.extend(self._table(spark, namespace, name, policy, forced))
+        self.actions.extend(done)
+        return done
+
+    def _table(
+        self,
+        spark: SparkSession,
+        namespace: str,
+        name: str,
+        policy: MaintenanceConfig,
+        forced: bool,
+    ) -> list[Action]:
+        table = self.catalog.load(spark, namespace, name)
+        if table is None or table.currentSnapshot() is None:
+            return []
+        now = self.clock()
+        stamp = dict(table.properties()).get(ORPHANS_PROPERTY)
+        removed_at = float(stamp) if stamp and stamp.replace(".", "", 1).isdigit() else None
+        plan = due(policy, figures(table), removed_at, now, forced)
+        out: list[Action] = []
+        cat = self.catalog.name
+        if plan.rewrite:
+            out.append(
+                self._call(
+                    spark, namespace, name, "rewrite_data_files", rewrite_sql(cat, namespace, name)
+                )
+            )
+        if plan.expire:
+            older = now - policy.snapshot_retention_seconds
+            sql = expire_sql(cat, namespace, name, older, policy.keep_snapshots)
+            out.append(self._call(spark, namespace, name, "expire_snapshots", sql))
+        if plan.orphans:
+            sql = orphans_sql(cat, namespace, name, now - policy.orphan_age_seconds)
+            out.append(self._call(spark, namespace, name, "remove_orphan_files", sql))
+            self.catalog.alter(spark, namespace, name, properties={ORPHANS_PROPERTY: f"{now:.0f}"})
+        return out
+
+    def _call(
+        self, spark: SparkSession, namespace: str, name: str, action: str, sql: str
+    ) -> Action:
+        before = figures(self.catalog.load(spark, namespace, name))
+        started = time.perf_counter()
+        ledger.crash_point({ledger.STEP: f"before:{action}"})
+        spark.sql(sql).collect()  # a procedure's result: a row of counts
+        ledger.crash_point({ledger.STEP: action})
+        seconds = time.perf_counter() - started
+        after = figures(self.catalog.load(spark, namespace, name))
+        return Action(namespace, name, action, seconds, before, after)

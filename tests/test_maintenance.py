@@ -1,0 +1,207 @@
+"""Maintenance between batches: the policy, what it does to a table (files, snapshots), a
+crash around each action, and what needs old snapshots (replays, the ledger) after expiry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow.config import MaintenanceConfig, load_config
+from cdcflow.errors import ConfigError
+from cdcflow.iceberg.maintain import (
+    TableFigures,
+    due,
+    expire_sql,
+    orphans_sql,
+    rewrite_sql,
+)
+from cdcflow.testing import oracle
+from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.render_savegress import render_to_landing
+from cdcflow.testing.workload import generate
+from tests.processes import pipeline_config
+
+SOURCE = {"name": "s", "path": "/landing", "dialect": "savegress"}
+
+
+def test_the_policy_says_what_is_due() -> None:
+    policy = MaintenanceConfig(rewrite_delete_files=10, rewrite_data_files=30, keep_snapshots=5)
+    quiet = TableFigures(data_files=4, delete_files=3, snapshots=5)
+    assert not due(policy, quiet, orphans_removed_at=1000.0, now=1000.0).anything
+    deletes = TableFigures(data_files=4, delete_files=10, snapshots=6)
+    plan = due(policy, deletes, orphans_removed_at=1000.0, now=1000.0)
+    assert (plan.rewrite, plan.expire, plan.orphans) == (True, True, False)
+    assert due(policy, TableFigures(data_files=30), 1000.0, 1000.0).rewrite
+    # orphans: once per interval, and first on a table never cleaned
+    assert due(policy, quiet, None, 1000.0).orphans
+    assert due(policy, quiet, 1000.0, 1000.0 + 86400).orphans
+    # by hand: whatever can be done
+    forced = due(policy, TableFigures(data_files=2, delete_files=0, snapshots=2), 1000.0, 1.0, True)
+    assert (forced.rewrite, forced.expire, forced.orphans) == (True, False, True)
+    assert not due(policy, TableFigures(data_files=1), 1000.0, 1.0, True).rewrite
+
+
+def test_procedure_calls_name_the_table_and_bounds() -> None:
+    assert rewrite_sql("cdc", "ns", "my table") == (
+        "CALL `cdc`.system.rewrite_data_files(table => '`ns`.`my table`', options => "
+        "map('delete-file-threshold', '1', 'min-input-files', '2', 'remove-dangling-deletes', "
+        "'true', 'partial-progress.enabled', 'false'))"
+    )
+    assert expire_sql("cdc", "ns", "t", 0.0, 7) == (
+        "CALL `cdc`.system.expire_snapshots(table => '`ns`.`t`', older_than => TIMESTAMP "
+        "'1970-01-01 00:00:00.000000+00:00', retain_last => 7)"
+    )
+    assert "remove_orphan_files(table => '`ns`.`t`', older_than => TIMESTAMP '1970-01-02" in (
+        orphans_sql("cdc", "ns", "t", 86400.0)
+    )
+
+
+def test_the_configuration_turns_it_off_per_pipeline_or_table_and_refuses_short_orphan_ages() -> (
+    None
+):
+    cfg = load_config(
+        {
+            "sources": [SOURCE],
+            "maintenance": "off",
+            "tables": {"busy": {"maintenance": {"every_batches": 5}}, "quiet": {}},
+        }
+    )
+    assert not cfg.maintenance.enabled and cfg.maintenance_of("quiet") is None
+    busy = cfg.maintenance_of("busy")
+    assert busy is not None and busy.every_batches == 5
+    default = load_config({"sources": [SOURCE]})
+    assert default.maintenance_of("any") == MaintenanceConfig()
+    assert (
+        load_config({"sources": [SOURCE], "tables": {"t": {"maintenance": False}}}).maintenance_of(
+            "t"
+        )
+        is None
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config({"sources": [SOURCE], "maintenance": {"orphan_age": "2h"}})
+    assert "maintenance.orphan_age: Value error, '2h' is under 24h" in str(e.value)
+
+
+def _check(spark: Any, w: Any, namespace: str) -> None:
+    expected = oracle.apply(w)
+    for name, table in w.tables.items():
+        cols = list(table.columns)
+        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
+        d = diff_table(name, list(expected[name].values()), actual, cols)
+        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+
+
+POLICY = {
+    "every_batches": 2,
+    "rewrite_delete_files": 2,
+    "rewrite_data_files": 4,
+    "snapshot_retention": "0s",
+    "keep_snapshots": 2,
+}
+
+
+@pytest.mark.spark
+def test_maintenance_between_batches_keeps_files_and_snapshots_bounded(
+    spark: Any, tmp_path: Path
+) -> None:
+    from cdcflow.config import load_config_file
+    from cdcflow.pipeline.query import Pipeline
+    from cdcflow.pipeline.results import maintenance
+
+    w = generate(31, tables=2, transactions=120)
+    res = render_to_landing(w, tmp_path / "landing", seed=31, files=8, duplicates=0.1)
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = pipeline_config(
+        tmp_path, warehouse, res.options, namespace="upkeep", maintenance=POLICY
+    )
+    cfg = load_config_file(config)
+    reports = Pipeline(cfg, spark).run().reports
+    assert len(reports) == 8
+    lines = [line for r in reports for line in r.maintenance]
+    assert any(line.startswith("rewrite_data_files ") for line in lines), lines
+    assert any(line.startswith("expire_snapshots ") for line in lines), lines
+    _check(spark, w, "upkeep")
+    actions = maintenance(cfg, spark).collect()
+    assert {r["action"] for r in actions} >= {"rewrite_data_files", "expire_snapshots"}
+    rewrites = [r for r in actions if r["action"] == "rewrite_data_files"]
+    assert all(r["files_after"] <= r["files_before"] for r in rewrites)
+    for name in w.tables:
+        snaps = spark.sql(f"SELECT count(*) AS n FROM cdc.upkeep.{name}.snapshots").collect()
+        # the kept snapshots, and those of the batches since the last round
+        assert snaps[0]["n"] <= POLICY["keep_snapshots"] + 2 * 2, name
+    # by hand: everything that can be done, then nothing is left to rewrite
+    with Pipeline(cfg, spark) as pipeline:
+        done = pipeline.maintain()
+    assert {a.action for a in done} >= {"remove_orphan_files"}
+    for name in w.tables:
+        files = spark.sql(f"SELECT count(*) AS n FROM cdc.upkeep.{name}.delete_files").collect()[0][
+            "n"
+        ]
+        assert files == 0, name
+    _check(spark, w, "upkeep")
+    with pytest.raises(ConfigError, match="no replica 'nope'"):
+        with Pipeline(cfg, spark) as pipeline:
+            pipeline.maintain(["nope"])
+
+
+def _run(config: Path, crash_after: str) -> int:
+    env = {**os.environ, "CDCFLOW_CRASH_AFTER": crash_after}
+    done = subprocess.run(
+        [sys.executable, "-m", "cdcflow", "run", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        timeout=600,
+    )
+    return done.returncode
+
+
+@pytest.mark.spark
+def test_a_crash_before_and_after_each_maintenance_action_then_rerun_equals_the_oracle(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Killed right before and right after a rewrite, an expiry and an orphan removal (at a
+    later round each time); the rerun converges, no batch is in the history twice, and dead
+    letters replay after their snapshots expired."""
+    from cdcflow.config import load_config_file
+    from cdcflow.pipeline.query import Pipeline
+    from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters
+
+    w = generate(32, tables=2, transactions=100)
+    res = render_to_landing(w, tmp_path / "landing", seed=32, files=10, duplicates=0.1)
+    first = sorted(res.files)[0]
+    first.write_bytes(first.read_bytes() + b"this line is not json\n")
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = pipeline_config(
+        tmp_path, warehouse, res.options, namespace="upkeep_crash", maintenance=POLICY
+    )
+    for step in (
+        "remove_orphan_files",  # first: a table's orphans are removed once a day
+        "before:rewrite_data_files",
+        "rewrite_data_files",
+        "before:expire_snapshots",
+        "expire_snapshots",
+    ):
+        assert _run(config, step) == 137, step
+    cfg = load_config_file(config)
+    assert Pipeline(cfg, spark).run().failure is None
+    _check(spark, w, "upkeep_crash")
+    dead = spark.sql("SELECT count(*) AS n FROM cdc.upkeep_crash__cdcflow.dead_letters")
+    assert dead.collect()[0]["n"] == 1  # the bad line, once
+    hist = spark.sql(
+        "SELECT batch_id, count(*) AS n FROM cdc.upkeep_crash__cdcflow.batches GROUP BY 1"
+    ).collect()
+    assert len(hist) == 10 and all(r["n"] == 1 for r in hist)
+    expired = spark.sql(
+        "SELECT count(*) AS n FROM cdc.upkeep_crash__cdcflow.dead_letters.snapshots"
+    ).collect()[0]["n"]
+    assert expired <= POLICY["keep_snapshots"] + 2
+    replayed = replay_dead_letters(cfg, spark, DeadLetterFilter())
+    assert sum(replayed.claimed.values()) == 1  # the bad line, dead-lettered again
+    assert replayed.dead_lettered == 1
+    _check(spark, w, "upkeep_crash")
