@@ -360,10 +360,21 @@ def _unexpected(exc: BaseException, raw: bytes, dialect: str | None) -> Any:
     return unexpected(exc, raw, dialect)
 
 
-def columnar_batch(dialect: str, found: Columnar, origin: str | None) -> pa.RecordBatch:
+def columnar_batch(
+    dialect: str,
+    found: Columnar,
+    origin: str | None,
+    *,
+    origins: pa.Array | None = None,
+    offsets: pa.Array | None = None,
+    lines: pa.Array | None = None,
+    metadata: pa.Array | None = None,
+) -> pa.RecordBatch:
     """The events a dialect read in bulk as one record batch (their lines' coordinates; item
     0; the canonical fields the dialect did not give are null, ``metadata`` empty and
-    ``partial`` false, as the row decoder has them for such events)."""
+    ``partial`` false, as the row decoder has them for such events). ``origins``,
+    ``offsets``, ``lines`` and ``metadata``, one per event (in ``found.rows`` order), replace
+    those of lines of one file (the coordinates and lineage of Kafka records)."""
     import pyarrow as pa
 
     from cdcflow.wire import constant_map
@@ -372,14 +383,14 @@ def columnar_batch(dialect: str, found: Columnar, origin: str | None) -> pa.Reco
     rows = found.rows
     n = len(rows)
     given = found.columns
-    lines = found.lines
+    read = found.lines
     fixed: dict[str, Any] = {
         "dialect": pa.repeat(pa.scalar(dialect, pa.string()), n),
-        "metadata": constant_map([], [], n),
+        "metadata": constant_map([], [], n) if metadata is None else metadata,
         "partial": pa.repeat(pa.scalar(False), n),
-        "origin": pa.repeat(pa.scalar(origin, pa.string()), n),
-        "offset": pa.array(lines.offsets[rows], pa.int64()),
-        "line": pa.array(lines.numbers[rows], pa.int64()),
+        "origin": pa.repeat(pa.scalar(origin, pa.string()), n) if origins is None else origins,
+        "offset": pa.array(read.offsets[rows], pa.int64()) if offsets is None else offsets,
+        "line": pa.array(read.numbers[rows], pa.int64()) if lines is None else lines,
         "item": pa.repeat(pa.scalar(0, pa.int32()), n),
     }
     arrays = []

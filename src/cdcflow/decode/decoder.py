@@ -110,13 +110,31 @@ class Decoder:
         the Spark side), when it has a fixed dialect that reads this file so, else ``None``.
         The lines not in the result are decoded one by one with :meth:`decode`."""
         d = self.fixed
-        if d is None or not self.wire or transport_of_file(origin) != JSON:
+        if d is None or not self.reads_in_bulk or transport_of_file(origin) != JSON:
             return None
         try:
             if d.frame_file(data, origin) is not None:
                 return None
-            return d.columnar(data)
         except Exception:  # the row decoder reads the file and names any problem
+            return None
+        return self.columnar(data)
+
+    @property
+    def reads_in_bulk(self) -> bool:
+        """Whether the decoder has a fixed dialect that reads plain JSON lines in bulk, and
+        decodes for the Spark side (wire strings)."""
+        d = self.fixed
+        return d is not None and self.wire and type(d).columnar is not Dialect.columnar
+
+    def columnar(self, data: bytes) -> Columnar | None:
+        """Plain JSON lines (one message a line, not a file: no framing) read in bulk by the
+        decoder's fixed dialect, else ``None`` (see :meth:`bulk`)."""
+        d = self.fixed
+        if d is None or not self.reads_in_bulk:
+            return None
+        try:
+            return d.columnar(data)
+        except Exception:  # the row decoder reads these lines and names any problem
             return None
 
     # ------------------------------------------------------------------ messages

@@ -77,6 +77,9 @@ class SavegressDialect(Dialect):
 
     name: ClassVar[str] = "savegress"
     capabilities = CAPABILITIES
+    #: Transport headers named so (in any case) change what a message decodes to: a Kafka
+    #: record carrying one is decoded one by one, never in bulk.
+    header_prefix: ClassVar[str] = _HEADER_PREFIX
     #: The schema of the last file read in bulk (the next one is likely alike).
     _bulk_schema: Any = None
 
@@ -361,7 +364,8 @@ class SavegressDialect(Dialect):
         t = lines.table
         self._bulk_schema = known_schema(t.schema)
         n = t.num_rows
-        names = set(t.column_names)
+        # a field of the known schema that no line holds is absent (not a field of these lines)
+        names = {name for name in t.column_names if t.column(name).null_count < n}
         if not names <= _BULK_FIELDS or not {"operation", "table", "position"} <= names:
             return None
 
