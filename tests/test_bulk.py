@@ -201,8 +201,10 @@ def _event(draw: st.DrawFn) -> dict[str, Any]:
     for _ in range(draw(st.sampled_from([0, 0, 1, 1, 2]))):
         kind = draw(st.sampled_from(["field", "column", "column", "wild"]))
         image = event.get("after") or event.get("before")
-        if kind == "column" and isinstance(image, dict) and image:
-            column = draw(st.sampled_from(sorted(image)))
+        # an odd field may have replaced the image by one of columns without odd values
+        columns = sorted(c for c in image if c in ODD_COLUMNS) if isinstance(image, dict) else []
+        if kind == "column" and columns:
+            column = draw(st.sampled_from(columns))
             image[column] = draw(st.sampled_from(ODD_COLUMNS[column]))
         elif kind == "wild" and draw(st.integers(0, 3)) == 0:
             name = draw(st.sampled_from(sorted(WILD_FIELDS)))

@@ -233,7 +233,7 @@ def test_captured_messages_through_a_real_broker_equal_the_database(
                 partition=r["partition"],
             )
         )
-    assert produce(kafka.bootstrap, records) == len(records)
+    assert len(produce(kafka.bootstrap, records)) == len(records)
     namespace = f"captured_{prefix}"
     cfg = load_config(
         {

@@ -165,9 +165,9 @@ def _run(config: Path, crash_after: str) -> int:
 def test_a_crash_before_and_after_each_maintenance_action_then_rerun_equals_the_oracle(
     spark: Any, tmp_path: Path
 ) -> None:
-    """Killed right before and right after a rewrite, an expiry and an orphan removal (at a
-    later round each time); the rerun converges, no batch is in the history twice, and dead
-    letters replay after their snapshots expired."""
+    """Killed right before and right after a rewrite, right after an expiry and an orphan
+    removal (at a later round each time); the rerun converges, no batch is in the history
+    twice, and dead letters replay after their snapshots expired."""
     from cdcflow.config import load_config_file
     from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters
@@ -184,7 +184,6 @@ def test_a_crash_before_and_after_each_maintenance_action_then_rerun_equals_the_
         "remove_orphan_files",  # first: a table's orphans are removed once a day
         "before:rewrite_data_files",
         "rewrite_data_files",
-        "before:expire_snapshots",
         "expire_snapshots",
     ):
         assert _run(config, step) == 137, step
@@ -205,3 +204,35 @@ def test_a_crash_before_and_after_each_maintenance_action_then_rerun_equals_the_
     assert sum(replayed.claimed.values()) == 1  # the bad line, dead-lettered again
     assert replayed.dead_lettered == 1
     _check(spark, w, "upkeep_crash")
+
+
+@pytest.mark.spark
+def test_consistency_transactions_after_every_batch_expires_snapshots(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``consistency: transactions`` with commits delivered batches after their events, every
+    batch followed by a round that keeps one snapshot: killed right after an expiry, then
+    rerun → the oracle, nothing left held."""
+    from cdcflow.config import load_config_file
+    from cdcflow.pipeline.query import Pipeline
+
+    w = generate(33, tables=2, transactions=50)
+    res = render_to_landing(w, tmp_path / "landing", seed=33, files=6, markers=True)
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    policy = {**POLICY, "every_batches": 1, "keep_snapshots": 1}
+    config = pipeline_config(
+        tmp_path,
+        warehouse,
+        res.options,
+        namespace="upkeep_hold",
+        consistency="transactions",
+        maintenance=policy,
+    )
+    assert _run(config, "expire_snapshots") == 137
+    cfg = load_config_file(config)
+    assert Pipeline(cfg, spark).run().failure is None
+    _check(spark, w, "upkeep_hold")
+    waiting = spark.sql(
+        "SELECT count(*) AS n FROM cdc.upkeep_hold__cdcflow.held WHERE released_batch IS NULL"
+    ).collect()[0]["n"]
+    assert waiting == 0
