@@ -487,9 +487,17 @@ class Pipeline:
         started is read again by the next run)."""
         if self.shared is None:
             return
-        self.shared.stopping.set()
-        with self.shared.lock:
-            _quietly(self._stop_queries)
+        active = [q for q in self.queries if q.isActive]
+        if not active:
+            self.shared.stopping.set()
+            return
+        from cdcflow.spark.session import queries_stopping_quietly
+
+        # a batch refused from here on ends its query with an error Spark would print
+        with queries_stopping_quietly(self.spark):
+            self.shared.stopping.set()
+            with self.shared.lock:
+                _quietly(self._stop_queries)
 
     def _stop_queries(self) -> None:
         for q in self.queries:

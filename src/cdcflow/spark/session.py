@@ -20,7 +20,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -399,6 +400,37 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
 #: JVM loggers whose warnings are expected and carry a stack trace: Hadoop's process helper
 #: interrupted while a stopping query's threads end.
 _QUIET_JVM = ("org.apache.hadoop.util.Shell",)
+
+
+#: The loggers of a streaming query's execution (Spark 4's package, then Spark 3.5's): a batch
+#: refused because the pipeline is stopping ends its query "with error", with a stack trace.
+_QUERY_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+)
+
+
+@contextmanager
+def queries_stopping_quietly(spark: SparkSession) -> Iterator[None]:
+    """Keep the streaming queries' own error lines off stderr while they are being stopped
+    (levels restored afterwards)."""
+    jvm: Any = spark.sparkContext._jvm
+    saved: dict[str, Any] = {}
+    try:
+        log4j = jvm.org.apache.logging.log4j
+        for name in _QUERY_LOGGERS:
+            saved[name] = log4j.LogManager.getLogger(name).getLevel()
+            log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+    except Exception:  # another logging backend, or a JVM going away: nothing to quiet
+        saved = {}
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            try:
+                jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+            except Exception:  # a JVM going away
+                break
 
 
 def _quiet_jvm_loggers(spark: SparkSession) -> None:
