@@ -144,6 +144,18 @@ def test_maintenance_between_batches_keeps_files_and_snapshots_bounded(
         ]
         assert files == 0, name
     _check(spark, w, "upkeep")
+    # what cdcflow history --maintenance shows
+    from click.testing import CliRunner
+
+    from cdcflow.cli.main import COMMANDS, _register, cli
+
+    for module, name in COMMANDS:
+        if name not in cli.commands:
+            _register(module, name)
+    shown = CliRunner().invoke(cli, ["history", str(config), "--maintenance"])
+    assert shown.exit_code == 0, shown.output
+    assert "remove_orphan_files" in shown.output and "rewrite_data_files" in shown.output
+    assert "files" in shown.output.splitlines()[0]
     with pytest.raises(ConfigError, match="no replica 'nope'"):
         with Pipeline(cfg, spark) as pipeline:
             pipeline.maintain(["nope"])

@@ -16,7 +16,7 @@ import click
 from cdcflow.cli.render import json_line, text_value
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import DataType
 
     from cdcflow.config import PipelineConfig
@@ -192,6 +192,19 @@ def sql_cmd(config: str, query: str, limit: int, output: str, full: bool) -> Non
         raise problem from e
 
 
+def _rows_or_json(df: DataFrame, empty: str, output: str, full: bool) -> list[Row] | None:
+    """A listing's rows to render as a table; ``None`` when it was said already (``empty``
+    when there are none, or the rows as JSON lines)."""
+    found = df.collect()
+    if not found:
+        click.echo(empty, err=output == "json")
+        return None
+    if output == "json":
+        emit(df.columns, found, output, full, [f.dataType for f in df.schema.fields])
+        return None
+    return found
+
+
 @click.command("history")
 @_config_arg
 @click.option("--limit", default=50, show_default=True)
@@ -211,12 +224,8 @@ def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) 
     cfg, spark = _session(config)
     if upkeep:
         df = maintenance(cfg, spark).orderBy("at", ascending=False).limit(limit)
-        found = df.collect()
-        if not found:
-            click.echo("no maintenance yet", err=output == "json")
-            return
-        if output == "json":
-            emit(df.columns, found, output, full, [f.dataType for f in df.schema.fields])
+        found = _rows_or_json(df, "no maintenance yet", output, full)
+        if found is None:
             return
         actions: list[tuple[Any, ...]] = [
             (
@@ -235,12 +244,8 @@ def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) 
         emit(columns, actions, output, full)
         return
     df = history(cfg, spark).orderBy("started_at", "batch_id", ascending=False).limit(limit)
-    found = df.collect()
-    if not found:
-        click.echo("no batches yet", err=output == "json")
-        return
-    if output == "json":
-        emit(df.columns, found, output, full, [f.dataType for f in df.schema.fields])
+    found = _rows_or_json(df, "no batches yet", output, full)
+    if found is None:
         return
     columns = [
         "source",
