@@ -41,11 +41,20 @@ def condition_sql(value: Column, what: str) -> str:
         ) from None
 
 
+def _column_nodes() -> bool:
+    """Whether the running PySpark's ``Column`` wraps a ``ColumnNode`` (Spark 4) rather than a
+    Catalyst expression (Spark 3.5). Asked of the version: a py4j object answers ``hasattr``
+    for any name."""
+    import pyspark
+
+    return int(pyspark.__version__.split(".")[0]) >= 4
+
+
 def column_names(value: Column) -> list[str] | None:
     """The names of a column, or of the columns of a struct of columns; ``None`` for any other
     expression."""
     jc: Any = value._jc
-    if hasattr(jc, "node"):  # Spark 4: a ColumnNode
+    if _column_nodes():  # Spark 4: a ColumnNode
         node = jc.node()
         kind = str(node.getClass().getSimpleName())
         if kind == "UnresolvedAttribute":
@@ -71,4 +80,4 @@ def column_names(value: Column) -> list[str] | None:
 def column_sql(value: Column) -> str:
     """The expression of a column as text, for messages."""
     jc: Any = value._jc
-    return str(jc.node().sql() if hasattr(jc, "node") else jc.expr().sql())
+    return str(jc.node().sql() if _column_nodes() else jc.expr().sql())

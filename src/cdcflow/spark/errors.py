@@ -6,6 +6,7 @@ their text; the position of a syntax error comes from the exception's own fields
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -125,6 +126,20 @@ def java_causes(exc: Any, depth: int = 20) -> Iterator[Any]:
             return
 
 
+def _kafka35_loss_text(message: str) -> str:
+    """Spark 3.5's data-loss message (``Cannot fetch offset 7 (GroupId: …, TopicPartition:
+    t-0). Some data may have been lost…``) told as Spark 4's error classes are."""
+    part = re.search(r"TopicPartition: ([^)\s,]+)", message)
+    where = part.group(1) if part else "a partition"
+    span = re.search(r"records in \[(\d+), (\d+)\)", message)
+    if span:
+        return f"offsets {span.group(1)} to {span.group(2)} of {where} are no longer in Kafka"
+    offset = re.search(r"offset (\d+)", message)
+    if offset:
+        return f"offsets from {offset.group(1)} of {where} are no longer in Kafka"
+    return f"offsets of {where} are no longer in Kafka"
+
+
 def _kafka_loss_text(condition: str, params: dict[str, str]) -> str:
     part = params.get("topicPartition", "")
     if condition.endswith("COULD_NOT_READ_OFFSET_RANGE"):
@@ -150,16 +165,24 @@ def kafka_data_loss(exc: Any, source: str) -> CdcflowError | None:
     for java in java_causes(exc):
         try:
             name = str(java.getClass().getName())
-            condition = ""
-            params: dict[str, str] = {}
-            if hasattr(java, "getErrorClass"):
-                condition = str(java.getErrorClass() or "")
-                params = {str(k): str(v) for k, v in dict(java.getMessageParameters()).items()}
+            message = str(java.getMessage() or "")
         except Exception:  # a Java object of another kind: not this error
             continue
+        condition = ""
+        params: dict[str, str] = {}
+        try:  # Spark 4's Kafka errors carry an error class; Spark 3.5's do not
+            condition = str(java.getErrorClass() or "")
+            params = {str(k): str(v) for k, v in dict(java.getMessageParameters()).items()}
+        except Exception:  # no error class on this throwable
+            pass
+        text = ""
         if condition.startswith("KAFKA_DATA_LOSS") or name.endswith("KafkaIllegalStateException"):
+            text = _kafka_loss_text(condition, params)
+        elif name == "java.lang.IllegalStateException" and "failOnDataLoss" in message:
+            text = _kafka35_loss_text(message)
+        if text:
             return CdcflowError(
-                f"source {source!r}: {_kafka_loss_text(condition, params)}: retention (or a "
+                f"source {source!r}: {text}: retention (or a "
                 "topic deleted and created again) removed records the source had not read",
                 code="KAFKA_DATA_LOSS",
                 hint="those records are lost to this source; to go on from the oldest offsets "
