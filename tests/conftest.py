@@ -17,6 +17,20 @@ settings.register_profile("explore", derandomize=False, database=None)
 settings.load_profile(os.environ.get("CDCFLOW_HYPOTHESIS", "suite"))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        help="write the golden files of tests/golden/ from what is decoded (review the diff)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests import golden
+
+    golden.UPDATE = bool(config.getoption("--update-goldens"))
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The test SparkSession with an Iceberg Hadoop catalog ``cdc`` in a temp warehouse."""

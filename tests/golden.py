@@ -1,25 +1,30 @@
-"""Golden files: expected canonical events, regenerated with CDCFLOW_REGEN_GOLDEN=1."""
+"""Golden files: expected canonical events. A missing golden file fails its test; files are
+written only by ``pytest --update-goldens`` (then review the diff before committing)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import orjson
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
+#: Set by ``--update-goldens`` (tests/conftest.py): write what was decoded instead of comparing.
+UPDATE = False
+
 
 def check_golden(dialect: str, name: str, lines: list[bytes]) -> None:
     """Compare decoded event lines with ``golden/<dialect>/<name>.jsonl`` field by field."""
     path = GOLDEN_DIR / dialect / f"{name}.jsonl"
     actual = [orjson.loads(line) for line in lines if line.strip()]
-    if os.environ.get("CDCFLOW_REGEN_GOLDEN") == "1" or not path.exists():
-        if os.environ.get("CI") and not path.exists():
-            raise AssertionError(f"golden file missing: {path}")
+    if UPDATE:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(
             b"".join(orjson.dumps(a, option=orjson.OPT_SORT_KEYS) + b"\n" for a in actual)
+        )
+    if not path.exists():
+        raise AssertionError(
+            f"golden file missing: {path}; write it with `pytest --update-goldens` and review it"
         )
     expected = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
     problems = []

@@ -767,7 +767,7 @@ def test_avro_object_container_file() -> None:
         table_keys={"office_dogs": ("id",)},
     )
     # the delete names no key (no key field, no before image): it cannot be applied
-    assert [r.code for r in rej] == ["KEY_MISSING"]
+    assert [r.code for r in rej] == ["DELETE_WITHOUT_KEY"]
     [insert] = events
     assert insert["after"]["price"] == Decimal("25.00")
     assert insert["types"]["price"] == "decimal(10,2)" and insert["after"]["flags"].endswith(

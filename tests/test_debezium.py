@@ -97,7 +97,7 @@ CONFORMANCE: dict[str, tuple[list[str], str | None, list[str]]] = {
     "flink_postgres_replica_identity_default.ndjson": (
         ["SNAPSHOT"] * 9 + ["UPDATE", "UPDATE", "INSERT", "INSERT", "UPDATE", "UPDATE"],
         "products",
-        ["KEY_MISSING"],
+        ["DELETE_WITHOUT_KEY"],
     ),
     "flinkcdc_pipeline_debezium_json_minimal_source.txt": (
         ["INSERT"] * 13 + ["UPDATE"] * 2 + ["INSERT"] * 2 + ["UPDATE"] * 2 + ["DELETE"],
@@ -110,9 +110,9 @@ CONFORMANCE: dict[str, tuple[list[str], str | None, list[str]]] = {
         "sync_test_table",
         [
             "OPERATION_UNKNOWN",
-            "KEY_MISSING",
+            "DELETE_WITHOUT_KEY",
             "OPERATION_UNKNOWN",
-            "KEY_MISSING",
+            "DELETE_WITHOUT_KEY",
             "OPERATION_UNKNOWN",
         ],
     ),

@@ -256,3 +256,43 @@ def test_a_new_column_takes_a_type_holding_every_value_and_a_widened_one_takes_r
         (4, "9000000000000000000.00", "0.40"),
         (5, "None", "7.00"),
     ]
+
+
+@pytest.mark.spark
+def test_a_dead_letter_written_before_kinds_were_recorded_is_replayed_by_what_it_holds(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Decoders once gave ``KEY_MISSING`` to messages (``raw`` = the message) as the engine
+    does to events (``raw`` = the event's JSON): a letter of either kind written before the
+    kind was recorded is replayed as what it holds — the message decoded again, the event read
+    back."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    delete = _gadget("d", 400)  # no before image, no Kafka key: the row cannot be named
+    lines = [_gadget("c", 200, after={"id": 3, "name": "gear", "price": 7}), delete]
+    (landing / "gadgets.jsonl").write_text("\n".join(lines) + "\n")
+    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    config = pipeline_config(tmp_path, warehouse, DialectOptions(), "legacy", "debezium", None)
+    assert main(["run", str(config)]) == 3
+    table = "cdc.legacy__cdcflow.dead_letters"
+    assert _open(spark, "legacy") == {"DELETE_WITHOUT_KEY": 1, "KEY_UNKNOWN": 1}
+    # as written before kinds were recorded, with the code decoders gave then
+    spark.sql(f"UPDATE {table} SET kind = NULL")
+    spark.sql(f"UPDATE {table} SET error_code = 'KEY_MISSING' WHERE error_code <> 'KEY_UNKNOWN'")
+    spark.sql(f"UPDATE {table} SET error_code = 'KEY_MISSING' WHERE error_code = 'KEY_UNKNOWN'")
+
+    doc = yaml.safe_load(config.read_text())
+    doc["sources"][0]["keys"] = {"gadgets": ["id"]}
+    config.write_text(yaml.safe_dump(doc))
+    result = replay_dead_letters(load_config_file(config), spark, DeadLetterFilter())
+    assert result.claimed == {"s": 2}
+    # the event applies; the message, decoded again, is still a delete naming no row
+    got = spark.sql("SELECT id, name, price FROM cdc.legacy.gadgets").collect()
+    assert [tuple(r) for r in got] == [(3, "gear", 7)]
+    assert _open(spark, "legacy") == {"DELETE_WITHOUT_KEY": 1}
+    again = spark.sql(
+        f"SELECT kind, CAST(raw AS string) AS raw FROM {table} WHERE replayed_at IS NULL"
+    ).collect()
+    assert [(r["kind"], r["raw"]) for r in again] == [("message", delete)]
+    kinds = spark.sql(f"SELECT kind, count(*) AS n FROM {table} GROUP BY kind").collect()
+    assert {r["kind"]: r["n"] for r in kinds} == {"event": 1, "message": 2}

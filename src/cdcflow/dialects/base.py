@@ -476,20 +476,36 @@ class Dialect:
             names = self.options.keys_for(table, database)
         return names or None
 
-    def key_from_image(
-        self, names: Sequence[str], image: Mapping[str, Any] | None, op: str, table: str | None
+    def image_key(
+        self,
+        names: Sequence[str] | None,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+        op: str,
+        table: str | None,
+        why: str = "",
     ) -> dict[str, Any] | None:
-        """The key of a row image (``None`` without an image); ``KEY_COLUMN_MISSING`` when the
-        image lacks a key column."""
-        if image is None:
-            return None
-        missing = [n for n in names if n not in image]
-        if missing:
+        """The one rule for the key of a row event whose message carries no key of its own: the
+        configured key columns' values from the operation's row image (``before`` of a delete,
+        ``after`` otherwise; the other image when that one lacks them).
+
+        ``DELETE_WITHOUT_KEY`` for a delete without a before image (the deleted row cannot be
+        named; ``why`` adds the producer's reason). ``None`` when no key columns are known (the
+        engine infers them from the images or dead-letters the events ``KEY_UNKNOWN``) or no
+        image holds them all (a projection, a partial image: the engine judges the key values,
+        ``KEY_MISSING``)."""
+        if op == "DELETE" and before is None:
             raise self.fail(
-                "KEY_COLUMN_MISSING",
-                f"{op} row image of table {table!r} lacks key column(s) {missing}",
+                "DELETE_WITHOUT_KEY",
+                f"a delete of table {table!r} carries neither a key nor a before image: the "
+                f"deleted row cannot be named{why}",
             )
-        return {n: image[n] for n in names}
+        if not names:
+            return None
+        for image in (before, after) if op == "DELETE" else (after, before):
+            if image is not None and all(n in image for n in names):
+                return {n: image[n] for n in names}
+        return None
 
     @staticmethod
     def unnamed_key(values: Sequence[Any], item: Item) -> None:

@@ -808,16 +808,8 @@ class CockroachDbDialect(Dialect):
             }
         elif values is not None:
             self.unnamed_key(values, ctx.item)
-        elif names:
-            image = typed_after if typed_after is not None else typed_before
-            if image is not None and all(n in image for n in names):
-                key = {n: image[n] for n in names}
-        if key is None and values is None and op == "DELETE" and typed_before is None:
-            raise self.fail(
-                "KEY_MISSING",
-                f"a delete of table {table!r} carries neither a key nor a before image: the "
-                "deleted row cannot be named",
-            )
+        else:
+            key = self.image_key(names, typed_before, typed_after, op, table)
         partial = bool(family) and op != "DELETE"
         if partial and typed_after is not None and key is not None:
             # a column family carries only its columns: the key columns are added

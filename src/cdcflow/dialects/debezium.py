@@ -484,13 +484,7 @@ class DebeziumDialect(Dialect):
         partial = bool(unavailable) or bool(item.meta.get("patch"))
         if unavailable:
             item.meta["unavailable_columns"] = sorted(set(unavailable))
-        key = self._key(where, connector, typed_before, typed_after, types, item)
-        if op == "DELETE" and key is None and typed_before is None:
-            raise self.fail(
-                "KEY_MISSING",
-                f"a delete of table {table!r} carries no before image (REPLICA IDENTITY DEFAULT "
-                "or no pre-images) and no Kafka key: read the topic with its keys",
-            )
+        key = self._key(where, connector, op, typed_before, typed_after, types, item)
         if partial and typed_after is not None and key is not None:
             typed_after = {**key, **typed_after}
         return self.make_event(
@@ -672,6 +666,7 @@ class DebeziumDialect(Dialect):
         self,
         where: Where,
         connector: str | None,
+        op: str,
         before: Mapping[str, Any] | None,
         after: Mapping[str, Any] | None,
         types: dict[str, str],
@@ -697,12 +692,15 @@ class DebeziumDialect(Dialect):
         names = self.key_names(table, schema, database)
         if names is None and connector == "mongodb":
             names = ("_id",)
-        image = after if after is not None else before
-        if names and image is not None and all(n in image for n in names):
-            return {n: image[n] for n in names}
-        if names and before is not None:
-            return self.key_from_image(names, before, "before", table)
-        return None
+        return self.image_key(
+            names,
+            before,
+            after,
+            op,
+            table,
+            " (REPLICA IDENTITY DEFAULT or no pre-images, and no Kafka key: read the topic with "
+            "its keys)",
+        )
 
     def _kafka_key(self, item: Item) -> tuple[Any, dict[str, Any]] | None:
         msg = item.msg

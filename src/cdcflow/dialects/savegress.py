@@ -328,11 +328,7 @@ class SavegressDialect(Dialect):
         if op == "DELETE" and before is None:
             kafka_key = item.msg.key.decode("utf-8", "replace") if item.msg.key else ""
             if ":" not in kafka_key:
-                raise self.fail(
-                    "DELETE_WITHOUT_KEY",
-                    "DELETE event has neither a 'key' nor a 'before' image, so the deleted row "
-                    "cannot be identified",
-                )
+                return self.image_key(names, before, after, op, table)
             # the Kafka message form's key is "table:primary_key"
             raw = kafka_key.split(":", 1)[1]
             if names and len(names) == 1:
@@ -340,9 +336,7 @@ class SavegressDialect(Dialect):
                 return {col: self.value(col, raw, types.get(col) or declared.get(col) or "string")}
             self.unnamed_key([raw], item)
             return None
-        if not names:
-            return None
-        return self.key_from_image(names, before if op == "DELETE" else after, op, table)
+        return self.image_key(names, before, after, op, table)
 
     # ------------------------------------------------------------------ bulk
 

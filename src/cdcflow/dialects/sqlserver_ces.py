@@ -415,7 +415,7 @@ class SqlServerCesDialect(Dialect):
         after: Mapping[str, Any] | None,
         table: str,
         schema: str | None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         if isinstance(pkkey, list) and pkkey:
             key: dict[str, Any] = {}
             for entry in pkkey:
@@ -429,14 +429,7 @@ class SqlServerCesDialect(Dialect):
                     )
                 key[col] = self._value(col, entry.get("value"), types)
             return key
-        names = self.key_names(table, schema)
-        image = before if op == "DELETE" else after
-        if names and image is not None and all(n in image for n in names):
-            return {n: image[n] for n in names}
-        raise self.fail(
-            "DELETE_WITHOUT_KEY" if op == "DELETE" else "MISSING_KEY",
-            f"{op} event has no 'pkkey' and no configured key found in its row image",
-        )
+        return self.image_key(self.key_names(table, schema), before, after, op, table)
 
     def _order(self, doc: Mapping[str, Any], source: Mapping[str, Any], item: Item) -> Order:
         """``(commitlsn, sequencenumber)``, else the ``logicalid``'s LSN and sequence, else

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdcflow.codes import APPLY_CODES
 from cdcflow.config import PipelineConfig
 from cdcflow.decode.columns import Columns
 from cdcflow.decode.decoder import Decoder, Outcome
@@ -56,15 +57,13 @@ NOT_REPLAYED = "SEGMENT_%"
 #: The code of a re-decoded message that turns out to be a segment of a split message.
 SEGMENT_REPLAY = "SEGMENT_REPLAY"
 
-#: Codes the engine and the outputs give to decoded events, whose ``raw`` is the event's JSON
-#: (what dead letters written before the ``kind`` column existed are told apart by).
-EVENT_CODES = (
-    "KEY_UNKNOWN",
-    "KEY_MISSING",
-    "TYPE_CONFLICT",
-    "SEQUENCE_SHAPE_MISMATCH",
-    "REPLICA_NAME_CONFLICT",
-    "DELIVERY_FAILED",
+#: The ``kind`` of a dead letter written before it was recorded: ``event`` when its code is
+#: one the engine or an output gives and its ``raw`` is a canonical event's JSON (which starts
+#: with the event's ``id``), else ``message``. By content, not by code alone: decoders once
+#: gave ``KEY_MISSING`` too, to messages whose ``raw`` is the message itself.
+LEGACY_KIND = (
+    f"IF(error_code IN ({', '.join(lit(c) for c in sorted(APPLY_CODES))}) "
+    """AND startswith(CAST(raw AS string), '{"id":'), 'event', 'message')"""
 )
 
 
@@ -221,6 +220,7 @@ def replay_dead_letters(
             )
         shared = Shared(catalog)
         ident = catalog.ident(internal, DEAD_LETTERS)
+        record_kinds(spark, ident)
         for src, record in pairs:
             if ids is not None and record.id not in ids:
                 continue
@@ -228,6 +228,13 @@ def replay_dead_letters(
     finally:
         checkpoint.release()
     return result
+
+
+def record_kinds(spark: SparkSession, ident: str) -> None:
+    """Give dead letters written before their ``kind`` was recorded one (:data:`LEGACY_KIND`),
+    once: a replay then decides by the recorded kind alone."""
+    if spark.sql(f"SELECT 1 FROM {ident} WHERE kind IS NULL LIMIT 1").collect():
+        spark.sql(f"UPDATE {ident} SET kind = {LEGACY_KIND} WHERE kind IS NULL")
 
 
 def _replay_source(
@@ -281,10 +288,6 @@ def replayed_events(claimed: DataFrame, src: SourceConfig, record: SourceRecord)
     from pyspark.sql import functions as F
 
     options = source_options(src)
-    claimed = claimed.withColumn(
-        "kind",
-        F.expr(f"coalesce(kind, IF(error_code IN ({_list(EVENT_CODES)}), 'event', 'message'))"),
-    )
     messages = claimed.where("kind <> 'event'").selectExpr(
         "raw", "origin", "offset", "line", "item", "dialect"
     )
