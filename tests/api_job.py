@@ -2,7 +2,8 @@
 topic) applied by cdcflow's ``foreachBatch`` function inside the job's own one.
 
 Run as a process by ``tests/test_api_spark.py`` (``python -m tests.api_job CONFIG SOURCE
-WAREHOUSE``, to be killed by ``CDCFLOW_CRASH_AFTER``) and called in-process by it.
+WAREHOUSE``, killed at the step ``CDCFLOW_TEST_CRASH_AT`` names, see ``tests/crashing.py``)
+and called in-process by it.
 """
 
 from __future__ import annotations
@@ -45,9 +46,14 @@ def run(spark: SparkSession, config: str, source_dir: str) -> list[BatchReport]:
 
 
 if __name__ == "__main__":
+    import os
+
     from cdcflow.spark.session import SparkSettings, build_session
+    from tests.crashing import install
     from tests.processes import SHORT_RUN_CONF
 
+    if os.environ.get("CDCFLOW_TEST_CRASH_AT"):
+        install(os.environ["CDCFLOW_TEST_CRASH_AT"])
     config_path, source, warehouse = sys.argv[1:4]
     session = build_session(
         SparkSettings(

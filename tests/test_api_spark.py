@@ -291,11 +291,10 @@ def test_own_foreach_batch_killed_after_a_commit_then_replayed_equals_the_oracle
     config = pipeline_config(
         tmp_path, warehouse, r.options, namespace="api_crash", files_per_batch=None
     )
-    env = {**os.environ, "CDCFLOW_CRASH_AFTER": "dead_letters@0"}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.api_job", str(config), str(source), warehouse],
         cwd=_ROOT,
-        env=env,
+        env={**os.environ, "CDCFLOW_TEST_CRASH_AT": "dead_letters@0"},
         capture_output=True,
         text=True,
         timeout=600,

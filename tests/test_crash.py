@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from cdcflow.testing.compare import diff_table, history_shape, read_replica
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.workload import generate
+from tests.crashing import ROOT, command
 from tests.processes import pipeline_config as _config
 
 pytestmark = pytest.mark.spark
@@ -26,16 +26,13 @@ pytestmark = pytest.mark.spark
 def _run(
     config: Path, kill_after_batches: int | None, crash_after: str | None = None
 ) -> tuple[int, list[str]]:
-    env = {k: v for k, v in os.environ.items() if k != "CDCFLOW_CRASH_AFTER"}
-    if crash_after:
-        env["CDCFLOW_CRASH_AFTER"] = crash_after
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cdcflow", "run", str(config)],
+        command(crash_after, "run", str(config)),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
-        env=env,
+        cwd=ROOT,
     )
     lines: list[str] = []
     assert proc.stdout is not None

@@ -27,6 +27,7 @@ from cdcflow.testing.kafka import KAFKA_DIALECTS, KafkaRecord, delivery, produce
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.services.base import free_port
 from cdcflow.testing.workload import Workload, generate
+from tests.crashing import ROOT, command
 from tests.processes import pipeline_config
 
 pytestmark = pytest.mark.spark
@@ -157,18 +158,15 @@ def test_offsets_deleted_before_they_were_read_stop_the_source_or_are_recorded(
 
 
 def _follow(config: Path, crash_after: str | None, kill_after_batches: int | None) -> int:
-    """``cdcflow run --follow`` in a process of its own, killed by ``CDCFLOW_CRASH_AFTER``
-    right after one commit, or with SIGKILL into the batch after ``kill_after_batches``."""
-    env = {k: v for k, v in os.environ.items() if k != "CDCFLOW_CRASH_AFTER"}
-    if crash_after:
-        env["CDCFLOW_CRASH_AFTER"] = crash_after
+    """``cdcflow run --follow`` in a process of its own, killed right after one commit
+    (``tests/crashing.py``), or with SIGKILL into the batch after ``kill_after_batches``."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cdcflow", "run", str(config), "--follow"],
+        command(crash_after, "run", str(config), "--follow"),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
-        env=env,
+        cwd=ROOT,
     )
     # a crash point that never comes would leave the run following forever
     guard = threading.Timer(240, lambda: os.killpg(proc.pid, signal.SIGTERM))

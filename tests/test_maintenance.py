@@ -3,9 +3,7 @@ crash around each action, and what needs old snapshots (replays, the ledger) aft
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import generate
+from tests.crashing import ROOT, command
 from tests.processes import pipeline_config
 
 SOURCE = {"name": "s", "path": "/landing", "dialect": "savegress"}
@@ -162,12 +161,11 @@ def test_maintenance_between_batches_keeps_files_and_snapshots_bounded(
 
 
 def _run(config: Path, crash_after: str) -> int:
-    env = {**os.environ, "CDCFLOW_CRASH_AFTER": crash_after}
     done = subprocess.run(
-        [sys.executable, "-m", "cdcflow", "run", str(config)],
+        command(crash_after, "run", str(config)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=env,
+        cwd=ROOT,
         timeout=600,
     )
     return done.returncode

@@ -5,9 +5,7 @@ half-way is completed by the next one."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import Workload, generate
+from tests.crashing import ROOT, command
 from tests.processes import pipeline_config
 
 
@@ -104,10 +103,9 @@ def test_replay_killed_half_way_is_completed_by_the_next(spark: Any, tmp_path: P
     ns = "replay_crash"
     Pipeline(load_config_file(_write_config(tmp_path, warehouse, ns, {}, types)), spark).run()
     config = _write_config(tmp_path, warehouse, ns, keys, types)
-    env = {**os.environ, "CDCFLOW_CRASH_AFTER": "merge@1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "cdcflow", "dead-letters", str(config), "--replay"],
-        env=env,
+        command("merge@1", "dead-letters", str(config), "--replay"),
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,

@@ -10,9 +10,8 @@ metadata through the JVM, never with a Spark job.
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,11 @@ STEP = "cdcflow.step"
 
 _LOCK = threading.Lock()
 _THREAD_LOCAL: Any = None
+
+#: Called with a step's ledger entries as the step is reached: after each ledgered commit, and
+#: before and after each maintenance action (``before:<action>``, ``<action>``). Empty in a
+#: run; the crash tests install one that kills the process there (``tests/crashing.py``).
+STEP_HOOKS: list[Callable[[Mapping[str, str]], None]] = []
 
 
 def _commit_properties(spark: SparkSession) -> Any:
@@ -62,18 +66,13 @@ def commit_properties(spark: SparkSession, props: Mapping[str, str]) -> Iterator
         yield
     finally:
         tl.remove()
-    crash_point(props)
+    step_reached(props)
 
 
-def crash_point(props: Mapping[str, str]) -> None:
-    """Testing hook: ``CDCFLOW_CRASH_AFTER=step[@batch]`` kills the process (as SIGKILL would)
-    right after that step's commit, to prove that a rerun converges from any point."""
-    spec = os.environ.get("CDCFLOW_CRASH_AFTER")
-    if not spec:
-        return
-    step, _, batch = spec.partition("@")
-    if props.get(STEP) == step and (not batch or props.get(BATCH) == batch):
-        os._exit(137)
+def step_reached(props: Mapping[str, str]) -> None:
+    """Tell the :data:`STEP_HOOKS` that the step of ``props`` was reached."""
+    for hook in STEP_HOOKS:
+        hook(props)
 
 
 def ledger_props(pipeline: str, batch_id: int, step: str) -> dict[str, str]:

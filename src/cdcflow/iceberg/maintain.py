@@ -236,9 +236,9 @@ class Maintainer:
     ) -> Action:
         before = figures(self.catalog.load(spark, namespace, name))
         started = time.perf_counter()
-        ledger.crash_point({ledger.STEP: f"before:{action}"})
+        ledger.step_reached({ledger.STEP: f"before:{action}"})
         spark.sql(sql).collect()  # a procedure's result: a row of counts
-        ledger.crash_point({ledger.STEP: action})
+        ledger.step_reached({ledger.STEP: action})
         seconds = time.perf_counter() - started
         after = figures(self.catalog.load(spark, namespace, name))
         return Action(namespace, name, action, seconds, before, after)
