@@ -40,7 +40,7 @@ from cdcflow.dialects.base import DialectOptions
 from cdcflow.errors import DecodeError
 from cdcflow.proto import receiver_pb2
 from cdcflow.serve.config import GrpcConfig, GrpcEndpointRuntime
-from cdcflow.serve.landing import DiskFull
+from cdcflow.serve.landing import DiskFull, Withdrawn
 from cdcflow.serve.server import Receiver, bearer_matches
 from cdcflow.transports.message import RawMessage
 from cdcflow.transports.protobuf import read_varint, write_delimited
@@ -214,8 +214,8 @@ class GrpcReceiver:
                     parts, events = self._take(endpoint, messages(), context)
                 finally:
                     in_time = watch.finish()
-                if not in_time:
-                    raise grpc.RpcError("the call was cancelled for its time")
+                if not in_time or not context.is_active():
+                    raise grpc.RpcError("the call was cancelled")
                 ack = self._land(endpoint, parts, events, context)
             return ack.SerializeToString()
         except Refused as r:
@@ -348,7 +348,11 @@ class GrpcReceiver:
             return receiver_pb2.Ack(accepted=0, file="")
         data = write_delimited(parts)
         try:
-            path = self.receiver.zone.land(endpoint.subdir, data, ".pb")
+            # a client that went away mid-stream can look like one that closed its stream: its
+            # cancellation may arrive just after; it is looked for once the data is on disk
+            path = self.receiver.zone.land(endpoint.subdir, data, ".pb", context.is_active)
+        except Withdrawn:
+            raise grpc.RpcError("the call was cancelled") from None
         except DiskFull:
             log.error("landing zone disk full; answering UNAVAILABLE")
             raise Refused(
