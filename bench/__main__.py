@@ -46,12 +46,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    import grpc
 
 RESULTS = Path(__file__).parent / "results"
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
@@ -1010,7 +1013,7 @@ def _drive_grpc(port: int, work: list[list[list[bytes]]]) -> dict[str, Any]:
     }
 
 
-def _minimal_grpc(folder: Path) -> tuple[Any, int]:
+def _minimal_grpc(folder: Path) -> tuple[grpc.Server, int]:
     """The baseline: a grpcio server whose ``Stream`` writes the call's messages to a new file
     (length-delimited, no fsync) and answers an empty ``Ack``."""
     from concurrent.futures import ThreadPoolExecutor
@@ -1023,7 +1026,7 @@ def _minimal_grpc(folder: Path) -> tuple[Any, int]:
     counter = itertools.count()
     lock = threading.Lock()
 
-    def stream(requests: Any, context: Any) -> bytes:
+    def stream(requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
         data = write_delimited(list(requests))
         with lock:
             n = next(counter)
