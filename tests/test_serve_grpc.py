@@ -25,11 +25,12 @@ from cdcflow.dialects.savegress_proto import event_to_proto
 from cdcflow.errors import ConfigError, DecodeError
 from cdcflow.proto import receiver_pb2, receiver_pb2_grpc
 from cdcflow.proto import savegress_pb2 as pb
+from cdcflow.serve import landing as landing_mod
 from cdcflow.serve.config import load_serve_config
 from cdcflow.serve.grpc_server import GrpcServer, make_grpc_server, split_batch
 from cdcflow.serve.server import ReceiverServer, make_server
 from cdcflow.transports.protobuf import write_delimited
-from tests.test_serve import _self_signed
+from tests.test_serve import _FullDisk, _self_signed
 
 TOKEN = "grpc-tok-5f1e0c9a"
 STREAM = "/cdcflow.receiver.v1.Receiver/Stream"
@@ -306,6 +307,18 @@ def test_oversize_message_and_call_are_resource_exhausted(served: Served) -> Non
     assert served.landed() == [] and served.rejected() == []
     # the receiver goes on
     assert served.stub.Stream(iter([event(7)]), metadata=AUTH).accepted == 1
+
+
+def test_disk_full_is_unavailable_and_leaves_nothing(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(landing_mod, "os", _FullDisk())
+    err = refused(lambda: served.stub.Stream(iter([event(1), event(2)]), metadata=AUTH))
+    assert err.code() == grpc.StatusCode.UNAVAILABLE
+    assert err.details() == "[DISK_FULL] the landing zone's disk is full; retry in 7s"
+    assert list((served.landing / "savegress").iterdir()) == []
+    monkeypatch.undo()
+    assert served.stub.Stream(iter([event(1), event(2)]), metadata=AUTH).accepted == 2
 
 
 def test_client_disconnecting_mid_stream_lands_nothing(served: Served) -> None:

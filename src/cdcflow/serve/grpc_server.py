@@ -287,7 +287,8 @@ class GrpcReceiver:
                     f"{endpoint.max_message} bytes (max_message_bytes); nothing was landed",
                     index,
                 )
-            total += len(raw) + 10
+            # as landed: the message and its varint length prefix
+            total += len(raw) + max(1, (len(raw).bit_length() + 6) // 7)
             if total > limit:
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
