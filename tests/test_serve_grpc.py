@@ -592,7 +592,7 @@ def test_streamed_workload_becomes_exact_replicas(
     from cdcflow.testing.workload import ALL_FEATURES, generate
 
     monkeypatch.setenv("TEST_GRPC_TOKEN", TOKEN)
-    w = generate(29, tables=3, transactions=40, features=frozenset(ALL_FEATURES - {"truncate"}))
+    w = generate(29, tables=3, transactions=20, features=frozenset(ALL_FEATURES - {"truncate"}))
     events = [pb.CDCEvent.FromString(event_to_proto(d)) for d in render_messages(w)]
     options = decode_options(w)
     cfg = grpc_config(tmp_path, max_body_size="10MiB")
