@@ -70,9 +70,12 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy -p cdcflow
 	$(VENV)/bin/mypy bench tools
 
-# Regenerates src/cdcflow/proto/savegress_pb2.py from the .proto with the pinned grpcio-tools.
+# Regenerates the Python code of src/cdcflow/proto/*.proto (messages, and the receiver's gRPC
+# service) with the pinned grpcio-tools.
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/cdcflow/proto/savegress.proto
+	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src --grpc_python_out=src \
+		src/cdcflow/proto/receiver.proto
 
 # Installs cdcflow (with the spark extra) into a throwaway venv that already has another PySpark 4.1
 # patch release and another pyarrow than constraints.txt, as a user's stack would, and fails if pip

@@ -9,7 +9,9 @@
 (d) receiver: acknowledged requests/s and p50/p99 latency of ``cdcflow serve`` (signed unified
     endpoint, decode + durable landing: temp file, fsync, rename, folder fsync) vs a minimal
     ``http.server`` receiver that only writes the body to a file without fsync, both in this
-    process under the same N concurrent keep-alive clients and the same signed bodies.
+    process under the same N concurrent keep-alive clients and the same signed bodies; and
+    durable events/s of its gRPC endpoint (streams of ``CDCEvent`` messages, bearer token) vs
+    a minimal grpcio server that only writes each stream to a file, same clients and calls.
 (e) many tables: one batch of 20,000 events over 100 existing tables, in a running ``--follow``
     pipeline (steady state) and as the batch of a new run, vs the hand-written per-table
     pipeline (parse once, then per table ``row_number`` + one ``MERGE``, sequential, warm).
@@ -44,12 +46,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    import grpc
 
 RESULTS = Path(__file__).parent / "results"
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
@@ -933,13 +938,118 @@ def _serving(server: Any) -> Callable[[], None]:
     return stop
 
 
+RECEIVER_TOKEN = "bench-receiver-token"
+
+
+def _grpc_calls(clients: int, per_client: int, events: int, prefix: str) -> list[list[list[bytes]]]:
+    """Per client, ``per_client`` calls of ``events`` serialized ``CDCEvent`` messages."""
+    from cdcflow.dialects.savegress_proto import event_to_proto
+
+    out: list[list[list[bytes]]] = []
+    lsn = 1
+    for _ in range(clients):
+        calls: list[list[bytes]] = []
+        for _ in range(per_client):
+            call = []
+            for _ in range(events):
+                doc = {
+                    "id": f"{prefix}-e{lsn}",
+                    "operation": "INSERT",
+                    "table": "items",
+                    "source": "postgres",
+                    "timestamp": "2025-01-15T10:30:00Z",
+                    "position": {"lsn": _lsn(lsn), "sequence": 0},
+                    "after": {"id": lsn, "name": f"item-{lsn}", "qty": lsn % 1000},
+                }
+                call.append(event_to_proto(doc))
+                lsn += 1
+            calls.append(call)
+        out.append(calls)
+    return out
+
+
+def _drive_grpc(port: int, work: list[list[list[bytes]]]) -> dict[str, Any]:
+    """Each client streams its calls from its own thread over its own channel; acknowledged =
+    answered OK."""
+    import grpc
+
+    metadata = (("authorization", f"Bearer {RECEIVER_TOKEN}"),)
+    latencies: list[list[float]] = [[] for _ in work]
+    errors = [0] * len(work)
+    barrier = threading.Barrier(len(work) + 1)
+
+    def client(i: int) -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stream = channel.stream_unary("/cdcflow.receiver.v1.Receiver/Stream")
+            barrier.wait()
+            for call in work[i]:
+                t = time.perf_counter()
+                try:
+                    stream(iter(call), metadata=metadata, timeout=30)
+                except grpc.RpcError:
+                    errors[i] += 1
+                    continue
+                latencies[i].append(time.perf_counter() - t)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(work))]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - started
+    lat = sorted(x for xs in latencies for x in xs)
+    cuts = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
+    per_call = len(work[0][0]) if work and work[0] else 0
+    return {
+        "acknowledged": len(lat),
+        "errors": sum(errors),
+        "seconds": elapsed,
+        "calls_per_s": len(lat) / elapsed,
+        "events_per_s": len(lat) * per_call / elapsed,
+        "p50_ms": cuts[49] * 1000,
+        "p99_ms": cuts[98] * 1000,
+    }
+
+
+def _minimal_grpc(folder: Path) -> tuple[grpc.Server, int]:
+    """The baseline: a grpcio server whose ``Stream`` writes the call's messages to a new file
+    (length-delimited, no fsync) and answers an empty ``Ack``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    from cdcflow.transports.protobuf import write_delimited
+
+    folder.mkdir(parents=True, exist_ok=True)
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    def stream(requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        data = write_delimited(list(requests))
+        with lock:
+            n = next(counter)
+        (folder / f"{n:08d}.pb").write_bytes(data)
+        return b""
+
+    handler = grpc.method_handlers_generic_handler(
+        "cdcflow.receiver.v1.Receiver", {"Stream": grpc.stream_unary_rpc_method_handler(stream)}
+    )
+    server = grpc.server(ThreadPoolExecutor(max_workers=72), handlers=[handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    return server, port
+
+
 def bench_receiver(
     root: Path, clients: int = 8, per_client: int = 200, events: int = 10
 ) -> dict[str, Any]:
     from cdcflow.serve.config import load_serve_config
+    from cdcflow.serve.grpc_server import make_grpc_server
     from cdcflow.serve.server import make_server
 
     (root / "receiver_secret").write_text(RECEIVER_SECRET)
+    (root / "receiver_token").write_text(RECEIVER_TOKEN)
     settings = load_serve_config(
         {
             "listen": {"host": "127.0.0.1", "port": 0},
@@ -957,6 +1067,16 @@ def bench_receiver(
                     },
                 }
             ],
+            "grpc": {
+                "listen": {"host": "127.0.0.1", "port": 0},
+                "endpoints": [
+                    {
+                        "name": "events",
+                        "landing": "grpc",
+                        "auth": {"bearer": {"token_file": str(root / "receiver_token")}},
+                    }
+                ],
+            },
         },
         "(bench)",
         root,
@@ -964,6 +1084,11 @@ def bench_receiver(
     ours = make_server(settings)
     base = _minimal_receiver(root / "receiver_minimal")
     stops = [_serving(ours), _serving(base)]
+    ours_grpc = make_grpc_server(ours.receiver)
+    assert ours_grpc is not None
+    base_grpc, base_grpc_port = _minimal_grpc(root / "receiver_minimal_grpc")
+    ours_grpc.start()
+    base_grpc.start()
     try:
         warm = max(1, per_client // 10)
         for name, port in (
@@ -977,10 +1102,23 @@ def bench_receiver(
         r_base = _drive(
             base.server_address[1], "/events", _signed_requests(clients, per_client, events, "m")
         )
+        for name, port in (("warm-ours", ours_grpc.port), ("warm-min", base_grpc_port)):
+            _drive_grpc(port, _grpc_calls(clients, warm, events, name))
+        g_ours = _drive_grpc(ours_grpc.port, _grpc_calls(clients, per_client, events, "go"))
+        g_base = _drive_grpc(base_grpc_port, _grpc_calls(clients, per_client, events, "gm"))
+        # longer streams: the same events in a tenth of the calls
+        long = max(1, per_client // 10)
+        g_ours_long = _drive_grpc(ours_grpc.port, _grpc_calls(clients, long, events * 10, "gol"))
+        g_base_long = _drive_grpc(base_grpc_port, _grpc_calls(clients, long, events * 10, "gml"))
     finally:
         for stop in stops:
             stop()
+        ours_grpc.stop(5).wait(10)
+        base_grpc.stop(5).wait(10)
     landed = sorted((root / "receiver_landing" / "savegress").glob("*"))
+    landed_grpc = sorted((root / "receiver_landing" / "grpc").glob("*.pb"))
+    r_ours["events_per_s"] = r_ours["requests_per_s"] * events
+    r_base["events_per_s"] = r_base["requests_per_s"] * events
     return {
         "clients": clients,
         "requests_per_client": per_client,
@@ -990,6 +1128,19 @@ def bench_receiver(
         # every acknowledged request (warm-up included) is one landed file
         "landed_files": len([p for p in landed if p.is_file()]),
         "ratio": r_ours["requests_per_s"] / r_base["requests_per_s"],
+        "grpc": {
+            "ours": g_ours,
+            "baseline": g_base,
+            # every acknowledged call (warm-up included) is one landed file
+            "landed_files": len(landed_grpc),
+            "ratio": g_ours["events_per_s"] / g_base["events_per_s"],
+            "long_streams": {
+                "events_per_call": events * 10,
+                "ours": g_ours_long,
+                "baseline": g_base_long,
+                "ratio": g_ours_long["events_per_s"] / g_base_long["events_per_s"],
+            },
+        },
     }
 
 
@@ -1000,6 +1151,20 @@ def _receiver_line(r: dict[str, Any]) -> str:
         f"p99 {o['p99_ms']:.1f} ms), minimal {b['requests_per_s']:,.0f} req/s "
         f"(p50 {b['p50_ms']:.1f} ms, p99 {b['p99_ms']:.1f} ms), ratio {r['ratio']:.2f}× "
         f"({r['clients']} clients, errors {o['errors']}/{b['errors']})"
+        + (
+            f"\n(d) receiver, events/s durable: webhook {o['events_per_s']:,.0f} "
+            f"(minimal {b['events_per_s']:,.0f}); gRPC {g['ours']['events_per_s']:,.0f} "
+            f"(p50 {g['ours']['p50_ms']:.1f} ms, p99 {g['ours']['p99_ms']:.1f} ms), minimal "
+            f"gRPC server {g['baseline']['events_per_s']:,.0f}, ratio {g['ratio']:.2f}× "
+            f"({r['events_per_request']} events a call, errors "
+            f"{g['ours']['errors']}/{g['baseline']['errors']}); "
+            f"{g['long_streams']['events_per_call']} events a call: gRPC "
+            f"{g['long_streams']['ours']['events_per_s']:,.0f}, minimal "
+            f"{g['long_streams']['baseline']['events_per_s']:,.0f}, ratio "
+            f"{g['long_streams']['ratio']:.2f}×"
+            if (g := r.get("grpc")) and "long_streams" in g
+            else ""
+        )
     )
 
 
@@ -1047,6 +1212,15 @@ def chart(results: dict[str, Any], path: Path) -> None:
                 f"(d) receiver acked req/s (×{r['ratio']:.2f})",
             )
         )
+        if "grpc" in r:
+            g = r["grpc"]
+            panels.append(
+                (
+                    ["minimal grpcio", "cdcflow serve"],
+                    [g["baseline"]["events_per_s"], g["ours"]["events_per_s"]],
+                    f"(d) gRPC durable events/s (×{g['ratio']:.2f})",
+                )
+            )
     for key, tag in (("many_tables", "e"), ("small_batches", "f")):
         if key in results:
             m = results[key]

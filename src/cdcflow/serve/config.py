@@ -23,6 +23,14 @@ Example::
             secret_file: /run/secrets/webhook   # or secret_env: NAME
             timestamp_tolerance: 5m
             replay_window: 7d
+    grpc:                              # optional: the gRPC endpoint (receiver.proto)
+      listen: {host: 0.0.0.0, port: 50051}
+      tls: {cert_file: ./tls/cert.pem, key_file: ./tls/key.pem, client_ca_file: ./tls/ca.pem}
+      endpoints:
+        - name: events                 # metadata cdcflow-endpoint: events
+          landing: savegress           # may share a savegress endpoint's folder
+          auth:
+            bearer: {token_env: EVENTS_GRPC_TOKEN}
 
 Secrets are read from environment variables or files only, never written in the file; the
 configuration holds their names, and the values live in :class:`Secret` objects whose
@@ -140,6 +148,22 @@ class AuthConfig(_Model):
     bearer: BearerAuth | None = None
 
 
+def _landing_subdir(v: str | None) -> str | None:
+    """A landing sub-folder as configured, checked to stay inside the landing root."""
+    if v is None:
+        return v
+    parts = PurePosixPath(v).parts
+    if (
+        not parts
+        or PurePosixPath(v).is_absolute()
+        or any(p in ("..", ".") or p.startswith(("_", ".")) for p in parts)
+    ):
+        raise ValueError(
+            "must be a relative sub-folder without '..' and no part starting with _ or ."
+        )
+    return v
+
+
 class EndpointConfig(_Model):
     """One URL path, the dialect of its bodies and where they land."""
 
@@ -175,18 +199,7 @@ class EndpointConfig(_Model):
     @field_validator("landing")
     @classmethod
     def _subdir(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        parts = PurePosixPath(v).parts
-        if (
-            not parts
-            or PurePosixPath(v).is_absolute()
-            or any(p in ("..", ".") or p.startswith(("_", ".")) for p in parts)
-        ):
-            raise ValueError(
-                "must be a relative sub-folder without '..' and no part starting with _ or ."
-            )
-        return v
+        return _landing_subdir(v)
 
     @property
     def subdir(self) -> str:
@@ -211,6 +224,68 @@ class TlsConfig(_Model):
     key_file: str
 
 
+class GrpcTlsConfig(TlsConfig):
+    """TLS of the gRPC endpoint; with ``client_ca_file`` clients must present a certificate
+    signed by one of its certificates."""
+
+    client_ca_file: str | None = None
+
+
+class GrpcAuthConfig(_Model):
+    """How a gRPC endpoint authenticates calls (``authorization: Bearer <token>`` metadata)."""
+
+    bearer: BearerAuth | None = None
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class GrpcEndpointConfig(_Model):
+    """One gRPC endpoint: the name calls give in their ``cdcflow-endpoint`` metadata, where its
+    ``CDCEvent`` messages land (dialect ``savegress``) and how they are decoded."""
+
+    name: str
+    landing: str | None = None
+    auth: GrpcAuthConfig = Field(default_factory=GrpcAuthConfig)
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    types: dict[str, dict[str, str]] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("must be 1-64 letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("landing")
+    @classmethod
+    def _subdir(cls, v: str | None) -> str | None:
+        return _landing_subdir(v)
+
+    @property
+    def subdir(self) -> str:
+        """The landing sub-folder (default: the endpoint's name)."""
+        return self.landing or self.name
+
+
+class GrpcConfig(_Model):
+    """The gRPC endpoint of the receiver, beside the HTTP one."""
+
+    listen: ListenConfig = Field(default_factory=lambda: ListenConfig(port=50051))
+    tls: GrpcTlsConfig | None = None
+    endpoints: list[GrpcEndpointConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> GrpcConfig:
+        seen: set[str] = set()
+        for ep in self.endpoints:
+            if ep.name in seen:
+                raise ValueError(f"gRPC endpoint name {ep.name} is configured twice")
+            seen.add(ep.name)
+        return self
+
+
 class ServeConfig(_Model):
     """A whole receiver (``cdcflow serve CONFIG``)."""
 
@@ -221,7 +296,8 @@ class ServeConfig(_Model):
     max_in_flight: int = Field(default=64, ge=1)
     retry_after: str = "5s"
     body_timeout: str = "30s"
-    endpoints: list[EndpointConfig] = Field(min_length=1)
+    endpoints: list[EndpointConfig] = Field(default_factory=list)
+    grpc: GrpcConfig | None = None
 
     @field_validator("max_body_size")
     @classmethod
@@ -238,11 +314,22 @@ class ServeConfig(_Model):
 
     @model_validator(mode="after")
     def _unique(self) -> ServeConfig:
+        if not self.endpoints and self.grpc is None:
+            raise ValueError("endpoints: give at least one endpoint (or a grpc section)")
         seen: set[str] = set()
+        dialects: dict[str, str] = {}
         for ep in self.endpoints:
             if ep.path in seen:
                 raise ValueError(f"endpoint path {ep.path} is configured twice")
             seen.add(ep.path)
+            dialects[ep.subdir] = ep.dialect
+        for gep in self.grpc.endpoints if self.grpc else []:
+            other = dialects.get(gep.subdir, "savegress")
+            if other != "savegress":
+                raise ValueError(
+                    f"grpc endpoint {gep.name} lands in {gep.subdir}, the folder of an endpoint "
+                    f"of dialect {other}: one landing folder holds one dialect"
+                )
         return self
 
     @property
@@ -290,15 +377,33 @@ class EndpointRuntime:
 
 
 @dataclass(frozen=True)
+class GrpcEndpointRuntime:
+    """A gRPC endpoint with its token read."""
+
+    config: GrpcEndpointConfig
+    bearer_token: Secret | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"GrpcEndpointRuntime(name={self.config.name!r}, "
+            f"bearer={'on' if self.bearer_token else 'off'})"
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     """A validated configuration with secrets resolved and paths absolute."""
 
     config: ServeConfig
     landing: Path
     endpoints: dict[str, EndpointRuntime] = field(default_factory=dict)
+    grpc_endpoints: dict[str, GrpcEndpointRuntime] = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        return f"Settings(landing={str(self.landing)!r}, endpoints={list(self.endpoints)!r})"
+        return (
+            f"Settings(landing={str(self.landing)!r}, endpoints={list(self.endpoints)!r}, "
+            f"grpc_endpoints={list(self.grpc_endpoints)!r})"
+        )
 
 
 def load_serve_config(
@@ -338,7 +443,39 @@ def load_serve_config(
             bearer_token=bearer.resolve(f"{where}.bearer") if bearer else None,
             where=f"endpoints.{i}",
         )
-    return Settings(config=cfg, landing=Path(fix(cfg.landing)), endpoints=endpoints)
+    grpc_endpoints: dict[str, GrpcEndpointRuntime] = {}
+    if cfg.grpc is not None:
+        gtls = cfg.grpc.tls
+        if gtls is not None:
+            gtls = gtls.model_copy(
+                update={
+                    k: fix(v)
+                    for k in ("cert_file", "key_file", "client_ca_file")
+                    if (v := getattr(gtls, k)) is not None
+                }
+            )
+            for key in ("cert_file", "key_file", "client_ca_file"):
+                path = getattr(gtls, key)
+                if path is not None and not Path(path).is_file():
+                    raise ConfigError(
+                        f"invalid serve configuration {origin}: grpc.tls.{key}: no file {path}"
+                    )
+            cfg = cfg.model_copy(update={"grpc": cfg.grpc.model_copy(update={"tls": gtls})})
+        assert cfg.grpc is not None
+        for i, gep in enumerate(cfg.grpc.endpoints):
+            bearer = gep.auth.bearer
+            if bearer is not None and bearer.token_file:
+                bearer = bearer.model_copy(update={"token_file": fix(bearer.token_file)})
+            grpc_endpoints[gep.name] = GrpcEndpointRuntime(
+                config=gep,
+                bearer_token=bearer.resolve(f"grpc.endpoints.{i}.auth.bearer") if bearer else None,
+            )
+    return Settings(
+        config=cfg,
+        landing=Path(fix(cfg.landing)),
+        endpoints=endpoints,
+        grpc_endpoints=grpc_endpoints,
+    )
 
 
 def load_serve_config_file(path: str | Path) -> Settings:

@@ -19,6 +19,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +60,18 @@ def _ensure_dir(path: Path) -> None:
         fsync_dir(d.parent)
 
 
-def write_durably(final: Path, data: bytes) -> None:
+class Withdrawn(CdcflowError):
+    """The writer withdrew a file after it was written and before it became visible."""
+
+    code = "WITHDRAWN"
+
+
+def write_durably(final: Path, data: bytes, still_wanted: Callable[[], bool] | None = None) -> None:
     """Write ``data`` to ``final`` by temp file + fsync + rename + folder fsync.
 
-    Raises :class:`DiskFull` when the disk is full; the temp file is removed on any failure.
+    ``still_wanted`` is asked after the fsync and before the rename: ``False`` removes the temp
+    file and raises :class:`Withdrawn` (nothing became visible). Raises :class:`DiskFull` when
+    the disk is full; the temp file is removed on any failure.
     """
     _ensure_dir(final.parent)
     tmp = final.with_name(f"_{final.name}.{secrets.token_hex(4)}{TMP_SUFFIX}")
@@ -76,6 +85,9 @@ def write_durably(final: Path, data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if still_wanted is not None and not still_wanted():
+            tmp.unlink()
+            raise Withdrawn("the file was withdrawn before it became visible")
         os.replace(tmp, final)
         fsync_dir(final.parent)
     except OSError as e:
@@ -132,10 +144,17 @@ class LandingZone:
         _ensure_dir(self.root / STATE)
         return removed
 
-    def land(self, subdir: str, data: bytes, suffix: str = ".json") -> Path:
-        """Land one accepted body durably; returns its final path."""
+    def land(
+        self,
+        subdir: str,
+        data: bytes,
+        suffix: str = ".json",
+        still_wanted: Callable[[], bool] | None = None,
+    ) -> Path:
+        """Land one accepted body durably; returns its final path (``still_wanted``: see
+        :func:`write_durably`)."""
         final = self.root / subdir / self.names.next(suffix)
-        write_durably(final, data)
+        write_durably(final, data, still_wanted)
         return final
 
     def reject(self, subdir: str, data: bytes, reason: dict[str, Any]) -> Path:

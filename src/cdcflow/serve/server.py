@@ -46,6 +46,7 @@ from cdcflow import signing
 from cdcflow.config import parse_duration
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects.base import DialectOptions
+from cdcflow.secrets import Secret
 from cdcflow.serve.config import EndpointRuntime, Settings
 from cdcflow.serve.landing import DiskFull, LandingZone, ReplayJournal
 from cdcflow.transports.message import Unreadable
@@ -82,7 +83,7 @@ class Metrics:
         reg = self.registry
         self.requests = Counter(
             "cdcflow_serve_requests",
-            "Requests answered, by status.",
+            "Requests and gRPC calls answered, by status (HTTP status or gRPC code).",
             ["endpoint", "status"],
             registry=reg,
         )
@@ -117,8 +118,9 @@ class Metrics:
             registry=reg,
         )
 
-    def observe(self, endpoint: str, status: int, seconds: float, reason: str | None) -> None:
-        """One answered request (``reason``: the error code of a refusal)."""
+    def observe(self, endpoint: str, status: int | str, seconds: float, reason: str | None) -> None:
+        """One answered request or gRPC call (``status``: HTTP status or gRPC code name;
+        ``reason``: the error code of a refusal)."""
         self.requests.labels(endpoint, str(status)).inc()
         if reason is not None:
             self.rejects.labels(endpoint, reason).inc()
@@ -168,6 +170,20 @@ def _header_text(value: str | None) -> str | None:
         return value
 
 
+def bearer_matches(given: str | None, token: Secret) -> bool:
+    """Whether an ``Authorization`` value is ``Bearer <token>`` (the scheme without case),
+    compared in constant time; a missing or non-Latin-1 value does not match."""
+    if given is None:
+        return False
+    try:
+        raw = given.strip().encode("latin-1")
+    except UnicodeEncodeError:
+        raw = b""
+    scheme, _, value = raw.partition(b" ")
+    ok = hmac.compare_digest(b"Bearer " + value.strip(), b"Bearer " + token.reveal())
+    return ok and scheme.lower() == b"bearer"
+
+
 class Endpoint:
     """One configured path with its decoder, replay journal and authentication."""
 
@@ -204,19 +220,7 @@ class Endpoint:
         if token is None:
             return None
         given = headers.get("Authorization")
-        expected = b"Bearer " + token.reveal()
-        ok = False
-        if given is not None:
-            try:
-                raw = given.strip().encode("latin-1")
-            except UnicodeEncodeError:
-                raw = b""
-            scheme, _, value = raw.partition(b" ")
-            # compare the whole header in constant time (scheme matched without case)
-            ok = hmac.compare_digest(b"Bearer " + value.strip(), expected) and (
-                scheme.lower() == b"bearer"
-            )
-        if not ok:
+        if not bearer_matches(given, token):
             code = "AUTH_MISSING" if given is None else "AUTH_BAD_TOKEN"
             return _error(
                 401,
@@ -283,7 +287,10 @@ class Receiver:
         self.settings = settings
         cfg = settings.config
         self.zone = LandingZone(settings.landing)
-        removed = self.zone.prepare([ep.config.subdir for ep in settings.endpoints.values()])
+        removed = self.zone.prepare(
+            [ep.config.subdir for ep in settings.endpoints.values()]
+            + [ep.config.subdir for ep in settings.grpc_endpoints.values()]
+        )
         if removed:
             log.info("removed %d temp file(s) left by an earlier crash", removed)
         self.endpoints = {p: Endpoint(rt, self.zone) for p, rt in settings.endpoints.items()}

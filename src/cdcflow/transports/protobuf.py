@@ -16,8 +16,9 @@ def _corrupt(message: str) -> DecodeError:
     return DecodeError(message, code="CORRUPT_PROTOBUF")
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """Read a base-128 varint at ``pos``; return (value, position after it)."""
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """Read a base-128 varint at ``pos``; return (value, position after it)
+    (``CORRUPT_PROTOBUF`` when it is truncated or longer than 10 bytes)."""
     value = 0
     shift = 0
     while True:
@@ -43,7 +44,7 @@ def split_delimited(data: bytes) -> list[tuple[int, bytes]]:
     pos = 0
     while pos < len(data):
         start = pos
-        size, pos = _varint(data, pos)
+        size, pos = read_varint(data, pos)
         if size > MAX_MESSAGE_BYTES:
             raise _corrupt(
                 f"message at byte {start} claims {size} bytes (limit {MAX_MESSAGE_BYTES})"
