@@ -592,17 +592,22 @@ class PipelineConfig(_Model):
         return parse_duration(self.tombstone_retention)
 
 
-def _format_errors(err: ValidationError, origin: str) -> str:
+def validation_message(err: ValidationError, what: str) -> str:
+    """A configuration's validation errors, naming each bad key. Values given are not echoed
+    (they may be secrets), but for a key taking one of a few fixed words (a literal), where
+    the word given is shown beside those allowed."""
     lines = []
-    for e in err.errors():
+    for e in err.errors(include_url=False):
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-        elif e["type"] == "literal_error":
-            msg = f"{msg} (got {e.get('input')!r})"
+        elif e["type"] == "literal_error" and isinstance(e.get("input"), str | int | bool):
+            msg = f"{msg} (got {e['input']!r})"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
         lines.append(f"{loc}: {msg}")
-    return f"invalid configuration {origin}: " + "; ".join(lines)
+    return f"invalid {what}: " + "; ".join(lines)
 
 
 def load_config(data: Mapping[str, Any], origin: str = "") -> PipelineConfig:
@@ -610,7 +615,7 @@ def load_config(data: Mapping[str, Any], origin: str = "") -> PipelineConfig:
     try:
         return PipelineConfig.model_validate(dict(data))
     except ValidationError as e:
-        raise ConfigError(_format_errors(e, origin)) from None
+        raise ConfigError(validation_message(e, f"configuration {origin}".strip())) from None
 
 
 def load_config_file(path: str | Path) -> PipelineConfig:

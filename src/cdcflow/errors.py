@@ -10,13 +10,13 @@ ships exceptions between the driver and Python workers.
     ├── EnvironmentProblem            missing java, jar, ... (terminal)
     ├── UnknownDialectError           dialect name not registered (terminal)
     ├── DecodeError                   one raw message could not be decoded (per message)
-    ├── ApplyError                    an event could not be applied to its table (per event)
-    ├── TransientError                worth retrying (I/O, HTTP 5xx, commit conflicts)
     └── CommandFailed                 a command failed while running (exit status 1)
 
-``DecodeError`` and ``ApplyError`` are per-message problems: the pipeline dead-letters them and
-goes on. The others stop a command with a clear message: exit status 2 (it could not start: a
-configuration, an argument, a path, another run), or 1 for ``CommandFailed``.
+``DecodeError`` is a per-message problem: the pipeline dead-letters the message and goes on
+(events the engine or an output cannot apply are dead-lettered by SQL, with the codes of
+:mod:`cdcflow.codes`, never raised). The others stop a command with a clear message: exit
+status 2 (it could not start: a configuration, an argument, a path, another run), or 1 for
+``CommandFailed``.
 """
 
 from __future__ import annotations
@@ -77,18 +77,6 @@ class DecodeError(CdcflowError):
     """One raw message could not be turned into canonical events."""
 
     code = "DECODE_FAILED"
-
-
-class ApplyError(CdcflowError):
-    """An event could not be applied to its target table."""
-
-    code = "APPLY_FAILED"
-
-
-class TransientError(CdcflowError):
-    """A failure worth retrying."""
-
-    code = "TRANSIENT"
 
 
 class CommandFailed(CdcflowError):

@@ -99,12 +99,12 @@ RUN_ID = "spark.jobGroup.id"
 EXPIRY_INTERVAL = 3600.0
 
 
-def source_options(src: object) -> DialectOptions:
+def source_options(src: SourceConfig) -> DialectOptions:
     """Decoder options of one configured source."""
     return DialectOptions(
-        table_keys={t: tuple(k) for t, k in src.keys.items()},  # type: ignore[attr-defined]
-        column_types={t: dict(c) for t, c in src.types.items()},  # type: ignore[attr-defined]
-        extra=dict(src.options),  # type: ignore[attr-defined]
+        table_keys={t: tuple(k) for t, k in src.keys.items()},
+        column_types={t: dict(c) for t, c in src.types.items()},
+        extra=dict(src.options),
     )
 
 

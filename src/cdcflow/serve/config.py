@@ -48,7 +48,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from cdcflow.config import parse_duration
+from cdcflow.config import parse_duration, validation_message
 from cdcflow.errors import ConfigError
 from cdcflow.secrets import Secret, read_secret
 
@@ -345,20 +345,6 @@ class ServeConfig(_Model):
         return parse_duration(self.body_timeout)
 
 
-def _format_errors(err: ValidationError, origin: str) -> str:
-    """Errors naming each bad key; input values are never echoed (they may be secrets)."""
-    lines = []
-    for e in err.errors(include_input=False, include_url=False):
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        lines.append(f"{loc}: {msg}")
-    return f"invalid serve configuration {origin}: " + "; ".join(lines)
-
-
 @dataclass(frozen=True)
 class EndpointRuntime:
     """An endpoint with its secrets read."""
@@ -413,7 +399,7 @@ def load_serve_config(
     try:
         cfg = ServeConfig.model_validate(dict(data))
     except ValidationError as e:
-        raise ConfigError(_format_errors(e, origin)) from None
+        raise ConfigError(validation_message(e, f"serve configuration {origin}".strip())) from None
     root = base or Path.cwd()
 
     def fix(path: str) -> str:
