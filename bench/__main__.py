@@ -465,6 +465,7 @@ class _Follow:
 
         self.spark = spark
         self.reports: list[Any] = []
+        self.work: Any = None  # Spark jobs and SQL executions of the last batch
         self.ready = threading.Event()
         self.pipeline = Pipeline(cfg, spark)
         self.thread = threading.Thread(
@@ -486,10 +487,14 @@ class _Follow:
         raise RuntimeError("the follow query did not start")
 
     def batch(self, land: Callable[[], object]) -> tuple[float, Any]:
-        """Land files, wait for their batch; (trigger seconds, report)."""
+        """Land files, wait for their batch; (trigger seconds, report). The batch's Spark jobs
+        and SQL executions are left in :attr:`work`."""
+        from cdcflow.spark.work import work_so_far
+
         query = self._query()
         self.ready.clear()
         seen = len(self.reports)
+        before = work_so_far(self.spark)
         land()
         while len(self.reports) <= seen:
             if not self.ready.wait(600):
@@ -499,6 +504,7 @@ class _Follow:
         for _ in range(600):
             progress = query.lastProgress
             if progress and progress.get("batchId") == report.batch_id:
+                self.work = work_so_far(self.spark) - before
                 return progress["durationMs"]["triggerExecution"] / 1000, report
             time.sleep(0.05)
         raise RuntimeError("no progress for the batch")
@@ -543,6 +549,7 @@ def bench_shape(
         load_s, _ = follow.batch(land(files / "0.jsonl"))
         warm_s, _ = follow.batch(land(batches[0]))
         steady_s, report = follow.batch(land(batches[1]))
+        steady_work = follow.work
     finally:
         follow.stop()
     shutil.copy(batches[2], landing / batches[2].name)
@@ -571,6 +578,8 @@ def bench_shape(
         "ratio_new_run": new_run_s / hand_s,
         "slowest_stage": getattr(report, "slowest_stage", None),
         "steady_stages": dict(getattr(report, "stages", {}) or {}),
+        "steady_spark_jobs": steady_work.jobs,
+        "steady_sql_executions": steady_work.sql,
         "new_run_stages": dict(new_reports[-1].stages) if new_reports else {},
         "new_run_batches": len(new_reports),
     }
@@ -799,6 +808,12 @@ def _shape_line(tag: str, r: dict[str, Any]) -> str:
         f"{r['ours_steady_seconds']:.1f}s steady (--follow), {r['ours_new_run_seconds']:.1f}s as "
         f"a new run; hand-written {r['hand_written_seconds']:.1f}s; time ratio "
         f"{r['ratio_steady']:.2f}× steady, {r['ratio_new_run']:.2f}× new run"
+        + (
+            f"; a steady batch ran {r['steady_spark_jobs']} Spark jobs in "
+            f"{r['steady_sql_executions']} SQL executions"
+            if "steady_spark_jobs" in r
+            else ""
+        )
     )
 
 

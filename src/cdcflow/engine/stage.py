@@ -205,7 +205,6 @@ class BatchStage:
         self.staged: DataFrame | None = None
         self.staged_view: str | None = None
         #: the merge tables' rows before the collapse, and whether tombstones were looked up
-        self.rows_view: str | None = None
         self.tombstones = False
         #: scd2 tables: per (table, key, sequence) the winning event (see engine.history)
         self.winners_view: str | None = None
@@ -420,8 +419,15 @@ class BatchStage:
                        CAST(array() AS array<struct<s:string, a:map<string,string>>>) AS _parts
                 FROM ({inner})
             """
+        # with tombstones, a key's sequences: the events a tombstone buries beside a newer one
+        # are counted from them (no second scan of the rows)
+        seqs = (
+            f"collect_set(CASE WHEN NOT _bad THEN _seq END) OVER ({part})"
+            if self.tombstones
+            else "CAST(NULL AS array<string>)"
+        )
         inner = f"""
-            SELECT *,
+            SELECT *, {seqs} AS _seqs,
                    count(*) OVER ({part}) AS _n_in,
                    sum(CASE WHEN _rs = 1 THEN 1 ELSE 0 END) OVER ({part}) AS _n_win,
                    sum(CASE WHEN _rs = 1 THEN _nfp - 1 ELSE 0 END) OVER ({part}) AS _n_conf
@@ -436,7 +442,7 @@ class BatchStage:
             SELECT _target, _kj, _kv, _seq, _bad,
                    named_struct('_op', _op, '_ts', _ts, '_id', _id, '_fp', _fp) AS _top,
                    _base_seq, _base_after, _parts, CAST(_n_in AS bigint) AS _n_in,
-                   CAST(_n_conf AS bigint) AS _n_conf, CAST(_n_win AS bigint) AS _n_win
+                   CAST(_n_conf AS bigint) AS _n_conf, CAST(_n_win AS bigint) AS _n_win, _seqs
             FROM ({gathered.format(inner=inner)}) WHERE _rn = 1
         """
 
@@ -481,7 +487,11 @@ class BatchStage:
                    array_contains({soft}, _target) AS _soft, _base_seq,
                    CASE WHEN size(_newer) = 0 THEN _base_after ELSE {fold_img} END AS _img,
                    CASE WHEN size(_newer) = 0 THEN {_EMPTY_MAP} ELSE {fold_seq} END AS _cs,
-                   _n_in, _n_conf, _n_win
+                   _n_in, _n_conf, _n_win,
+                   CASE WHEN NOT _bad AND _n_win > 1 AND _tomb IS NOT NULL
+                             AND (_seq > _tomb OR (_seq = _tomb AND _top._op = 'DELETE'))
+                        THEN size(filter(_seqs, s -> s < _seq AND s <= _tomb)) ELSE 0 END
+                     AS _n_buried
             FROM (SELECT c.*, {tomb} AS _tomb, {newer} AS _newer FROM {collapsed} c {join})
         """
 
@@ -507,7 +517,6 @@ class BatchStage:
             )
         # the collapsed rows are read twice by the tombstone look-up (the batch's keys, then
         # the rows): kept once (measured: one checkpoint over both costs more than two)
-        self.rows_view = rows
         self.tombstones = tombstones is not None
         collapsed = self.spark.sql(self.collapsed_sql(rows)).localCheckpoint(eager=True)
         self._checkpoints.append(collapsed)
@@ -533,21 +542,10 @@ class BatchStage:
                 "SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, "
                 "sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, "
                 "sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) "
-                "+ count_if(_live AND _seq = _tomb) AS buried, "
+                "+ count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, "
                 "count_if(_live AND NOT _exists) AS deletes, "
                 "count_if(_live AND (_exists OR _soft)) AS writes, "
                 f"count_if(_live) AS live FROM {self.staged_view} GROUP BY 1, 2"
-            )
-        if self.staged_view is not None and self.rows_view is not None and self.tombstones:
-            # older events of a key that are at or below its tombstone, beside a newer one
-            parts.append(
-                "SELECT r._target, CAST(NULL AS string) AS code, 0L AS n, 0L AS conflicts, "
-                "0L AS winners, count(DISTINCT r._kj, r._seq) AS buried, 0L AS deletes, "
-                "0L AS writes, 0L AS live "
-                f"FROM {self.rows_view} r JOIN (SELECT _target, _kj, _seq, _tomb "
-                f"FROM {self.staged_view} WHERE _live AND _tomb IS NOT NULL AND _n_win > 1) s "
-                "ON r._target = s._target AND r._kj = s._kj "
-                "WHERE NOT r._bad AND r._seq < s._seq AND r._seq <= s._tomb GROUP BY 1"
             )
         marked = [p for p in self.merge if p.watermark]
         if marked:
