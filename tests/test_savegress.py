@@ -3,39 +3,24 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions
-from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
+from tests.dialect_harness import DialectHarness, inspect
 from tests.golden import check_golden
 
 SPEC = "unified-cdc-event-format.txt"
+sg = DialectHarness("savegress")
 
 
 def spec_blocks() -> list[str]:
     """The fenced ```json blocks of the unified format spec, in order."""
     text = shared_path("specs", SPEC).read_text()
     return re.findall(r"```json\n(.*?)```", text, re.DOTALL)
-
-
-def inspect(tmp_path: Path, name: str, data: bytes, *args: str) -> tuple[int, list[bytes], str]:
-    """Run `cdcflow inspect` on one file (relative name, so delivery sequences are stable)."""
-    (tmp_path / name).write_bytes(data)
-    proc = subprocess.run(
-        [sys.executable, "-m", "cdcflow", "inspect", *args, name],
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=60,
-    )
-    return proc.returncode, proc.stdout.splitlines(), proc.stderr.decode()
 
 
 def _complete(fragment: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -250,13 +235,11 @@ def test_datawatch_type_field_variant(tmp_path: Path) -> None:
 
 
 def test_mysql_and_mongodb_positions_order() -> None:
-    d = Decoder("savegress")
-
     def seq(position: dict[str, Any]) -> str:
         doc = {"operation": "INSERT", "table": "t", "after": {"id": 1}, "position": position}
-        out = d.decode(RawMessage(orjson.dumps(doc)))
-        assert not out.rejections, out.rejections
-        return out.events[0]["sequence"]
+        events, rejections = sg.decode(doc)
+        assert not rejections, rejections
+        return events[0]["sequence"]
 
     assert seq({"file": "mysql-bin.000002", "position": 4}) > seq(
         {"file": "mysql-bin.000001", "position": 99999}
@@ -315,11 +298,11 @@ BAD_INPUT = [
     ("name", "data", "code", "words"), BAD_INPUT, ids=[b[0] for b in BAD_INPUT]
 )
 def test_bad_input_codes(name: str, data: bytes, code: str, words: str) -> None:
-    out = Decoder("savegress").decode(RawMessage(data, origin="f.json", offset=0, line=1))
-    assert out.events == []
-    assert [r.code for r in out.rejections] == [code]
-    assert words in out.rejections[0].message
-    assert out.rejections[0].raw == data
+    events, rejections = sg.decode(data, "f.json")
+    assert events == []
+    assert [r.code for r in rejections] == [code]
+    assert words in rejections[0].message
+    assert rejections[0].raw == data
 
 
 def test_corrupt_protobuf(tmp_path: Path) -> None:
@@ -337,10 +320,10 @@ def test_bad_item_in_batch_keeps_the_rest() -> None:
             {"operation": "NOPE", "table": "t", "after": {"id": 2}},
         ],
     }
-    out = Decoder("savegress").decode(RawMessage(orjson.dumps(doc)))
-    assert len(out.events) == 1
-    assert out.rejections[0].code == "UNKNOWN_OPERATION"
-    assert out.rejections[0].item == 1
+    events, rejections = sg.decode(doc)
+    assert len(events) == 1
+    assert rejections[0].code == "UNKNOWN_OPERATION"
+    assert rejections[0].item == 1
 
 
 def test_inspect_reports_and_continues(tmp_path: Path) -> None:
@@ -355,8 +338,9 @@ def test_inspect_reports_and_continues(tmp_path: Path) -> None:
 
 
 def test_declared_type_mismatch_is_bad_value() -> None:
-    opts = DialectOptions(table_keys={"t": ("id",)}, column_types={"t": {"amount": "numeric(5,2)"}})
     doc = {"operation": "INSERT", "table": "t", "after": {"id": 1, "amount": "abc"}}
-    out = Decoder("savegress", opts).decode(RawMessage(orjson.dumps(doc)))
-    assert out.rejections[0].code == "BAD_VALUE"
-    assert "amount" in out.rejections[0].message
+    _, rejections = sg.decode(
+        doc, table_keys={"t": ("id",)}, column_types={"t": {"amount": "numeric(5,2)"}}
+    )
+    assert rejections[0].code == "BAD_VALUE"
+    assert "amount" in rejections[0].message
