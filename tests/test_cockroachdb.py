@@ -161,6 +161,7 @@ SPEC_CASES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
 def test_spec_example_golden(tmp_path: Path, case: str) -> None:
     topic, content, args = SPEC_CASES[case]
@@ -180,6 +181,7 @@ def _spec_events(case: str, tmp_path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in lines]
 
 
+@pytest.mark.services
 def test_spec_examples_fields(tmp_path: Path) -> None:
     insert, delete = _spec_events("office_dogs_json", tmp_path)
     assert (insert["operation"], insert["key"], insert["after"]) == (
@@ -213,6 +215,7 @@ def test_spec_examples_fields(tmp_path: Path) -> None:
     assert batch_b["metadata"]["sequence_source"] == "delivery"
 
 
+@pytest.mark.services
 @pytest.mark.parametrize(
     ("content", "code"),
     [
@@ -652,6 +655,7 @@ def test_key_values_without_names_travel_in_metadata() -> None:
     assert ev["metadata"]["key_values"] == ["2.5"] and ev["metadata"]["column_family"] == "fam"
 
 
+@pytest.mark.services
 def test_inspect_prints_a_delete_without_key_names_and_warns(tmp_path: Path) -> None:
     """A cloud-storage file whose delete names its key nowhere: inspect exits 0, prints both
     events and warns once on stderr, naming --key."""

@@ -66,6 +66,7 @@ def mysql(change: str, pos: int, file: str = "mysql-bin.000002", **payload: Any)
 # ---------------------------------------------------------------- the spec's example
 
 
+@pytest.mark.services
 def test_spec_oracle_insert_golden(tmp_path: Path) -> None:
     rc, lines, err = inspect(tmp_path, "oracle-insert.json", orjson.dumps(spec_example()))
     assert rc == 0, err
@@ -206,6 +207,7 @@ SOURCE_EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("source", sorted(SOURCE_EXAMPLES))
 def test_source_example_golden(tmp_path: Path, source: str) -> None:
     rc, lines, err = inspect(tmp_path, f"{source}.json", orjson.dumps(SOURCE_EXAMPLES[source]))

@@ -520,6 +520,7 @@ DOC_EXAMPLES = [
 ]
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("name", DOC_EXAMPLES)
 def test_documentation_example_golden(tmp_path: Path, name: str) -> None:
     rc, lines, err = inspect(tmp_path, name, conf(name), "--dialect", DIALECT)
@@ -554,6 +555,7 @@ def test_rendered_faults_replay_to_the_oracle(tmp_path: Path, seed: int) -> None
         assert actual[name] == expected[name], name
 
 
+@pytest.mark.services
 @pytest.mark.spark
 def test_transactions_consistency_crash_then_rerun_equals_oracle(
     spark: Any, tmp_path: Path
@@ -644,6 +646,7 @@ def test_avro_values_take_types_from_the_connect_names(tmp_path: Path) -> None:
     assert e["metadata"]["schema_id"] == 5 and "payload_disagrees_with_schema" not in e["metadata"]
 
 
+@pytest.mark.services
 def test_inspect_counts_skipped_messages(tmp_path: Path) -> None:
     data = conf("docs_sqlserver_key_with_schema.json") + b"\n" + conf("dbz_serde_mysql_update.json")
     rc, lines, err = inspect(tmp_path, "k.json", data, "--dialect", DIALECT)

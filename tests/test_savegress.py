@@ -86,6 +86,7 @@ def spec_cases() -> dict[str, bytes]:
     }
 
 
+@pytest.mark.services
 @pytest.mark.parametrize(
     "case",
     [
@@ -122,6 +123,7 @@ def test_spec_examples_golden(tmp_path: Path, case: str) -> None:
     check_golden("savegress", f"spec_{case}", lines)
 
 
+@pytest.mark.services
 def test_spec_full_event_typed_fields(tmp_path: Path) -> None:
     rc, lines, err = inspect(tmp_path, "e.json", spec_cases()["full_event"], "--key", "users=id")
     assert rc == 0, err
@@ -136,6 +138,7 @@ def test_spec_full_event_typed_fields(tmp_path: Path) -> None:
     assert ev["sequence"] == "p09305441741!p0242!"
 
 
+@pytest.mark.services
 def test_spec_insert_fragment_declared_types(tmp_path: Path) -> None:
     rc, lines, _ = inspect(
         tmp_path,
@@ -149,6 +152,7 @@ def test_spec_insert_fragment_declared_types(tmp_path: Path) -> None:
     assert ev["types"]["created_at"] == "timestamp"
 
 
+@pytest.mark.services
 def test_spec_ddl_gives_added_column_type(tmp_path: Path) -> None:
     rc, lines, _ = inspect(tmp_path, "d.json", spec_cases()["ddl_fragment"])
     ev = orjson.loads(lines[0])
@@ -157,6 +161,7 @@ def test_spec_ddl_gives_added_column_type(tmp_path: Path) -> None:
     assert ev["ddl_type"] == "ALTER_TABLE"
 
 
+@pytest.mark.services
 def test_protobuf_golden(tmp_path: Path) -> None:
     from cdcflow.dialects.savegress_proto import event_to_proto
     from cdcflow.transports.protobuf import write_delimited
@@ -199,6 +204,7 @@ def test_conformance_list_is_complete() -> None:
     assert present == set(CONFORMANCE_EXPECT)
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("name", sorted(CONFORMANCE_EXPECT))
 def test_conformance_sample(tmp_path: Path, name: str) -> None:
     src = shared_path("conformance", "other", name)
@@ -224,6 +230,7 @@ def test_conformance_sample(tmp_path: Path, name: str) -> None:
         assert name in err
 
 
+@pytest.mark.services
 def test_datawatch_type_field_variant(tmp_path: Path) -> None:
     src = shared_path("conformance", "other", "savegress_datawatch_ingest_type_field.json")
     rc, lines, _ = inspect(tmp_path, "d.json", src.read_bytes(), "--key", "orders=id")
@@ -305,6 +312,7 @@ def test_bad_input_codes(name: str, data: bytes, code: str, words: str) -> None:
     assert rejections[0].raw == data
 
 
+@pytest.mark.services
 def test_corrupt_protobuf(tmp_path: Path) -> None:
     rc, lines, err = inspect(tmp_path, "bad.pb", b"\x05\x0a\x03ab", "--dialect", "savegress")
     assert rc == 1
@@ -326,6 +334,7 @@ def test_bad_item_in_batch_keeps_the_rest() -> None:
     assert rejections[0].item == 1
 
 
+@pytest.mark.services
 def test_inspect_reports_and_continues(tmp_path: Path) -> None:
     data = (
         b'{"operation":"INSERT","table":"t","after":{"id":1}}\n{"broken\n'

@@ -32,6 +32,7 @@ def spec_examples() -> dict[str, bytes]:
 # ---------------------------------------------------------------- spec examples
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("name", ["insert", "updated", "delete"])
 def test_spec_example_golden(tmp_path: Path, name: str) -> None:
     rc, lines, err = inspect(tmp_path, f"{name}.json", spec_examples()[name])
