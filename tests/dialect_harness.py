@@ -15,18 +15,16 @@ from typing import Any
 import orjson
 
 from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.base import DialectOptions, Rejection
+from cdcflow.event import MARKER_OPERATIONS, ROW_OPERATIONS
 from cdcflow.testing import oracle
 from cdcflow.testing.workload import Change, TableDef
 from cdcflow.transports.message import RawMessage
 
 #: Events and rejections.
-Decoded = tuple[list[dict[str, Any]], list[Any]]
+Decoded = tuple[list[dict[str, Any]], list[Rejection]]
 
 _FIELDS = ("table_keys", "column_types", "extra")
-#: Operations that change rows (``TRUNCATE`` empties its table); the others are markers.
-_ROW_OPERATIONS = frozenset({"INSERT", "UPDATE", "DELETE", "UPSERT", "SNAPSHOT"})
-_MARKERS = frozenset({"BEGIN", "COMMIT", "RESOLVED"})
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -88,7 +86,7 @@ class DialectHarness:
         **given: Any,
     ) -> Decoded:
         """A file's messages as its transport frames them: a path (named by itself), bytes, or
-        a document written as JSON; ``dialect`` replaces the harness's (``"auto"``)."""
+        a document written as JSON; ``dialect`` (e.g. ``"auto"``) replaces the harness's."""
         if isinstance(source, Path):
             origin, data = origin or str(source), source.read_bytes()
         elif isinstance(source, bytes):
@@ -107,7 +105,7 @@ class DialectHarness:
         """Files decoded in turn by one decoder (paths, or names with their bytes)."""
         decoder = Decoder(dialect or self.dialect, decoder_options or options(**given))
         events: list[dict[str, Any]] = []
-        rejections: list[Any] = []
+        rejections: list[Rejection] = []
         for f in files:
             name, data = (str(f), f.read_bytes()) if isinstance(f, Path) else f
             for out in decoder.decode_file(data, name):
@@ -144,9 +142,9 @@ def replay(events: Iterable[dict[str, Any]], tables: Mapping[str, TableDef]) -> 
     changes: list[Change] = []
     for n, e in ordered:
         op = e["operation"]
-        if op in _MARKERS:
+        if op in MARKER_OPERATIONS:
             continue
-        assert op in _ROW_OPERATIONS or op == "TRUNCATE", f"cannot replay {op}"
+        assert op in ROW_OPERATIONS or op == "TRUNCATE", f"cannot replay {op}"
         table = names[e["table"].lower()]
         rows = current[table]
         if op == "TRUNCATE":
