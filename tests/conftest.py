@@ -31,6 +31,21 @@ def pytest_configure(config: pytest.Config) -> None:
     golden.UPDATE = bool(config.getoption("--update-goldens"))
 
 
+#: Fixtures that start a server; a test using one is marked ``services`` (as is a scenario run
+#: on a catalog behind a server), so ``-m "not services"`` leaves them all out.
+SERVICE_FIXTURES = frozenset({"kafka", "postgres", "rest_catalog"})
+SERVICE_CATALOGS = frozenset({"pg", "rest"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        catalog = callspec.params.get("world") if callspec is not None else None
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SERVICE_FIXTURES or catalog in SERVICE_CATALOGS:
+            item.add_marker(pytest.mark.services)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The test SparkSession with an Iceberg Hadoop catalog ``cdc`` in a temp warehouse."""

@@ -11,8 +11,6 @@ from typing import Any
 import orjson
 
 from cdcflow.config import PipelineConfig, load_config
-from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions
 from cdcflow.pipeline.query import Pipeline
 
 _files = itertools.count()
@@ -93,15 +91,3 @@ def rows(
         sql += f" WHERE {where}"
     out = [r.asDict(recursive=True) for r in spark.sql(sql).collect()]
     return sorted(out, key=repr)
-
-
-def decode_file(
-    data: bytes, origin: str, dialect: str, **options: Any
-) -> tuple[list[dict[str, Any]], list[Any]]:
-    """Events and rejections of one file's bytes, decoded without Spark."""
-    events: list[dict[str, Any]] = []
-    rejections: list[Any] = []
-    for out in Decoder(dialect, DialectOptions(**options)).decode_file(data, origin):
-        events.extend(out.events)
-        rejections.extend(out.rejections)
-    return events, rejections

@@ -28,6 +28,7 @@ from tests.scenario import config, ev, land, rows
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.services
 def test_two_pipelines_write_one_rest_catalog_at_the_same_time(
     spark: Any, rest_catalog: Any, tmp_path: Path
 ) -> None:

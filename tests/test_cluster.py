@@ -21,7 +21,7 @@ from cdcflow.testing.renderers import renderer, renderer_features
 from cdcflow.testing.workload import generate
 from tests.processes import SHORT_RUN_CONF
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.services]
 
 #: Two workers of one core and 1 GiB each, every one with its own executor JVM.
 MASTER = "local-cluster[2,1,1024]"

@@ -26,46 +26,19 @@ from cdcflow.testing.workload import generate
 from cdcflow.transports.json import loads_exact
 from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
+from tests.dialect_harness import DialectHarness, inspect, replay
 from tests.golden import check_golden
-from tests.scenario import decode_file
-from tests.test_savegress import inspect
 
 DIALECT = "cockroachdb"
 #: A cloud-storage file name for a topic (the spec's examples name no topic in the message).
 NAME = "202301020304050000000000000000000-0123456789abcdef-1-2-00000000-{topic}-1.ndjson"
 TS1 = "1532377306108205142.0000000000"
 TS2 = "1532377312562986715.0000000000"
+crdb = DialectHarness(DIALECT, file_origin="m.ndjson")
 
 
 def conf(name: str) -> Path:
     return shared_path("conformance", "cockroachdb", name)
-
-
-def decode_bytes(
-    data: bytes, origin: str = "m.ndjson", dialect: str = DIALECT, **options: Any
-) -> tuple[list[dict[str, Any]], list[Any]]:
-    return decode_file(data, origin, dialect, **options)
-
-
-def _options(options: dict[str, Any]) -> DialectOptions:
-    """Decoder options: ``table_keys``/``column_types``/``extra``, other names go to extra."""
-    fields = {k: options.pop(k) for k in ("table_keys", "column_types", "extra") if k in options}
-    fields["extra"] = {**fields.get("extra", {}), **options}
-    return DialectOptions(**fields)
-
-
-def decode(doc: Any, origin: str = "m.json", **options: Any) -> tuple[list, list]:
-    data = doc if isinstance(doc, bytes) else orjson.dumps(doc)
-    out = Decoder(DIALECT, _options(options)).decode(
-        RawMessage(data, origin=origin, offset=0, line=1)
-    )
-    return out.events, out.rejections
-
-
-def codes(doc: Any, **options: Any) -> list[str]:
-    events, rejections = decode(doc, **options)
-    assert not events
-    return [r.code for r in rejections]
 
 
 # ---------------------------------------------------------------- spec examples (goldens)
@@ -188,6 +161,7 @@ SPEC_CASES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
 def test_spec_example_golden(tmp_path: Path, case: str) -> None:
     topic, content, args = SPEC_CASES[case]
@@ -207,6 +181,7 @@ def _spec_events(case: str, tmp_path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in lines]
 
 
+@pytest.mark.services
 def test_spec_examples_fields(tmp_path: Path) -> None:
     insert, delete = _spec_events("office_dogs_json", tmp_path)
     assert (insert["operation"], insert["key"], insert["after"]) == (
@@ -240,6 +215,7 @@ def test_spec_examples_fields(tmp_path: Path) -> None:
     assert batch_b["metadata"]["sequence_source"] == "delivery"
 
 
+@pytest.mark.services
 @pytest.mark.parametrize(
     ("content", "code"),
     [
@@ -268,11 +244,11 @@ def test_spec_examples_that_cannot_be_applied(tmp_path: Path, content: str, code
 def test_row_envelope_declared_and_row_tombstones() -> None:
     row = orjson.loads(conf("docs_row_envelope_kafka.json").read_bytes())
     keys = {"vehicles": ("city", "id")}
-    [ev], _ = decode(row, table="vehicles", envelope="row", table_keys=keys)
+    [ev], _ = crdb.decode(row, table="vehicles", envelope="row", table_keys=keys)
     assert ev["operation"] == "UPSERT" and ev["key"]["city"] == "washington dc"
     record = {"topic": "vehicles", "partition": 0, "offset": 9, "key": '["a", "b"]', "value": None}
-    assert codes(record, table_keys=keys) == ["KEY_ONLY_ENVELOPE"]
-    [ev], _ = decode(record, table_keys=keys, envelope={"vehicles": "row"})
+    assert crdb.codes(record, table_keys=keys) == ["KEY_ONLY_ENVELOPE"]
+    [ev], _ = crdb.decode(record, table_keys=keys, envelope={"vehicles": "row"})
     assert ev["operation"] == "DELETE" and ev["key"] == {"city": "a", "id": "b"}
     assert ev["metadata"]["sequence_source"] == "delivery"
 
@@ -373,7 +349,7 @@ def test_conformance_file(name: str, dialect: str) -> None:
         # unmarked rows: only a source declared envelope: row reads them, never detection
         n_events, rejected = 0, ["UNKNOWN_ENVELOPE"] * n_events
     extra = {k: v for k, v in options.items()}
-    events, rejections = decode_bytes(
+    events, rejections = crdb.decode_file(
         conf(name).read_bytes(), name, dialect, table_keys=KEYS, extra=extra
     )
     got = [r.code for r in rejections]
@@ -400,23 +376,23 @@ def test_conformance_values_are_exact() -> None:
     assert ev["types"]["created_at"] == "timestamp_ntz"
     assert ev["metadata"]["ts_ns"] == 1747243394886231000
     assert sequence.decode(ev["sequence"]) == (1747243394200039000, 0)
-    [ev] = decode_bytes(conf("docs_enriched_op_c.json").read_bytes(), extra={"table": "p"})[0]
+    [ev] = crdb.decode_file(conf("docs_enriched_op_c.json").read_bytes(), extra={"table": "p"})[0]
     assert ev["operation"] == "INSERT" and ev["metadata"]["ts_ns"] == 1743792394409866000
     assert ev["after"]["price"] == Decimal("22.30")
     assert ev["key"] is None  # no primary_keys and none configured: the engine says KEY_UNKNOWN
-    events, _ = decode_bytes(
+    events, _ = crdb.decode_file(
         conf("replicator_ndjson_upsert_bigint_before.ndjson").read_bytes(),
         table_keys={"t": ("pk",)},
         extra={"table": "t"},
     )
     assert events[0]["after"]["v"] == 9007199254740995  # beyond float precision
     assert events[1]["operation"] == "UPDATE" and events[1]["before"] == {"pk": 99, "v": 33}
-    events, _ = decode_bytes(
+    events, _ = crdb.decode_file(
         conf("docs_cdcquery_hlc_number_unquoted.ndjson").read_bytes(),
         extra={"table": "a", "envelope": "row"},
     )
     assert events[0]["after"]["age"] == Decimal("1679504962492204986.0000000000")
-    deletes, _ = decode_bytes(
+    deletes, _ = crdb.decode_file(
         conf("replicator_ndjson_delete_after_null_and_missing.ndjson").read_bytes(),
         table_keys={"t": ("pk",)},
         extra={"table": "t"},
@@ -425,33 +401,33 @@ def test_conformance_values_are_exact() -> None:
         ("DELETE", {"pk": 42}),
         ("DELETE", {"pk": 99}),
     ]
-    nulls, _ = decode_bytes(
+    nulls, _ = crdb.decode_file(
         conf("docs_encode_json_value_null_as_object.ndjson").read_bytes(),
         table_keys={"t": ("id",)},
         extra={"table": "t"},
     )
     assert [e["after"]["data"] for e in nulls] == [None, "null"]  # SQL NULL vs JSON null
-    families, _ = decode_bytes(
+    families, _ = crdb.decode_file(
         conf("docs_column_family_webhook_batches.ndjson").read_bytes(), table_keys=KEYS
     )
     assert families[0]["table"] == "office_dogs" and families[0]["partial"] is True
     assert families[0]["metadata"]["column_family"] == "employee"
     assert families[0]["after"] == {"id": 1, "dog_owner": "Lauren"}
-    resolved, _ = decode_bytes(conf("replicator_resolved_spaces.json").read_bytes())
+    resolved, _ = crdb.decode_file(conf("replicator_resolved_spaces.json").read_bytes())
     assert resolved[0]["position"]["hlc"] == "20.0000000000"
-    stream, _ = decode_bytes(
+    stream, _ = crdb.decode_file(
         conf("docs_kafka_updated_with_resolved_stream.ndjson").read_bytes(),
         table_keys=KEYS,
         extra={"table": "vehicles"},
     )
     assert [e["operation"] for e in stream].count("RESOLVED") == 1
-    pretty, _ = decode_bytes(conf("docs_kafka_avro_updated_pretty.txt").read_bytes())
+    pretty, _ = crdb.decode_file(conf("docs_kafka_avro_updated_pretty.txt").read_bytes())
     assert [e["table"] for e in pretty] == ["users", "users"]
     assert pretty[0]["position"]["hlc"] == "1659643584586630201.0000000000"
 
 
 def _one(name: str) -> dict[str, Any]:
-    [ev], rej = decode_bytes(conf(name).read_bytes(), name, table_keys=KEYS)
+    [ev], rej = crdb.decode_file(conf(name).read_bytes(), name, table_keys=KEYS)
     assert not rej
     return ev
 
@@ -460,13 +436,13 @@ def test_webhook_server_log_bodies_and_pulsar_messages() -> None:
     """The log and the consumer output wrap real bodies in their own text: the bodies decode."""
     lines = conf("docs_webhook_server_log.txt").read_text().splitlines()
     bodies = "\n".join(line.split(" ", 2)[2] for line in lines if line.strip())
-    events, rej = decode_bytes(bodies.encode(), table_keys=KEYS)
+    events, rej = crdb.decode_file(bodies.encode(), table_keys=KEYS)
     assert not rej and len(events) == 3
     assert {e["table"] for e in events} == {"vehicles"}
     assert events[0]["timestamp"] == "2021-08-24T14:00:21.680097Z" or events[0]["timestamp"]
     text = conf("docs_pulsar_consumer_output.txt").read_text()
     contents = [line.split("content:", 1)[1] for line in text.splitlines() if "content:" in line]
-    events, rej = decode_bytes("\n".join(contents).encode(), table_keys=KEYS)
+    events, rej = crdb.decode_file("\n".join(contents).encode(), table_keys=KEYS)
     assert not rej and len(events) == 4
     assert events[0]["table"] == "rides" and events[0]["after"]["revenue"] == Decimal("53.00")
 
@@ -480,7 +456,7 @@ def test_encoder_expectations() -> None:
         case, fld, expected = row.split("\t")
         if fld == "csv":  # format=csv: a CSV row, no key
             csv_row = expected.split("->", 1)[1].encode() + b"\n"
-            events, rej = decode_bytes(
+            events, rej = crdb.decode_file(
                 csv_row, "foo.csv", extra={"table": "foo", "csv_columns": {"foo": ["a", "b"]}}
             )
             assert not rej and events[0]["after"] == {"a": "1", "b": "désolée"}
@@ -495,7 +471,7 @@ def test_encoder_expectations() -> None:
         else:
             key, _, value = line.partition("->")
         data = (key + " " + value).strip() if value else key + "->"
-        events, rej = decode_bytes(
+        events, rej = crdb.decode_file(
             data.encode(), table_keys={"foo": ("a",), "drivers": ("id",)}, extra={"table": "foo"}
         )
         if not value and key:
@@ -550,13 +526,13 @@ def test_table_from_the_file_name_and_resolved_files() -> None:
     name = (
         "2020-04-02/202004022058072107140000000000000-56087568dba1e6b8-1-72-00000000-users-3.ndjson"
     )
-    [ev], _ = decode_bytes(
+    [ev], _ = crdb.decode_file(
         b'{"after": {"id": 1}, "key": [1]}\n', name, table_keys={"users": ("id",)}
     )
     assert ev["table"] == "users" and ev["metadata"]["schema_id"] == 3
-    [res], _ = decode_bytes(b"", "2020-04-04/202004042351304139680000000000000.RESOLVED")
+    [res], _ = crdb.decode_file(b"", "2020-04-04/202004042351304139680000000000000.RESOLVED")
     assert res["operation"] == "RESOLVED" and res["position"]["hlc"].startswith("1586044290413968")
-    [res], _ = decode_bytes(
+    [res], _ = crdb.decode_file(
         b'{"resolved":"1586044290413968000.0000000000"}',
         "2020-04-04/202004042351304139680000000000000.RESOLVED",
     )
@@ -568,7 +544,7 @@ def test_table_from_the_file_name_and_resolved_files() -> None:
 
 def test_hlc_order_is_numeric_never_text_or_float() -> None:
     def seq(hlc: Any) -> str:
-        [ev], _ = decode(
+        [ev], _ = crdb.decode(
             b'{"after": {"id": 1}, "key": [1], "updated": ' + orjson.dumps(hlc) + b"}",
             table="t",
             table_keys={"t": ("id",)},
@@ -580,21 +556,21 @@ def test_hlc_order_is_numeric_never_text_or_float() -> None:
     assert seq("1.0") < seq("1.0000000001")
     big_a = b'{"after": {"id": 1}, "key": [1], "updated": 1679504962492204986.0000000000}'
     big_b = b'{"after": {"id": 1}, "key": [1], "updated": 1679504962492204987.0000000000}'
-    [a], _ = decode(big_a, table="t", table_keys={"t": ("id",)})
-    [b], _ = decode(big_b, table="t", table_keys={"t": ("id",)})
+    [a], _ = crdb.decode(big_a, table="t", table_keys={"t": ("id",)})
+    [b], _ = crdb.decode(big_b, table="t", table_keys={"t": ("id",)})
     assert a["sequence"] < b["sequence"]  # differ beyond float precision
     assert sequence.decode(a["sequence"]) == (1679504962492204986, 0)
 
 
 def test_mvcc_timestamp_orders_without_updated_and_updated_wins() -> None:
-    [ev], _ = decode(
+    [ev], _ = crdb.decode(
         {"after": {"id": 1}, "key": [1], "mvcc_timestamp": "7.0000000001"},
         table="t",
         table_keys={"t": ("id",)},
     )
     assert ev["metadata"]["sequence_source"] == "mvcc_timestamp"
     assert sequence.decode(ev["sequence"]) == (7, 1)
-    [ev], _ = decode(
+    [ev], _ = crdb.decode(
         {"after": {"id": 1}, "key": [1], "updated": "9.0", "mvcc_timestamp": "7.0"},
         table="t",
         table_keys={"t": ("id",)},
@@ -605,14 +581,14 @@ def test_mvcc_timestamp_orders_without_updated_and_updated_wins() -> None:
 def test_exact_numbers_and_decimal_inference() -> None:
     doc = loads_exact(b'{"a": 25.00, "b": 18446744073709551616, "c": 1}')
     assert doc == {"a": Decimal("25.00"), "b": 18446744073709551616, "c": 1}
-    [ev], _ = decode(
+    [ev], _ = crdb.decode(
         b'{"after": {"id": 1, "price": 25.00, "big": 123456789012345678901234.5}, "key": [1]}',
         table="t",
         table_keys={"t": ("id",)},
     )
     assert ev["after"]["price"] == Decimal("25.00")
     assert ev["types"] == {"id": "bigint", "price": "decimal(22,2)", "big": "decimal(25,1)"}
-    [ev], _ = decode(
+    [ev], _ = crdb.decode(
         b'{"after": {"id": 1, "price": 25.00, "at": "2025-05-09T21:20:29.2Z", "b": "\\\\x0102"}, '
         b'"key": [1]}',
         table="t",
@@ -656,25 +632,30 @@ def test_bad_input_codes(doc: Any, options: dict[str, Any], code: str) -> None:
     if extra["table"] is None:
         extra = {}
     options.setdefault("table_keys", {"t": ("id",)})
-    assert codes(doc, extra=extra, **options) == [code]
+    assert crdb.codes(doc, extra=extra, **options) == [code]
 
 
 def test_key_values_without_names_travel_in_metadata() -> None:
     """A delete or a column-family message whose key names nothing gives is decoded, not
     rejected: ``key`` null, the values in primary-key order as wire strings in
     ``metadata.key_values`` (the engine names them)."""
-    events, rej = decode({"after": None, "key": [1, "b"], "updated": TS1}, extra={"table": "t"})
+    events, rej = crdb.decode(
+        {"after": None, "key": [1, "b"], "updated": TS1}, extra={"table": "t"}
+    )
     assert not rej
     (ev,) = events
     assert (ev["operation"], ev["key"], ev["before"], ev["after"]) == ("DELETE", None, None, None)
     assert ev["metadata"]["key_values"] == ["1", "b"]
-    events, rej = decode({"after": {"x": 1.50}, "key": [2.5], "topic": "t.fam", "updated": TS1})
+    events, rej = crdb.decode(
+        {"after": {"x": 1.50}, "key": [2.5], "topic": "t.fam", "updated": TS1}
+    )
     assert not rej
     (ev,) = events
     assert ev["partial"] and ev["key"] is None and ev["after"] == {"x": Decimal("1.50")}
     assert ev["metadata"]["key_values"] == ["2.5"] and ev["metadata"]["column_family"] == "fam"
 
 
+@pytest.mark.services
 def test_inspect_prints_a_delete_without_key_names_and_warns(tmp_path: Path) -> None:
     """A cloud-storage file whose delete names its key nowhere: inspect exits 0, prints both
     events and warns once on stderr, naming --key."""
@@ -693,12 +674,12 @@ def test_inspect_prints_a_delete_without_key_names_and_warns(tmp_path: Path) -> 
 
 def test_bad_webhook_item_is_rejected_alone() -> None:
     body = {"payload": [{"after": {"id": 1}, "key": [1]}, {"after": 5}], "length": 2}
-    events, rej = decode(body, extra={"table": "t"}, table_keys={"t": ("id",)})
+    events, rej = crdb.decode(body, extra={"table": "t"}, table_keys={"t": ("id",)})
     assert len(events) == 1 and [(r.code, r.item) for r in rej] == [("BAD_ROW", 1)]
 
 
 def test_csv_rows_with_the_wrong_column_count() -> None:
-    events, rej = decode_bytes(
+    events, rej = crdb.decode_file(
         b"1,a\n2,b,c\n",
         "t.csv",
         extra={"table": "t", "csv_columns": {"t": ["id", "v"]}},
@@ -706,7 +687,7 @@ def test_csv_rows_with_the_wrong_column_count() -> None:
     )
     assert [e["operation"] for e in events] == ["SNAPSHOT"] and events[0]["key"] == {"id": "1"}
     assert [r.code for r in rej] == ["CSV_COLUMN_COUNT"]
-    _, rej = decode_bytes(b"1,a\n", "t.csv", extra={"table": "t"})
+    _, rej = crdb.decode_file(b"1,a\n", "t.csv", extra={"table": "t"})
     assert [r.code for r in rej] == ["CSV_COLUMNS_UNKNOWN"]
 
 
@@ -761,7 +742,7 @@ def test_avro_object_container_file() -> None:
         fastavro.parse_schema(ENVELOPE_SCHEMA),
         [{"after": AVRO_ROW, "updated": TS1}, {"after": None, "updated": TS2}],
     )
-    events, rej = decode_bytes(
+    events, rej = crdb.decode_file(
         buf.getvalue(),
         "2023-01-02/" + NAME.format(topic="office_dogs").replace(".ndjson", ".avro"),
         table_keys={"office_dogs": ("id",)},
@@ -775,7 +756,7 @@ def test_avro_object_container_file() -> None:
     )
     assert len(insert["after"]["flags"]) == 70
     corrupt = buf.getvalue()[:-7]
-    events, rej = decode_bytes(corrupt, "c.avro", extra={"table": "office_dogs"})
+    events, rej = crdb.decode_file(corrupt, "c.avro", extra={"table": "office_dogs"})
     assert [r.code for r in rej][-1] == "CORRUPT_AVRO"
 
 
@@ -799,14 +780,14 @@ def test_confluent_framed_messages(tmp_path: Path) -> None:
         "key_base64": base64.b64encode(b"\x00" + struct.pack(">I", 8) + key.getvalue()).decode(),
         "value_base64": base64.b64encode(b"\x00" + struct.pack(">I", 7) + body.getvalue()).decode(),
     }
-    [ev], rej = decode(record, extra={"schema_dir": str(tmp_path)})
+    [ev], rej = crdb.decode(record, extra={"schema_dir": str(tmp_path)})
     assert not rej
     assert ev["key"] == {"id": 1} and ev["after"]["name"] == "Petee"
     assert ev["metadata"]["schema_id"] == 7 and ev["position"]["partition"] == 3
     broken = {**record, "value_base64": base64.b64encode(b"\x00\x00\x00\x00\x07\xff").decode()}
-    assert codes(broken, extra={"schema_dir": str(tmp_path)}) == ["CORRUPT_AVRO"]
+    assert crdb.codes(broken, extra={"schema_dir": str(tmp_path)}) == ["CORRUPT_AVRO"]
     unknown = {**record, "value_base64": base64.b64encode(b"\x00\x00\x00\x00\x09\x00").decode()}
-    assert codes(unknown, extra={"schema_dir": str(tmp_path)}) == ["UNKNOWN_SCHEMA_ID"]
+    assert crdb.codes(unknown, extra={"schema_dir": str(tmp_path)}) == ["UNKNOWN_SCHEMA_ID"]
     d = Decoder("auto", DialectOptions(extra={"schema_dir": str(tmp_path)}))
     out = d.decode(RawMessage(orjson.dumps(record), origin="k.jsonl"))
     assert [e["dialect"] for e in out.events] == [DIALECT]
@@ -860,30 +841,6 @@ def test_auto_detection_claims_only_cockroachdb_messages() -> None:
 # ---------------------------------------------------------------- renderer vs oracle
 
 
-def replay(events: list[dict[str, Any]], keys: dict[str, tuple[str, ...]]) -> dict[str, dict]:
-    """Apply canonical events as the merge sink does (sequence order, later delivered wins a
-    tie, partial events update their columns)."""
-    per_key: dict[tuple, list[tuple[str, int, dict]]] = {}
-    for n, e in enumerate(events):
-        if e["operation"] == "RESOLVED":
-            continue
-        k = tuple(e["key"][c] for c in keys[e["table"]])
-        per_key.setdefault((e["table"], k), []).append((e["sequence"], n, e))
-    out: dict[str, dict] = {t: {} for t in keys}
-    for (table, k), evs in per_key.items():
-        row: dict[str, Any] | None = None
-        for _, _, e in sorted(evs, key=lambda x: (x[0], x[1])):
-            if e["operation"] == "DELETE":
-                row = None
-            elif e["partial"] and row is not None:
-                row = {**row, **e["after"]}
-            else:
-                row = dict(e["after"])
-        if row is not None:
-            out[table][k] = row
-    return out
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_rendered_faults_replay_to_the_oracle(tmp_path: Path, seed: int) -> None:
     from cdcflow.testing.compare import normalize_rows
@@ -893,14 +850,12 @@ def test_rendered_faults_replay_to_the_oracle(tmp_path: Path, seed: int) -> None
     events: list[dict[str, Any]] = []
     for i, part in enumerate((slice(0, n // 2), slice(max(0, n // 2 - 5), n))):
         res = render(w, tmp_path, seed=seed + i, transactions=part)
-        decoder = Decoder(DIALECT, res.options)
-        for f in res.files:
-            for out in decoder.decode_file(f.read_bytes(), str(f)):
-                assert not out.rejections, (f.name, out.rejections[:2])
-                events.extend(out.events)
+        evs, rej = crdb.decode_files(res.files, decoder_options=res.options)
+        assert not rej, rej[:2]
+        events.extend(evs)
     assert "RESOLVED" in {e["operation"] for e in events}
     expected = oracle.apply(w)
-    actual = replay(events, {t: d.key for t, d in w.tables.items()})
+    actual = replay(events, w.tables)
     for name, d in w.tables.items():
         cols = list(d.columns)
         assert normalize_rows(actual[name].values(), cols) == normalize_rows(

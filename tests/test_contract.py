@@ -45,6 +45,7 @@ from cdcflow.transports.json import dumps, loads_exact
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import json_default
 from tests.conftest_shared import SHARED
+from tests.dialect_harness import Decoded, DialectHarness
 from tests.golden import GOLDEN_DIR
 
 DIALECTS = dialect_names()
@@ -65,15 +66,9 @@ def _render(name: str, tmp: Path, faults: bool = False, seed: int = 21) -> tuple
 
 def _decode(
     name: str, files: list[Path], options: DialectOptions, dialect: str | None = None
-) -> tuple[list[dict[str, Any]], list[Any]]:
-    decoder = Decoder(dialect or name, options)
-    events: list[dict[str, Any]] = []
-    rejections: list[Any] = []
-    for f in sorted(files):
-        for out in decoder.decode_file(f.read_bytes(), str(f)):
-            events.extend(out.events)
-            rejections.extend(out.rejections)
-    return events, rejections
+) -> Decoded:
+    """A rendering's files in name order, decoded by one decoder."""
+    return DialectHarness(name).decode_files(sorted(files), dialect, options)
 
 
 def _same(e: dict[str, Any]) -> tuple[Any, ...]:

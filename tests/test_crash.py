@@ -20,7 +20,7 @@ from cdcflow.testing.workload import generate
 from tests.crashing import ROOT, command
 from tests.processes import pipeline_config as _config
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.services]
 
 
 def _run(

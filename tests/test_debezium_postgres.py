@@ -18,20 +18,20 @@ import pytest
 
 from cdcflow.testing.live import oracle
 from cdcflow.testing.live.capture import decode as decode_value
-from tests.scenario import decode_file
+from cdcflow.testing.workload import TableDef
+from tests.dialect_harness import DialectHarness, replay
 
 DATA = Path(__file__).parent / "data" / "debezium" / "postgresql"
 #: Declared so the unconstrained numeric beyond decimal(38,18) keeps every digit.
 LOOSE_AS_TEXT = {"loose": {"n": "text"}}
 _prefixes = itertools.count()
+dbz = DialectHarness("debezium")
 
 
 @cache
 def _decoded(declare: bool = False) -> tuple[list[dict[str, Any]], list[Any]]:
-    data = (DATA / "messages.jsonl").read_bytes()
-    return decode_file(
-        data, "messages.jsonl", "debezium", **({"column_types": LOOSE_AS_TEXT} if declare else {})
-    )
+    types = {"column_types": LOOSE_AS_TEXT} if declare else {}
+    return dbz.decode_file(DATA / "messages.jsonl", "messages.jsonl", **types)
 
 
 def events(declare: bool = False) -> list[dict[str, Any]]:
@@ -48,6 +48,14 @@ def tables() -> dict[str, tuple[list[oracle.Column], tuple[int, ...], list[oracl
     return out
 
 
+def table_defs() -> dict[str, TableDef]:
+    """The database's tables: key and column names (with their PostgreSQL types)."""
+    return {
+        name: TableDef(name, tuple(t["key"]), {n: pg for n, pg, _ in t["columns"]})
+        for name, t in orjson.loads((DATA / "tables.json").read_bytes()).items()
+    }
+
+
 def comparable(value: Any, kind: str) -> Any:
     """A decoded event's value in the oracle's comparable form."""
     if isinstance(value, dt.datetime):
@@ -57,26 +65,6 @@ def comparable(value: Any, kind: str) -> Any:
     if isinstance(value, dt.date):
         return value.isoformat().rjust(10, "0")
     return oracle.normal(value, kind, "replica")
-
-
-def replay(evs: list[dict[str, Any]]) -> dict[str, dict[Any, dict[str, Any]]]:
-    """Canonical events applied in sequence order: the newest event of a key decides its row,
-    a partial event updates the columns it carries, a TRUNCATE empties its table."""
-    state: dict[str, dict[Any, dict[str, Any]]] = {}
-    rows = [e for e in evs if e["table"] and e["operation"] not in ("BEGIN", "COMMIT")]
-    for e in sorted(rows, key=lambda e: e["sequence"]):
-        table = state.setdefault(e["table"], {})
-        if e["operation"] == "TRUNCATE":
-            table.clear()
-            continue
-        key = tuple(sorted(e["key"].items()))
-        if e["operation"] == "DELETE":
-            table.pop(key, None)
-        elif e["partial"]:
-            table[key] = {**table.get(key, {}), **e["after"]}
-        else:
-            table[key] = dict(e["after"])
-    return state
 
 
 # ---------------------------------------------------------------- decoding
@@ -111,7 +99,7 @@ def test_replayed_events_equal_the_database(table: str) -> None:
     widened key, updates that leave TOASTed text out, all after a connector restart that
     sent part of the stream twice."""
     cols, key, expected = tables()[table]
-    state = replay(events(declare=True)).get(table, {})
+    state = replay(events(declare=True), table_defs())[table]
     got = [tuple(comparable(row.get(c.name), c.kind) for c in cols) for row in state.values()]
     d = oracle.compare(expected, got)
     assert d.equal, oracle.first_difference(cols, d, key)

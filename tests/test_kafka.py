@@ -185,6 +185,7 @@ def _follow(config: Path, crash_after: str | None, kill_after_batches: int | Non
         guard.cancel()
 
 
+@pytest.mark.services
 def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_blocks_nothing(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
@@ -242,6 +243,7 @@ def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_
     assert shown == sorted(f"kafka://{table_topic}/{p}@{o}" for p, o in poisoned)
 
 
+@pytest.mark.services
 def test_the_broker_stopped_for_30_seconds_while_following(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:

@@ -171,6 +171,7 @@ def _run(config: Path, crash_after: str) -> int:
     return done.returncode
 
 
+@pytest.mark.services
 @pytest.mark.spark
 def test_a_crash_before_and_after_each_maintenance_action_then_rerun_equals_the_oracle(
     spark: Any, tmp_path: Path
@@ -216,6 +217,7 @@ def test_a_crash_before_and_after_each_maintenance_action_then_rerun_equals_the_
     _check(spark, w, "upkeep_crash")
 
 
+@pytest.mark.services
 @pytest.mark.spark
 def test_consistency_transactions_after_every_batch_expires_snapshots(
     spark: Any, tmp_path: Path

@@ -90,6 +90,7 @@ _STACKS = {
 }
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("line", sorted(_STACKS))
 def test_install_keeps_an_existing_pyspark_and_pyarrow(tmp_path: Path, line: str) -> None:
     """pip's resolver, run for real (``--dry-run``) against an environment holding PySpark

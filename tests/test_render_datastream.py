@@ -14,7 +14,6 @@ import fastavro
 import orjson
 import pytest
 
-from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.datastream import avro_column_type
 from cdcflow.testing import oracle, render_datastream
@@ -33,8 +32,10 @@ from cdcflow.testing.renderers import (
     renderer_features,
 )
 from cdcflow.testing.workload import Change, Workload, generate
+from tests.dialect_harness import DialectHarness, replay
 
 FEATURES = renderer_features("datastream")
+ds = DialectHarness("datastream")
 _LAYOUT = re.compile(r"/[^/]+/\d{4}/\d{2}/\d{2}/\d{2}/\d{2}/[^/_][^/]*\.(jsonl|avro)$")
 
 
@@ -49,42 +50,6 @@ def workload(seed: int, source: str, transactions: int = 60) -> Workload:
     }
     assert fits, f"no table fits {source}"
     return dataclasses.replace(w, extra={"datastream_sources": fits})
-
-
-def decode_all(
-    files: list[Path], options: DialectOptions, dialect: str = "datastream"
-) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    decoder = Decoder(dialect, options)
-    for f in files:
-        for out in decoder.decode_file(f.read_bytes(), str(f)):
-            assert not out.rejections, (f, out.rejections[:2])
-            events.extend(out.events)
-    return events
-
-
-def replay(events: list[dict[str, Any]], w: Workload) -> dict[str, dict[tuple, dict]]:
-    """Canonical events applied as the merge sink does: per key in sequence order (the later
-    delivered wins a tie), partial events update their columns."""
-    per_key: dict[tuple, list[tuple[str, int, dict[str, Any]]]] = {}
-    for n, e in enumerate(events):
-        table = e["table"].lower()
-        k = tuple(e["key"][c] for c in w.tables[table].key)
-        per_key.setdefault((table, k), []).append((e["sequence"], n, e))
-    out: dict[str, dict[tuple, dict]] = {t: {} for t in w.tables}
-    for (table, k), evs in per_key.items():
-        row: dict[str, Any] | None = None
-        for _, _, e in sorted(evs, key=lambda x: (x[0], x[1])):
-            if e["operation"] == "DELETE":
-                row = None
-            elif e["partial"] and row is not None:
-                row = {**row, **e["after"]}
-            else:
-                row = dict(e["after"])
-        if row is not None:
-            cols = w.tables[table].columns
-            out[table][k] = {c: row.get(c) for c in cols}
-    return out
 
 
 def commit_positions(w: Workload) -> dict[str, tuple[int, int, int]]:
@@ -120,16 +85,16 @@ def test_everything_rendered_decodes_and_replays_to_the_oracle(
     assert {f.suffix for f in files} == {".jsonl", ".avro"}
     assert all(_LAYOUT.search(f.as_posix()) for f in files)
     assert not list(tmp_path.rglob("_*")), "temporary files left behind"
-    fixed = decode_all(files, options)
-    auto = decode_all(files, options, "auto")
+    fixed = ds.events(files, decoder_options=options)
+    auto = ds.events(files, "auto", options)
     assert [e["id"] for e in fixed] == [e["id"] for e in auto]
     assert {e["dialect"] for e in auto} == {"datastream"}
     plain = [f for f in files if "_redelivered" not in f.name]
-    assert len(decode_all(plain, options)) == messages
+    assert len(ds.events(plain, decoder_options=options)) == messages
     sources = {e["table"].lower(): e["source"] for e in fixed}
     assert {t: sources[t] for t in w.extra["datastream_sources"]} == w.extra["datastream_sources"]
     assert {e["operation"] for e in fixed} >= {"INSERT", "DELETE", "SNAPSHOT"}
-    assert replay(fixed, w) == oracle.apply(w)
+    assert replay(fixed, w.tables) == oracle.apply(w)
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -138,7 +103,7 @@ def test_streamed_events_of_a_key_follow_commit_order(tmp_path: Path, source: st
     res = render(w, tmp_path, seed=4)
     where = commit_positions(w)
     per_key: dict[tuple, list[tuple[str, tuple[int, int, int]]]] = {}
-    for e in decode_all(res.files, res.options):
+    for e in ds.events(res.files, decoder_options=res.options):
         if e["operation"] == "SNAPSHOT":
             continue
         key = (e["table"].lower(), tuple(sorted(e["key"].items())))
@@ -178,12 +143,12 @@ def test_avro_files_carry_the_types(
     res = render(w, tmp_path, seed=7)
     assert all(f.suffix == ".avro" for f in res.files)
     keys_only = DialectOptions(table_keys=res.options.table_keys)
-    events = decode_all(res.files, keys_only)
+    events = ds.events(res.files, decoder_options=keys_only)
     for e in events:
         columns = w.tables[e["table"].lower()].columns
         row = e["after"] if e["after"] is not None else e["before"]
         assert e["types"] == {c: columns[c] for c in row}, e["table"]
-    assert replay(events, w) == oracle.apply(w)
+    assert replay(events, w.tables) == oracle.apply(w)
 
 
 def test_avro_schema_is_datastreams_envelope(tmp_path: Path) -> None:
@@ -282,7 +247,9 @@ def test_mongodb_shape(tmp_path: Path) -> None:
             assert list(d["payload"]) == ["id"]  # the document key only
     assert res.options.table_keys == {"app.events": ("id",)}
     assert res.options.column_types["app.events"] == w.tables["events"].columns
-    events = [e for e in decode_all(res.files, res.options) if e["source"] == "mongodb"]
+    events = [
+        e for e in ds.events(res.files, decoder_options=res.options) if e["source"] == "mongodb"
+    ]
     assert events and {e["metadata"]["sequence_source"] for e in events} == {"sort_keys"}
     assert {e["metadata"]["sequence_shape"] for e in events} == {"n,n,n"}
     assert {e["operation"] for e in events} >= {"INSERT", "UPDATE", "DELETE", "SNAPSHOT"}
@@ -302,7 +269,9 @@ def test_salesforce_shape(tmp_path: Path) -> None:
         ms, record_id, replay_id = d["sort_keys"]
         assert isinstance(ms, int) and isinstance(replay_id, int)
         assert isinstance(record_id, str) and len(record_id) == 18
-    events = [e for e in decode_all(res.files, res.options) if e["source"] == "salesforce"]
+    events = [
+        e for e in ds.events(res.files, decoder_options=res.options) if e["source"] == "salesforce"
+    ]
     assert events and {e["database"] for e in events} == {render_datastream.SALESFORCE_DOMAIN}
     assert {e["metadata"]["sequence_shape"] for e in events} == {"n,s,n"}
 
@@ -348,7 +317,7 @@ def test_event_operations_match_the_rendering(tmp_path: Path, source: str, ops: 
     w = workload(9, source, transactions=80)
     assert event_operations(_key_change(w, source), w) == ops
     res = render(w, tmp_path, seed=9, faults=False)
-    events = decode_all(res.files, res.options)
+    events = ds.events(res.files, decoder_options=res.options)
     got = sorted((e["table"].lower(), e["operation"]) for e in events)
     want = sorted((c.table, op) for c in w.changes() for op in event_operations(c, w))
     assert got == want

@@ -96,6 +96,7 @@ def test_keys_configured_later_then_replay_equals_oracle(spark: Any, tmp_path: P
     _assert_replicas(spark, w, ns)
 
 
+@pytest.mark.services
 @pytest.mark.spark
 def test_replay_killed_half_way_is_completed_by_the_next(spark: Any, tmp_path: Path) -> None:
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")

@@ -24,7 +24,7 @@ from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import generate
 from tests.processes import pipeline_config
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.services]
 
 
 def _config(root: Path, warehouse: str, name: str) -> Path:

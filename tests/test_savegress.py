@@ -3,39 +3,24 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions
-from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
+from tests.dialect_harness import DialectHarness, inspect
 from tests.golden import check_golden
 
 SPEC = "unified-cdc-event-format.txt"
+sg = DialectHarness("savegress")
 
 
 def spec_blocks() -> list[str]:
     """The fenced ```json blocks of the unified format spec, in order."""
     text = shared_path("specs", SPEC).read_text()
     return re.findall(r"```json\n(.*?)```", text, re.DOTALL)
-
-
-def inspect(tmp_path: Path, name: str, data: bytes, *args: str) -> tuple[int, list[bytes], str]:
-    """Run `cdcflow inspect` on one file (relative name, so delivery sequences are stable)."""
-    (tmp_path / name).write_bytes(data)
-    proc = subprocess.run(
-        [sys.executable, "-m", "cdcflow", "inspect", *args, name],
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=60,
-    )
-    return proc.returncode, proc.stdout.splitlines(), proc.stderr.decode()
 
 
 def _complete(fragment: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -101,6 +86,7 @@ def spec_cases() -> dict[str, bytes]:
     }
 
 
+@pytest.mark.services
 @pytest.mark.parametrize(
     "case",
     [
@@ -137,6 +123,7 @@ def test_spec_examples_golden(tmp_path: Path, case: str) -> None:
     check_golden("savegress", f"spec_{case}", lines)
 
 
+@pytest.mark.services
 def test_spec_full_event_typed_fields(tmp_path: Path) -> None:
     rc, lines, err = inspect(tmp_path, "e.json", spec_cases()["full_event"], "--key", "users=id")
     assert rc == 0, err
@@ -151,6 +138,7 @@ def test_spec_full_event_typed_fields(tmp_path: Path) -> None:
     assert ev["sequence"] == "p09305441741!p0242!"
 
 
+@pytest.mark.services
 def test_spec_insert_fragment_declared_types(tmp_path: Path) -> None:
     rc, lines, _ = inspect(
         tmp_path,
@@ -164,6 +152,7 @@ def test_spec_insert_fragment_declared_types(tmp_path: Path) -> None:
     assert ev["types"]["created_at"] == "timestamp"
 
 
+@pytest.mark.services
 def test_spec_ddl_gives_added_column_type(tmp_path: Path) -> None:
     rc, lines, _ = inspect(tmp_path, "d.json", spec_cases()["ddl_fragment"])
     ev = orjson.loads(lines[0])
@@ -172,6 +161,7 @@ def test_spec_ddl_gives_added_column_type(tmp_path: Path) -> None:
     assert ev["ddl_type"] == "ALTER_TABLE"
 
 
+@pytest.mark.services
 def test_protobuf_golden(tmp_path: Path) -> None:
     from cdcflow.dialects.savegress_proto import event_to_proto
     from cdcflow.transports.protobuf import write_delimited
@@ -214,6 +204,7 @@ def test_conformance_list_is_complete() -> None:
     assert present == set(CONFORMANCE_EXPECT)
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("name", sorted(CONFORMANCE_EXPECT))
 def test_conformance_sample(tmp_path: Path, name: str) -> None:
     src = shared_path("conformance", "other", name)
@@ -239,6 +230,7 @@ def test_conformance_sample(tmp_path: Path, name: str) -> None:
         assert name in err
 
 
+@pytest.mark.services
 def test_datawatch_type_field_variant(tmp_path: Path) -> None:
     src = shared_path("conformance", "other", "savegress_datawatch_ingest_type_field.json")
     rc, lines, _ = inspect(tmp_path, "d.json", src.read_bytes(), "--key", "orders=id")
@@ -250,13 +242,11 @@ def test_datawatch_type_field_variant(tmp_path: Path) -> None:
 
 
 def test_mysql_and_mongodb_positions_order() -> None:
-    d = Decoder("savegress")
-
     def seq(position: dict[str, Any]) -> str:
         doc = {"operation": "INSERT", "table": "t", "after": {"id": 1}, "position": position}
-        out = d.decode(RawMessage(orjson.dumps(doc)))
-        assert not out.rejections, out.rejections
-        return out.events[0]["sequence"]
+        events, rejections = sg.decode(doc)
+        assert not rejections, rejections
+        return events[0]["sequence"]
 
     assert seq({"file": "mysql-bin.000002", "position": 4}) > seq(
         {"file": "mysql-bin.000001", "position": 99999}
@@ -315,13 +305,14 @@ BAD_INPUT = [
     ("name", "data", "code", "words"), BAD_INPUT, ids=[b[0] for b in BAD_INPUT]
 )
 def test_bad_input_codes(name: str, data: bytes, code: str, words: str) -> None:
-    out = Decoder("savegress").decode(RawMessage(data, origin="f.json", offset=0, line=1))
-    assert out.events == []
-    assert [r.code for r in out.rejections] == [code]
-    assert words in out.rejections[0].message
-    assert out.rejections[0].raw == data
+    events, rejections = sg.decode(data, "f.json")
+    assert events == []
+    assert [r.code for r in rejections] == [code]
+    assert words in rejections[0].message
+    assert rejections[0].raw == data
 
 
+@pytest.mark.services
 def test_corrupt_protobuf(tmp_path: Path) -> None:
     rc, lines, err = inspect(tmp_path, "bad.pb", b"\x05\x0a\x03ab", "--dialect", "savegress")
     assert rc == 1
@@ -337,12 +328,13 @@ def test_bad_item_in_batch_keeps_the_rest() -> None:
             {"operation": "NOPE", "table": "t", "after": {"id": 2}},
         ],
     }
-    out = Decoder("savegress").decode(RawMessage(orjson.dumps(doc)))
-    assert len(out.events) == 1
-    assert out.rejections[0].code == "UNKNOWN_OPERATION"
-    assert out.rejections[0].item == 1
+    events, rejections = sg.decode(doc)
+    assert len(events) == 1
+    assert rejections[0].code == "UNKNOWN_OPERATION"
+    assert rejections[0].item == 1
 
 
+@pytest.mark.services
 def test_inspect_reports_and_continues(tmp_path: Path) -> None:
     data = (
         b'{"operation":"INSERT","table":"t","after":{"id":1}}\n{"broken\n'
@@ -355,8 +347,9 @@ def test_inspect_reports_and_continues(tmp_path: Path) -> None:
 
 
 def test_declared_type_mismatch_is_bad_value() -> None:
-    opts = DialectOptions(table_keys={"t": ("id",)}, column_types={"t": {"amount": "numeric(5,2)"}})
     doc = {"operation": "INSERT", "table": "t", "after": {"id": 1, "amount": "abc"}}
-    out = Decoder("savegress", opts).decode(RawMessage(orjson.dumps(doc)))
-    assert out.rejections[0].code == "BAD_VALUE"
-    assert "amount" in out.rejections[0].message
+    _, rejections = sg.decode(
+        doc, table_keys={"t": ("id",)}, column_types={"t": {"amount": "numeric(5,2)"}}
+    )
+    assert rejections[0].code == "BAD_VALUE"
+    assert "amount" in rejections[0].message

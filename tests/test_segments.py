@@ -164,6 +164,7 @@ def test_avro_segments_cut_inside_a_character_are_joined_as_bytes() -> None:
     assert sum(len(o.segments) for o in Decoder("auto").decode_file(avro, "y.avro")) == 2
 
 
+@pytest.mark.services
 def test_inspect_reassembles_across_files_and_reports_incomplete(tmp_path: Path) -> None:
     whole = _whole()
     a, b, c = split_event(whole, 3, one_based=True)

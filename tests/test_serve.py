@@ -803,6 +803,7 @@ def test_tls(tmp_path: Path, secrets_env: None) -> None:
 # ---------------------------------------------------------------------- the real command
 
 
+@pytest.mark.services
 def test_serve_command_sigkill_keeps_every_acknowledged_body(
     tmp_path: Path, secrets_env: None
 ) -> None:
@@ -863,6 +864,7 @@ def test_serve_command_sigkill_keeps_every_acknowledged_body(
             assert name.endswith(".json")
 
 
+@pytest.mark.services
 def test_serve_does_not_import_pyspark(tmp_path: Path) -> None:
     code = (
         "import sys\n"

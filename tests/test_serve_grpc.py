@@ -526,6 +526,7 @@ def test_config_errors_name_the_grpc_key(tmp_path: Path, monkeypatch: pytest.Mon
 # ---------------------------------------------------------------------- the real command
 
 
+@pytest.mark.services
 def test_serve_command_finishes_a_stream_in_flight_on_sigterm(tmp_path: Path) -> None:
     import yaml
 

@@ -11,14 +11,14 @@ import orjson
 import pytest
 
 from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions
 from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
+from tests.dialect_harness import DialectHarness, inspect
 from tests.golden import check_golden
-from tests.test_savegress import inspect
 
 SPEC = "sqlserver-2025-ces-cloudevents.txt"
 CONFORMANCE = "sqlserver_ces"
+ces = DialectHarness("sqlserver_ces", origin="t.json")
 
 
 def spec_examples() -> dict[str, bytes]:
@@ -29,23 +29,10 @@ def spec_examples() -> dict[str, bytes]:
     return {name: body.encode() for name, body in found}
 
 
-def decode(doc: Any, **extra: Any) -> tuple[list[dict[str, Any]], list[Any]]:
-    data = doc if isinstance(doc, bytes) else orjson.dumps(doc)
-    out = Decoder("sqlserver_ces", DialectOptions(extra=extra)).decode(
-        RawMessage(data, origin="t.json", offset=0, line=1)
-    )
-    return out.events, out.rejections
-
-
-def codes(doc: Any) -> list[str]:
-    events, rejections = decode(doc)
-    assert not events
-    return [r.code for r in rejections]
-
-
 # ---------------------------------------------------------------- spec examples
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("name", ["insert", "updated", "delete"])
 def test_spec_example_golden(tmp_path: Path, name: str) -> None:
     rc, lines, err = inspect(tmp_path, f"{name}.json", spec_examples()[name])
@@ -67,15 +54,15 @@ def test_spec_example_golden(tmp_path: Path, name: str) -> None:
 
 def test_spec_examples_are_ordered_by_their_lsn() -> None:
     ex = spec_examples()
-    seqs = [decode(ex[n])[0][0]["sequence"] for n in ("insert", "updated", "delete")]
+    seqs = [ces.decode(ex[n])[0][0]["sequence"] for n in ("insert", "updated", "delete")]
     assert seqs == sorted(seqs)
 
 
 def test_spec_example_images() -> None:
     ex = spec_examples()
-    [ins], _ = decode(ex["insert"])
-    [upd], _ = decode(ex["updated"])
-    [dele], _ = decode(ex["delete"])
+    [ins], _ = ces.decode(ex["insert"])
+    [upd], _ = ces.decode(ex["updated"])
+    [dele], _ = ces.decode(ex["delete"])
     assert (ins["operation"], ins["before"]) == ("INSERT", None)
     # the spec's update carries old "{}": an update without a before image
     assert (upd["operation"], upd["before"], upd["partial"]) == ("UPDATE", None, False)
@@ -94,7 +81,7 @@ def _conformance(name: str) -> bytes:
 
 @pytest.mark.parametrize("op", ["insert", "update", "delete"])
 def test_ga_examples(op: str) -> None:
-    [ev], rej = decode(_conformance(f"msdocs_ga_{op}_employees.json"))
+    [ev], rej = ces.decode(_conformance(f"msdocs_ga_{op}_employees.json"))
     assert not rej
     assert ev["table"] == "Employees" and ev["key"] == {"Id": 8}
     assert ev["operation"] == op.upper()
@@ -106,7 +93,7 @@ def test_ga_examples(op: str) -> None:
     # logicalid embeds the same commit LSN without colons: both orders agree
     doc = orjson.loads(_conformance(f"msdocs_ga_{op}_employees.json"))
     assert doc["segmentindex"] == 0 and doc["finalsegment"] is True
-    from_logicalid, _ = decode({**doc, "data": _without_transaction(doc["data"])})
+    from_logicalid, _ = ces.decode({**doc, "data": _without_transaction(doc["data"])})
     assert from_logicalid[0]["sequence"] == ev["sequence"]
 
 
@@ -117,19 +104,19 @@ def _without_transaction(data: str) -> str:
 
 
 def test_ga_update_has_both_images() -> None:
-    [ev], _ = decode(_conformance("msdocs_ga_update_employees.json"))
+    [ev], _ = ces.decode(_conformance("msdocs_ga_update_employees.json"))
     assert ev["before"]["LastName"] == "Nikolic"
     assert ev["after"]["LastName"] == "Nikolic-Smith"
 
 
 @pytest.mark.parametrize("op", ["insert", "update", "delete"])
 def test_preview_examples(op: str) -> None:
-    [ev], rej = decode(_conformance(f"msdocs_preview_{op}_purchases.json"))
+    [ev], rej = ces.decode(_conformance(f"msdocs_preview_{op}_purchases.json"))
     assert not rej and ev["table"] == "Purchases" and ev["key"] == {"purchase_id": 105}
 
 
 def test_workshop_partial_update() -> None:
-    [ev], rej = decode(_conformance("lobel_workshop_cloudevent_update_partialcols.json"))
+    [ev], rej = ces.decode(_conformance("lobel_workshop_cloudevent_update_partialcols.json"))
     assert not rej
     # cols lists the key (index 0) and the changed column (index 5): a partial event
     assert ev["partial"] is True
@@ -143,7 +130,9 @@ def test_workshop_partial_update() -> None:
 
 def test_unpacked_data_record_is_not_an_event() -> None:
     # the file holds only a CloudEvent's decoded 'data' member, not a CloudEvent
-    assert codes(_conformance("lobel_workshop_cloudevent_data_unpacked.json")) == ["NOT_AN_EVENT"]
+    assert ces.codes(_conformance("lobel_workshop_cloudevent_data_unpacked.json")) == [
+        "NOT_AN_EVENT"
+    ]
 
 
 # ---------------------------------------------------------------- ordering, options
@@ -185,19 +174,19 @@ def _event(commit: str, seq: int, begin: str, op: str = "UPD", **cur: Any) -> di
 
 def test_later_commit_with_lower_change_lsn_orders_after() -> None:
     # A began first but committed last: its changes have lower LSNs, its commit LSN is higher
-    early, _ = decode(_event("00000010:00000200:0001", 1, "00000010:00000100:0001"))
-    late, _ = decode(_event("00000010:00000300:0001", 1, "00000010:00000050:0001"))
+    early, _ = ces.decode(_event("00000010:00000200:0001", 1, "00000010:00000100:0001"))
+    late, _ = ces.decode(_event("00000010:00000300:0001", 1, "00000010:00000050:0001"))
     assert late[0]["sequence"] > early[0]["sequence"]
     # within a transaction, sequencenumber orders
-    a, _ = decode(_event("00000010:00000300:0001", 2, "00000010:00000050:0001"))
+    a, _ = ces.decode(_event("00000010:00000300:0001", 2, "00000010:00000050:0001"))
     assert a[0]["sequence"] > late[0]["sequence"]
 
 
 def test_money_is_decimal_and_partial_option() -> None:
-    [ev], _ = decode(_event("00000010:00000200:0001", 1, "00000010:00000100:0001"))
+    [ev], _ = ces.decode(_event("00000010:00000200:0001", 1, "00000010:00000100:0001"))
     assert ev["types"]["v"] == "decimal(19,4)"
     assert ev["partial"] is False
-    [ev], _ = decode(
+    [ev], _ = ces.decode(
         _event("00000010:00000200:0001", 1, "00000010:00000100:0001"), partial_updates=True
     )
     assert ev["partial"] is True
@@ -205,7 +194,7 @@ def test_money_is_decimal_and_partial_option() -> None:
 
 def test_batch_of_cloudevents() -> None:
     good = _event("00000010:00000200:0001", 1, "00000010:00000100:0001")
-    events, rej = decode([good, {**good, "operation": "MERGE"}, good])
+    events, rej = ces.decode([good, {**good, "operation": "MERGE"}, good])
     assert len(events) == 2
     assert [(r.code, r.item) for r in rej] == [("UNKNOWN_OPERATION", 1)]
 
@@ -269,7 +258,7 @@ def _with_inner(**changes: Any) -> dict[str, Any]:
     ],
 )
 def test_bad_input_codes(doc: dict[str, Any], code: str) -> None:
-    assert codes(doc) == [code]
+    assert ces.codes(doc) == [code]
 
 
 def test_unknown_column_type_kept_as_text() -> None:
@@ -279,7 +268,7 @@ def test_unknown_column_type_kept_as_text() -> None:
             {"name": "v", "type": "geography", "index": 1},
         ]
     )
-    [e], _ = decode(ev)
+    [e], _ = ces.decode(ev)
     assert e["types"]["v"] == "string"
     assert e["metadata"]["unknown_types"] == {"v": "geography"}
 
@@ -324,14 +313,6 @@ def test_spec_examples_through_the_pipeline(spark: Any, tmp_path: Path) -> None:
 # ---------------------------------------------------------------- Avro and Event Hubs Capture
 
 
-def _decode_file(data: bytes, name: str, dialect: str = "auto") -> tuple[list[Any], list[Any]]:
-    events, rejections = [], []
-    for out in Decoder(dialect).decode_file(data, name):
-        events.extend(out.events)
-        rejections.extend(out.rejections)
-    return events, rejections
-
-
 def _some_events() -> list[dict[str, Any]]:
     return [
         _event("00000010:00000200:0001", 1, "00000010:00000100:0001"),
@@ -344,7 +325,7 @@ def test_avro_cloudevent_records() -> None:
     from cdcflow.testing.render_sqlserver_ces import avro_cloudevents
 
     src = _some_events()
-    events, rej = _decode_file(avro_cloudevents(src), "x/events.avro")
+    events, rej = ces.decode_file(avro_cloudevents(src), "x/events.avro", "auto")
     assert not rej
     assert [e["id"] for e in events] == [e["id"] for e in src]
     assert [str(e["after"]["v"]) for e in events] == ["1.5000", "2.5000", "3.0000"]
@@ -354,7 +335,9 @@ def test_event_hubs_capture_file_structured_and_binary_mode() -> None:
     from cdcflow.testing.render_sqlserver_ces import capture_file
 
     src = _some_events()
-    events, rej = _decode_file(capture_file(src, binary_mode_every=2), "capture/0/2026.avro")
+    events, rej = ces.decode_file(
+        capture_file(src, binary_mode_every=2), "capture/0/2026.avro", "auto"
+    )
     assert not rej
     assert [e["id"] for e in events] == [e["id"] for e in src]
     # Capture coordinates travel in metadata; the 2nd event came in binary content mode
@@ -367,13 +350,13 @@ def test_corrupt_avro_keeps_what_precedes() -> None:
     from cdcflow.testing.render_sqlserver_ces import capture_file
 
     good = capture_file(_some_events(), binary_mode_every=0)
-    events, rej = _decode_file(good[: len(good) - 40] + b"\x00" * 40, "c.avro", "sqlserver_ces")
+    events, rej = ces.decode_file(good[: len(good) - 40] + b"\x00" * 40, "c.avro")
     # the damaged tail: the record it hit is not JSON, then the block's sync marker fails;
     # the records before it still decode
     assert rej[-1].code == "CORRUPT_AVRO" and "corrupt Avro file after" in rej[-1].message
     assert len(events) == 2
     for dialect in ("sqlserver_ces", "auto"):
-        events, rej = _decode_file(b"not avro at all", "c.avro", dialect)
+        events, rej = ces.decode_file(b"not avro at all", "c.avro", dialect)
         assert (events, [r.code for r in rej]) == ([], ["CORRUPT_AVRO"])
 
 
@@ -385,8 +368,8 @@ def test_avro_data_record_decodes_like_json() -> None:
 
     src = _some_events()
     assert avro_data(src[0]["data"])[:1] not in (b"{", b"[")
-    events, rej = _decode_file(avro_cloudevents(src, binary_data=True), "x/events.avro")
-    plain, _ = _decode_file(avro_cloudevents(src), "x/events.avro")
+    events, rej = ces.decode_file(avro_cloudevents(src, binary_data=True), "x/events.avro", "auto")
+    plain, _ = ces.decode_file(avro_cloudevents(src), "x/events.avro", "auto")
     assert not rej
     assert [e["after"] for e in events] == [e["after"] for e in plain]
     assert [e["sequence"] for e in events] == [e["sequence"] for e in plain]
@@ -401,7 +384,7 @@ def test_schemaless_avro_message_files(tmp_path: Path) -> None:
     from cdcflow.testing.render_sqlserver_ces import avro_record, schemaless_cloudevent
 
     ev = _some_events()[1]
-    events, rej = _decode_file(schemaless_cloudevent(ev), "msg-1.avro")
+    events, rej = ces.decode_file(schemaless_cloudevent(ev), "msg-1.avro", "auto")
     assert not rej and [e["id"] for e in events] == [ev["id"]]
     # a user-supplied schema: the producer's record has an extra field
     schema = {
@@ -415,11 +398,10 @@ def test_schemaless_avro_message_files(tmp_path: Path) -> None:
     path = tmp_path / "schema.avsc"
     path.write_bytes(orjson.dumps(schema))
     for given in (str(path), orjson.dumps(schema).decode()):
-        dec = Decoder("sqlserver_ces", DialectOptions(extra={"avro_schema": given}))
-        outs = list(dec.decode_file(buf.getvalue(), "msg-2.avro"))
-        assert [e["id"] for o in outs for e in o.events] == [ev["id"]]
+        events, _ = ces.decode_file(buf.getvalue(), "msg-2.avro", avro_schema=given)
+        assert [e["id"] for e in events] == [ev["id"]]
     # without the schema the extra bytes are noticed, not ignored
-    _, rej = _decode_file(buf.getvalue(), "msg-2.avro", "sqlserver_ces")
+    _, rej = ces.decode_file(buf.getvalue(), "msg-2.avro")
     assert [r.code for r in rej] == ["CORRUPT_AVRO"] and "avro_schema" in rej[0].message
 
 
@@ -442,13 +424,13 @@ def test_kafka_records_structured_binary_mode_and_avro_value() -> None:
     ]
     data = b"\n".join(orjson.dumps(x) for x in lines)
     for dialect in ("sqlserver_ces", "auto"):
-        events, rej = _decode_file(data, "kafka.jsonl", dialect)
+        events, rej = ces.decode_file(data, "kafka.jsonl", dialect)
         assert not rej, rej
         assert [e["id"] for e in events] == [a["id"], b["id"], c["id"]]
         assert {e["dialect"] for e in events} == {"sqlserver_ces"}
     kafka = {k: v for k, v in events[2]["metadata"].items() if k.startswith("kafka_")}
     assert kafka == {"kafka_topic": "ces", "kafka_partition": 3, "kafka_offset": 2}
-    assert events[1]["after"] == decode(b)[0][0]["after"]
+    assert events[1]["after"] == ces.decode(b)[0][0]["after"]
 
 
 def test_binary_content_mode_over_transport_headers() -> None:
@@ -500,4 +482,4 @@ def test_avro_data_split_into_segments_is_joined_then_decoded() -> None:
     assert [s.index for s in segs] == [0, 1]
     out = dec.decode_segments("sqlserver_ces", [s.raw for s in segs], "cap.avro")
     assert not out.rejections, out.rejections
-    assert out.events[0]["after"] == decode(ev)[0][0]["after"]
+    assert out.events[0]["after"] == ces.decode(ev)[0][0]["after"]

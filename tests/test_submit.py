@@ -8,8 +8,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 import cdcflow
 import cdcflow.submit
+
+pytestmark = pytest.mark.services
 
 _PACKAGE = Path(cdcflow.__file__).parent
 
