@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cdcflow.engine.meta import MARKERS
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.iceberg.layouts import HELD, WATERMARKS, held_event_columns
 from cdcflow.iceberg.write import Statement
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MODES = ("none", "transactions", "resolved")
-_MARKERS = "('BEGIN','COMMIT','RESOLVED')"
+_MARKERS = "(" + ", ".join(lit(m) for m in MARKERS) + ")"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from cdcflow import event
 from cdcflow.engine.schema import Seen
 from cdcflow.spark.sql import lit, view
 
@@ -30,8 +31,9 @@ SHAPE_KEY = "sequence_shape"
 #: ``metadata`` entry holding key values whose column names the message does not give, as a
 #: JSON array of wire strings in primary-key order.
 KEY_VALUES = "key_values"
-ROW_OPERATIONS = ("INSERT", "UPDATE", "DELETE", "UPSERT", "SNAPSHOT")
-MARKERS = ("BEGIN", "COMMIT", "RESOLVED")
+#: The operation vocabularies of :mod:`cdcflow.event`, in a fixed order (for SQL text).
+ROW_OPERATIONS: tuple[str, ...] = tuple(sorted(event.ROW_OPERATIONS))
+MARKERS: tuple[str, ...] = tuple(sorted(event.MARKER_OPERATIONS))
 
 
 #: (database, schema, table) of an event, as its producer names them.

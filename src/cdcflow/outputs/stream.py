@@ -29,9 +29,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import urllib3
@@ -49,6 +49,12 @@ from urllib3.util import Retry, Timeout
 from cdcflow.event import format_timestamp, spark_schema_ddl
 from cdcflow.signing import EVENT_ID_HEADER, signature_headers
 from cdcflow.types import ValueTypeError, from_wire, json_default
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from cdcflow.config import OutputConfig
 
 #: Operations emitted to outputs (markers BEGIN/COMMIT/RESOLVED are not).
 OUTPUT_OPERATIONS: tuple[str, ...] = (
@@ -182,7 +188,7 @@ def _chunks(rows: list[dict[str, Any]], size: int) -> Iterator[tuple[int, int]]:
         yield start, min(start + size, len(rows))
 
 
-def _ordered(events: Any, partitions: int) -> Any:
+def _ordered(events: DataFrame, partitions: int) -> DataFrame:
     """Events spread over ``partitions`` by (table, key) and in sequence order within each:
     a replayed batch gives the same partitions, so the same batch ids."""
     from pyspark.sql import functions as F
@@ -192,7 +198,7 @@ def _ordered(events: Any, partitions: int) -> Any:
     )
 
 
-def _row_events(events: Any) -> Any:
+def _row_events(events: DataFrame) -> DataFrame:
     ops = ", ".join(f"'{op}'" for op in OUTPUT_OPERATIONS)
     return events.where(f"operation IN ({ops})")
 
@@ -200,8 +206,10 @@ def _row_events(events: Any) -> Any:
 # --------------------------------------------------------------------------- files
 
 
-def _file_lines(pipeline: str, batch_id: int, fmt: str, size: int) -> Callable[..., Any]:
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+def _file_lines(
+    pipeline: str, batch_id: int, fmt: str, size: int
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         part = _partition_id()
@@ -225,7 +233,7 @@ def _file_lines(pipeline: str, batch_id: int, fmt: str, size: int) -> Callable[.
     return fn
 
 
-def write_files(events: Any, out: Any, pipeline: str, batch_id: int) -> str:
+def write_files(events: DataFrame, out: OutputConfig, pipeline: str, batch_id: int) -> str:
     """Write one batch's events to ``<path>/batch=<batch_id>/`` (replaced when replayed)."""
     target = f"{str(out.path).rstrip('/')}/batch={batch_id}"
     rendered = _ordered(_row_events(events), out.concurrency).mapInArrow(
@@ -241,7 +249,7 @@ def write_files(events: Any, out: Any, pipeline: str, batch_id: int) -> str:
 KAFKA_ROW_DDL = "key binary, value binary, headers array<struct<key:string,value:binary>>"
 
 
-def _kafka_rows(batches: Iterator[Any]) -> Iterator[Any]:
+def _kafka_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     import pyarrow as pa
 
     header = pa.struct([("key", pa.string()), ("value", pa.binary())])
@@ -267,18 +275,22 @@ def _kafka_rows(batches: Iterator[Any]) -> Iterator[Any]:
             )
 
 
-def write_kafka(events: Any, out: Any, pipeline: str, batch_id: int) -> Any | None:
+def write_kafka(
+    events: DataFrame, out: OutputConfig, pipeline: str, batch_id: int
+) -> DataFrame | None:
     """Write one batch's events to the output's topic; ``None`` when written, else the frame
     of the events not delivered (columns of :data:`FAILURE_DDL`) when Spark's Kafka sink
     failed."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
+    kafka = out.kafka
+    assert kafka is not None  # a kafka output has its section (configuration validation)
     rows = _ordered(_row_events(events), out.concurrency)
     records = rows.mapInArrow(_kafka_rows, KAFKA_ROW_DDL)
-    options = out.kafka.connection_options(f"output {out.name!r}")
+    options = kafka.connection_options(f"output {out.name!r}")
     try:
-        records.write.format("kafka").options(**options).option("topic", out.kafka.topic).save()
+        records.write.format("kafka").options(**options).option("topic", kafka.topic).save()
     except (Py4JJavaError, CapturedException) as e:
         from pyspark.sql import functions as F
 
@@ -286,7 +298,7 @@ def write_kafka(events: Any, out: Any, pipeline: str, batch_id: int) -> Any | No
 
         cols = [c.split(" ")[0].strip("`") for c in FAILURE_DDL.split(", ")][:-2]
         failed = _row_events(events).select(*cols)
-        reason = f"Kafka write to topic {out.kafka.topic} failed: {first_line(e)}"
+        reason = f"Kafka write to topic {kafka.topic} failed: {first_line(e)}"
         return failed.withColumn("_status", F.lit(None).cast("int")).withColumn(
             "_reason", F.lit(reason)
         )
@@ -296,7 +308,7 @@ def write_kafka(events: Any, out: Any, pipeline: str, batch_id: int) -> Any | No
 # --------------------------------------------------------------------------- webhook
 
 
-def load_secret(out: Any) -> SecretStr | None:
+def load_secret(out: OutputConfig) -> SecretStr | None:
     """The output's secret from ``secret_env`` or ``secret_file`` (``None`` when unsigned)."""
     from cdcflow.secrets import read_secret
 
@@ -334,7 +346,7 @@ class WebhookRetry(Retry):
     def get_backoff_time(self) -> float:
         return backoff_delay(len(self.history), self.backoff_factor)
 
-    def get_retry_after(self, response: Any) -> float | None:
+    def get_retry_after(self, response: urllib3.BaseHTTPResponse) -> float | None:
         if response.status not in self.RETRY_AFTER_STATUS_CODES:
             return None
         try:
@@ -405,7 +417,7 @@ def post(
     attempt = 0
     while True:
         attempt += 1
-        response: Any = None
+        response: urllib3.BaseHTTPResponse | None = None
         error: Exception | None = None
         try:
             response = http.request(
@@ -432,12 +444,13 @@ def post(
 
 
 def _deliver(
-    pipeline: str, batch_id: int, out: Any, secret: SecretStr | None
-) -> Callable[..., Any]:
+    pipeline: str, batch_id: int, out: OutputConfig, secret: SecretStr | None
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     url, size = out.url, out.batch_size
-    options = {"max_attempts": out.max_attempts, "timeout": out.timeout, "backoff": out.backoff}
+    assert url is not None  # a webhook output has its url (configuration validation)
+    attempts, timeout, backoff = out.max_attempts, out.timeout, out.backoff
 
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+    def fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         part = _partition_id()
@@ -457,7 +470,16 @@ def _deliver(
                         eid = f"{pipeline}-{batch_id}-{part}.{chunk}"
                         body = dumps(envelope(eid, events, now))
                     chunk += 1
-                    result = post(url, body, eid, secret, pool=pool, **options)
+                    result = post(
+                        url,
+                        body,
+                        eid,
+                        secret,
+                        pool=pool,
+                        max_attempts=attempts,
+                        timeout=timeout,
+                        backoff=backoff,
+                    )
                     if not result.ok:
                         failed.extend(range(a, b))
                         statuses.extend([result.status] * (b - a))
@@ -472,7 +494,9 @@ def _deliver(
     return fn
 
 
-def deliver_webhook(events: Any, out: Any, pipeline: str, batch_id: int) -> Any:
+def deliver_webhook(
+    events: DataFrame, out: OutputConfig, pipeline: str, batch_id: int
+) -> DataFrame:
     """Deliver one batch's events; returns the (materialised) frame of the events that could
     not be delivered, with ``_status`` and ``_reason``, columns of :data:`FAILURE_DDL`."""
     secret = load_secret(out)
@@ -483,7 +507,7 @@ def deliver_webhook(events: Any, out: Any, pipeline: str, batch_id: int) -> Any:
     return failures.localCheckpoint(eager=True)
 
 
-def failure_message_sql(out: Any) -> str:
+def failure_message_sql(out: OutputConfig) -> str:
     """Spark SQL text of the dead-letter message of a failed delivery."""
     name = out.name.replace("'", "")
     return (
@@ -492,11 +516,13 @@ def failure_message_sql(out: Any) -> str:
     )
 
 
-def emit(events: Any, outputs: list[Any], pipeline: str, batch_id: int) -> list[Any]:
+def emit(
+    events: DataFrame, outputs: Sequence[OutputConfig], pipeline: str, batch_id: int
+) -> list[DataFrame]:
     """Run every configured output over one batch's events; dead-letter rows of failures."""
     from cdcflow.engine.deadletters import coded_rows
 
-    dead: list[Any] = []
+    dead: list[DataFrame] = []
     for out in outputs:
         if out.type == "files":
             write_files(events, out, pipeline, batch_id)
