@@ -93,6 +93,51 @@ def test_unknown_source_type_is_named() -> None:
         T.source_type("postgres", "geography")
 
 
+@pytest.mark.parametrize(
+    ("value", "inferred"),
+    [
+        (2**63 - 1, "bigint"),
+        (-(2**63), "bigint"),
+        (2**63, "decimal(38,0)"),
+        (-(2**63) - 1, "decimal(38,0)"),
+        (10**37, "decimal(38,0)"),  # 38 digits
+        (10**38, "decimal(38,0)"),  # 39 digits: the type, and the value does not fit it
+        (Decimal("12"), "bigint"),
+        (Decimal("1E+3"), "bigint"),
+        (Decimal("9223372036854775807"), "bigint"),
+        (Decimal("9223372036854775808"), "decimal(38,0)"),
+        (Decimal("1E+40"), "decimal(38,0)"),
+        (Decimal("12.50"), "decimal(22,2)"),
+        (Decimal("-0.5"), "decimal(21,1)"),
+        (Decimal("123456789012345678901234.5"), "decimal(25,1)"),
+        (Decimal("0." + "1" * 18), "decimal(38,18)"),
+        (Decimal("0." + "1" * 19), "decimal(38,19)"),  # beyond 18 fractional digits: kept
+        (Decimal("0." + "1" * 40), "decimal(38,38)"),
+        (Decimal("NaN"), "decimal(38,18)"),
+        (1.5, "double"),
+    ],
+)
+def test_json_number_inference(value: object, inferred: str) -> None:
+    assert T.infer_type(value) == inferred
+
+
+def test_inferred_types_hold_their_values_or_reject_them() -> None:
+    # the inferred type holds every value that fits 38 digits ...
+    for value in (2**63, 10**37, -(10**38) + 1, Decimal("0." + "1" * 19), Decimal("12.50")):
+        assert T.convert(value, T.infer_type(value)) == value
+    # ... and a value beyond it is a coded conversion error, never a wrong value
+    for value in (10**38, Decimal("1E+40"), Decimal("0." + "1" * 40)):
+        with pytest.raises(T.ValueTypeError, match=r"does not fit|fractional digits"):
+            T.convert(value, T.infer_type(value))
+
+
+def test_one_inference_rule_for_every_dialect() -> None:
+    from cdcflow.dialects import cockroachdb
+
+    assert not hasattr(cockroachdb, "_infer")
+    assert cockroachdb.infer_type is T.infer_type
+
+
 def test_widening() -> None:
     assert T.widen("int", "bigint") == "bigint"
     assert T.widen("float", "double") == "double"
@@ -166,3 +211,4 @@ def test_wire_json_is_the_json_form_of_the_typed_value(value: object, t: str) ->
     assert orjson.dumps(T.wire_json(T.to_wire(typed), t)) == orjson.dumps(
         typed, default=T.json_default
     )
+

@@ -22,6 +22,8 @@ import orjson
 
 from cdcflow.types.canonical import (
     _ARRAY_RE,
+    DEFAULT_DECIMAL,
+    MAX_PRECISION,
     ValueTypeError,
     decimal_type,
     parse_decimal_type,
@@ -352,25 +354,37 @@ def convert(value: Any, t: str) -> Any:
     raise ValueTypeError(f"unknown canonical type {t!r}")
 
 
-def infer_type(value: Any) -> str | None:
-    """Canonical type of a JSON-native value when the producer declares none.
+#: Digits a JSON number's integer part is given at least (a column of fractions also holds the
+#: column's integers and other magnitudes of the same scale: 20 digits hold every 64-bit one).
+INFERRED_INTEGER_DIGITS = 20
+_INT64 = 1 << 63
 
-    Booleans, integers (bigint), floats (double), text (string), objects and arrays (json).
-    ``None`` gives no type. Text is never guessed to be a timestamp or a number: declare the
-    column's type in the source configuration for that.
+
+def infer_type(value: Any) -> str | None:
+    """Canonical type of a JSON-native value when the producer declares none — the one rule
+    every dialect uses.
+
+    - booleans → ``boolean``; text → ``string`` (never guessed to be a timestamp or a number:
+      declare the column's type for that); objects and arrays → ``json``; bytes → ``binary``;
+      floats (a reader's binary floating point) → ``double``; ``None`` → no type;
+    - integers, and exact numbers without a fraction (``Decimal("12")``, ``1E+3``): ``bigint``
+      from -2^63 to 2^63-1, beyond it ``decimal(38,0)`` (an integer of more than 38 digits gets
+      that type too, and its value is rejected as not fitting it);
+    - exact numbers with a fraction (``Decimal("12.50")``): ``decimal(p,s)`` with ``s`` the
+      literal's fractional digits and ``p = s + max(20, its integer digits)``, at most 38 (so a
+      column's integers and fractions of one scale share a type). Beyond 38 digits the
+      precision stays 38 and the scale at most 38: the value is rejected when it does not fit.
     """
     if value is None:
         return None
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
-        return "bigint"
+        return "bigint" if -_INT64 <= value < _INT64 else decimal_type(MAX_PRECISION, 0)
     if isinstance(value, float):
         return "double"
     if isinstance(value, Decimal):
-        exp = value.as_tuple().exponent
-        scale = max(0, -exp) if isinstance(exp, int) else 0
-        return decimal_type(38, min(scale, 18)) if scale else "bigint"
+        return _exact_number_type(value)
     if isinstance(value, str):
         return "string"
     if isinstance(value, (dict, list)):
@@ -378,6 +392,19 @@ def infer_type(value: Any) -> str | None:
     if isinstance(value, bytes):
         return "binary"
     return None
+
+
+def _exact_number_type(value: Decimal) -> str:
+    _, digits, exp = value.as_tuple()
+    if not isinstance(exp, int):  # NaN, infinity: no column type holds them
+        return DEFAULT_DECIMAL
+    if exp >= 0:
+        if exp + len(digits) <= 19:  # a cheap bound before building the integer
+            return infer_type(int(value))
+        return decimal_type(MAX_PRECISION, 0)
+    scale = -exp
+    int_digits = max(0, len(digits) + exp)
+    return decimal_type(scale + max(int_digits, INFERRED_INTEGER_DIGITS), scale)
 
 
 # --------------------------------------------------------------------------- wire strings
