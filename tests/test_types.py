@@ -212,3 +212,69 @@ def test_wire_json_is_the_json_form_of_the_typed_value(value: object, t: str) ->
         typed, default=T.json_default
     )
 
+
+# ---------------------------------------------------------------- canonical names only
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("string", True),
+        ("decimal(38,0)", True),
+        ("decimal(10, 2)", True),
+        ("array<array<decimal(5,5)>>", True),
+        ("varchar(10)", False),
+        ("decimal(39,2)", False),
+        ("decimal(0,0)", False),
+        ("decimal(5,6)", False),
+        ("decimal(38,-3)", False),
+        ("decimal(010,2)", False),
+        ("array<varchar>", False),
+        ("array<int", False),
+        ("smallint", False),
+        ("", False),
+    ],
+)
+def test_canonical_names_and_spark_types(name: str, canonical: bool) -> None:
+    assert T.is_valid_type(name) is canonical
+    if canonical:
+        assert T.spark_type(name).startswith(name.split("(")[0].split("<")[0])
+    else:
+        with pytest.raises(T.ValueTypeError, match=r"not a canonical type: .*canonical types"):
+            T.spark_type(name)
+
+
+def test_storage_of_an_existing_columns_spark_type() -> None:
+    # an existing table's column types are Spark's: compared, never refused
+    assert T.storage_type("json") == "string" and T.storage_type("smallint") == "smallint"
+    assert T.widen("string", "json") == "string" and T.widen("smallint", "int") is None
+    assert T.spark_from_wire("v", "smallint") == "cast(v as smallint)"
+    assert T.spark_from_wire("v", "json") == "v"
+
+
+def test_an_event_declaring_a_type_that_is_not_canonical_is_rejected_by_the_decoder() -> None:
+    """A CockroachDB Connect schema with a negative decimal scale gave ``decimal(38,-3)``,
+    which reached the table's DDL; the decoder rejects the message (``BAD_TYPE``), naming the
+    column and its type, and decodes the next message."""
+    from cdcflow.decode.decoder import Decoder
+    from cdcflow.dialects.base import DialectOptions
+
+    def doc(scale: str) -> bytes:
+        return (
+            b'{"payload":{"after":{"id":1,"x":5},"op":"c","source":{"table_name":"t",'
+            b'"primary_keys":["id"]}},"schema":{"fields":[{"field":"after","fields":['
+            b'{"field":"id","type":"int64"},{"field":"x","name":"decimal",'
+            b'"parameters":{"scale":"' + scale.encode() + b'"}}]}]}}'
+        )
+
+    decoder = Decoder("cockroachdb", DialectOptions())
+    bad, good = (list(decoder.decode_file(doc(s) + b"\n", "f.json")) for s in ("-3", "2"))
+    assert [e for o in bad for e in o.events] == []
+    ((rejection,),) = [o.rejections for o in bad]
+    assert (rejection.code, rejection.dialect) == ("BAD_TYPE", "cockroachdb")
+    assert rejection.message.startswith(
+        "types of table 't' not canonical ('x': 'decimal(38,-3)'); canonical types are "
+    )
+    assert rejection.raw.startswith(b'{"payload"')
+    ((event,),) = [o.events for o in good]
+    assert event["types"] == {"id": "bigint", "x": "decimal(38,2)"}

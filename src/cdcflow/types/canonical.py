@@ -121,7 +121,8 @@ def _stored(t: str) -> str:
 def storage_type(t: str) -> str:
     """The Spark type values of type ``t`` are stored as: :func:`spark_type` of a canonical
     type, the name itself for a column type read from an existing table (a Spark type such
-    as ``smallint`` or ``struct<x:double,y:double>``). For comparing storage, never for DDL."""
+    as ``smallint``). For comparing storage and casting into existing columns, never for the
+    DDL of new or widened columns (:func:`spark_type`)."""
     return _stored(t) if is_valid_type(t) else t
 
 
@@ -133,8 +134,9 @@ CANONICAL_TYPES_TEXT = (
 
 
 def spark_from_wire(expr: str, t: str) -> str:
-    """Spark SQL expression turning a wire string ``expr`` back into column type ``t``."""
-    st = spark_type(t)
+    """Spark SQL expression turning a wire string ``expr`` back into column type ``t`` (a
+    canonical type, or the Spark type of an existing column: see :func:`storage_type`)."""
+    st = storage_type(t)
     if t in ("string", "time", "uuid", "json"):
         return expr
     if t == "binary":
@@ -153,9 +155,13 @@ def canonical_type_sql(expr: str) -> str:
     closed = f"(length({expr}) - length(replace({expr}, '>', '')))"
     pattern = _CANONICAL_DECIMAL.replace("\\", "\\\\")
     p, s = (f"cast(regexp_extract({inner}, '^{pattern}$', {i}) AS int)" for i in (1, 2))
+    # CASE, not AND: Spark does not promise to skip the casts of a name that is no decimal
+    decimal = (
+        f"CASE WHEN {inner} RLIKE '^{pattern}$' THEN {p} <= {MAX_PRECISION} AND {s} <= {p} END"
+    )
     return (
         f"coalesce({opened} = {closed} AND ({inner} RLIKE '^({scalars})$' "
-        f"OR ({inner} RLIKE '^{pattern}$' AND {p} <= {MAX_PRECISION} AND {s} <= {p})), false)"
+        f"OR coalesce({decimal}, false)), false)"
     )
 
 

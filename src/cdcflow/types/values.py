@@ -380,7 +380,7 @@ def infer_type(value: Any) -> str | None:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
-        return "bigint" if -_INT64 <= value < _INT64 else decimal_type(MAX_PRECISION, 0)
+        return _integer_type(value)
     if isinstance(value, float):
         return "double"
     if isinstance(value, Decimal):
@@ -394,13 +394,17 @@ def infer_type(value: Any) -> str | None:
     return None
 
 
+def _integer_type(value: int) -> str:
+    return "bigint" if -_INT64 <= value < _INT64 else decimal_type(MAX_PRECISION, 0)
+
+
 def _exact_number_type(value: Decimal) -> str:
     _, digits, exp = value.as_tuple()
     if not isinstance(exp, int):  # NaN, infinity: no column type holds them
         return DEFAULT_DECIMAL
     if exp >= 0:
         if exp + len(digits) <= 19:  # a cheap bound before building the integer
-            return infer_type(int(value))
+            return _integer_type(int(value))
         return decimal_type(MAX_PRECISION, 0)
     scale = -exp
     int_digits = max(0, len(digits) + exp)
