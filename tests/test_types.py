@@ -82,15 +82,61 @@ def test_ints_and_bools() -> None:
         ("mysql", "set", "array<string>"),
         ("mysql", "blob", "binary"),
         ("mysql", "enum", "string"),
+        ("mysql", "int(11)", "int"),
+        ("sqlserver", "float", "double"),
+        ("sqlserver", "timestamp", "binary"),
+        ("sqlserver", "datetime2(7)", "timestamp_ntz"),
+        ("sqlserver", "nvarchar(max)", "string"),
+        ("sqlserver", "decimal(10,2)", "decimal(10,2)"),
+        ("oracle", "NUMBER(6)", "int"),
+        ("oracle", "NUMBER(12)", "bigint"),
+        ("oracle", "NUMBER(20)", "decimal(20,0)"),
+        ("oracle", "NUMBER(*,2)", "decimal(38,2)"),
+        ("oracle", "NUMBER(6,-2)", "int"),
+        ("oracle", "DATE", "timestamp_ntz"),
+        ("oracle", "TIMESTAMP(6) WITH LOCAL TIME ZONE", "timestamp"),
+        ("oracle", "INTERVAL DAY(2) TO SECOND(6)", "string"),
+        ("oracle", "VARCHAR2(20 BYTE)", "string"),
+        ("spanner", "ARRAY<INT64>", "array<bigint>"),
+        ("spanner", "STRING(MAX)", "string"),
+        ("cockroachdb", "INT", "bigint"),
+        ("cockroachdb", "INT[]", "array<bigint>"),
+        ("cockroachdb", "_int4", "array<int>"),
+        ("cockroachdb", "TIMESTAMP", "timestamp_ntz"),
+        ("cockroachdb", "TIMESTAMPTZ(6)", "timestamp"),
+        ("cockroachdb", "DEC(10,2)", "decimal(10,2)"),
+        ("cockroachdb", "STRING(20)[]", "array<string>"),
+        ("postgres", "numeric(40,2)", "decimal(38,2)"),  # clamped to 38 digits
+        ("postgres", "numeric(10,-2)", "decimal(10,0)"),  # a negative scale reads as 0
+        ("postgres", "timestamp(3) with time zone", "timestamp"),
+        ("", "decimal(10,2)", "decimal(10,2)"),  # no table: canonical names only
     ],
 )
 def test_source_type_tables(source: str, native: str, canonical: str) -> None:
     assert T.source_type(source, native) == canonical
 
 
+def test_every_vendor_table_maps_to_canonical_types() -> None:
+    from cdcflow.types.vendors import vendors
+
+    found = vendors()
+    assert set(found) == {"postgres", "mysql", "sqlserver", "oracle", "spanner", "cockroachdb"}
+    for source, table in found.items():
+        assert table.source == source
+        for native, canonical in table.names.items():
+            assert native == native.lower().strip() and T.is_valid_type(canonical), native
+            assert T.source_type(source, native) in (canonical, native), (source, native)
+
+
 def test_unknown_source_type_is_named() -> None:
     with pytest.raises(T.ValueTypeError, match="geography"):
         T.source_type("postgres", "geography")
+    with pytest.raises(T.ValueTypeError, match=r"bad precision in 'numeric\(a,b\)'"):
+        T.source_type("postgres", "numeric(a,b)")
+    with pytest.raises(T.ValueTypeError, match="no type table for source ''"):
+        T.source_type("", "decimal(40,2)")  # not canonical
+    with pytest.raises(T.ValueTypeError, match="unknown mysql type '_text'"):
+        T.source_type("mysql", "_text")  # _name arrays are Postgres' (and CockroachDB's)
 
 
 @pytest.mark.parametrize(
@@ -132,10 +178,27 @@ def test_inferred_types_hold_their_values_or_reject_them() -> None:
 
 
 def test_one_inference_rule_for_every_dialect() -> None:
-    from cdcflow.dialects import cockroachdb
+    """The same untyped JSON numbers get the same types from CockroachDB and Debezium (which
+    both read numbers exactly): they used to differ (decimal(22,2) against decimal(38,2), and
+    an integer beyond 64 bits a decimal against a bigint that could not hold it)."""
+    from cdcflow.decode.decoder import Decoder
+    from cdcflow.dialects.base import DialectOptions
 
-    assert not hasattr(cockroachdb, "_infer")
-    assert cockroachdb.infer_type is T.infer_type
+    row = b'{"id":1,"p":12.50,"b":18446744073709551616}'
+    messages = {
+        "cockroachdb": b'{"after":' + row + b',"key":[1]}',
+        "debezium": b'{"before":null,"after":' + row + b',"op":"c","source":{"table":"t",'
+        b'"connector":"postgresql","lsn":1}}',
+    }
+    # a CockroachDB cloud-storage file name, which names the table
+    origin = "202301020304050000000000000000000-0123456789abcdef-1-2-00000000-t-1.ndjson"
+    found = {}
+    for dialect, data in messages.items():
+        (outcome,) = Decoder(dialect, DialectOptions()).decode_file(data, origin)
+        ((event,), ()) = (outcome.events, tuple(outcome.rejections))
+        found[dialect] = event["types"]
+    expected = {"id": "bigint", "p": "decimal(22,2)", "b": "decimal(38,0)"}
+    assert found == {"cockroachdb": expected, "debezium": expected}
 
 
 def test_widening() -> None:
