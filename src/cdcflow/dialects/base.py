@@ -59,6 +59,7 @@ __all__ = [
     "Decoded",
     "Dialect",
     "DialectOptions",
+    "Envelope",
     "Item",
     "Order",
     "RawMessage",
@@ -217,6 +218,38 @@ class Columnar:
     columns: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One message shape of a dialect, declared once: recognition (auto-detection) and dispatch
+    both walk a dialect's :attr:`Dialect.envelopes` in order and take the first whose
+    ``match`` holds, so the two can never classify a document differently.
+
+    ``match`` reads the parsed document (a JSON object or Avro record); ``handler`` names the
+    dialect method that decodes it (called with the document and the dialect's context);
+    ``confidence`` is recognition's score (0..1) for a document of this shape — a number, or a
+    function of the document where the shape alone does not settle it (0 says "this shape, but
+    not this dialect's").
+    """
+
+    name: str
+    match: Callable[[Mapping[str, Any]], bool]
+    handler: str
+    confidence: float | Callable[[Mapping[str, Any]], float] = 1.0
+
+    def score(self, doc: Mapping[str, Any]) -> float:
+        """Recognition's score for ``doc`` (a document this envelope matches)."""
+        c = self.confidence
+        return c if isinstance(c, float | int) else c(doc)
+
+
+def classify(envelopes: Sequence[Envelope], doc: Mapping[str, Any]) -> Envelope | None:
+    """The first envelope of ``envelopes`` that matches ``doc``, else ``None``."""
+    for envelope in envelopes:
+        if envelope.match(doc):
+            return envelope
+    return None
+
+
 class Dialect:
     """Base class of dialects: runs the decoding skeleton over vendor hooks.
 
@@ -229,11 +262,19 @@ class Dialect:
     name: ClassVar[str] = ""
     #: What the producer can express (declared by every dialect).
     capabilities: ClassVar[Capabilities]
+    #: The dialect's message shapes, in the order both recognition and dispatch try them.
+    envelopes: ClassVar[tuple[Envelope, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "capabilities" not in cls.__dict__:
             raise TypeError(f"dialect {cls.__name__} must declare its capabilities")
+        for envelope in cls.envelopes:
+            if not callable(getattr(cls, envelope.handler, None)):
+                raise TypeError(
+                    f"dialect {cls.__name__}: envelope {envelope.name!r} names no method "
+                    f"{envelope.handler!r}"
+                )
 
     def __init__(self, options: DialectOptions | None = None, *, wire: bool = False) -> None:
         self.options = options or DialectOptions()
@@ -527,6 +568,27 @@ class Dialect:
         message, a heartbeat): counted under ``why`` in :attr:`skipped`, never an error."""
         self.skipped[why] += 1
         return []
+
+    def envelope_score(self, doc: Mapping[str, Any]) -> float:
+        """Recognition's score of a document: that of the first envelope matching it, else 0."""
+        envelope = classify(self.envelopes, doc)
+        return envelope.score(doc) if envelope is not None else 0.0
+
+    def dispatch(self, doc: Mapping[str, Any], context: Any) -> Decoded | list[Decoded]:
+        """The events of a document, from the handler of the first envelope matching it (in
+        the order recognition scores them), else from :meth:`unmatched`."""
+        envelope = classify(self.envelopes, doc)
+        if envelope is None:
+            return self.unmatched(doc, context)
+        handler: Callable[[Mapping[str, Any], Any], Decoded | list[Decoded]]
+        handler = getattr(self, envelope.handler)
+        return handler(doc, context)
+
+    def unmatched(self, doc: Mapping[str, Any], context: Any) -> Decoded | list[Decoded]:
+        """A document no envelope matches (by default ``UNKNOWN_ENVELOPE``)."""
+        raise self.fail(
+            "UNKNOWN_ENVELOPE", f"a {self.name} message of none of its shapes: {sorted(doc)[:8]}"
+        )
 
     def reject(self, code: str, message: str, raw: bytes, item: int | None = None) -> Rejection:
         """A rejection attributed to this dialect."""
