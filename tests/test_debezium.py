@@ -507,6 +507,51 @@ def test_bad_input_codes(doc: Any, code: str) -> None:
     assert not events and [r.code for r in rejections] == [code]
 
 
+def _bad_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    payload = {"op": "c", "after": {"id": 1}, "source": {"table": "t"}}
+    return {"schema": schema, "payload": payload}
+
+
+@pytest.mark.parametrize(
+    ("doc", "codes"),
+    [
+        # fields of the wrong JSON type read as absent: the row decodes without schema types
+        (_bad_schema({"type": "struct", "fields": 5}), []),
+        (_bad_schema({"type": "struct", "fields": [{"field": "after", "fields": "x"}]}), []),
+        (
+            _with_schema(
+                [
+                    {"field": "id", "type": "int64"},
+                    {
+                        "field": "v",
+                        "type": "string",
+                        "name": "org.apache.kafka.connect.data.Decimal",
+                        "parameters": {"scale": {"nested": 1}},
+                    },
+                ],
+                {"id": 1, "v": "1.5"},
+            ),
+            [],
+        ),
+        ({"status": "BEGIN", "id": "571:" + "9" * 5000, "data_collections": []}, ["BAD_POSITION"]),
+        (
+            {
+                "op": "u",
+                "after": None,
+                "source": {"connector": "mongodb", "collection": "c", "ord": 1, "ts_ms": 1},
+                "updateDescription": {"removedFields": 7},
+            },
+            [],
+        ),
+    ],
+)
+def test_wrong_shapes_are_read_or_coded(doc: Any, codes: list[str]) -> None:
+    """Fields of the wrong shape end as events or coded rejections, never a decoder error."""
+    events, rejections = dbz.decode_file(doc)
+    assert [r.code for r in rejections] == codes
+    assert bool(events) == (not codes)
+
+
 # ---------------------------------------------------------------- goldens
 
 

@@ -1,10 +1,5 @@
-"""The ``debezium`` dialect: Debezium change events (Kafka Connect JSON with or without
-schema, Avro, the flattened ``ExtractNewRecordState`` form), transaction metadata and schema
-changes, for the PostgreSQL, MySQL/MariaDB, SQL Server, Oracle, Db2 and MongoDB connectors.
-
-The mapping, ordering per connector, Connect types and partial rows:
-``docs/dialects/debezium.md``.
-"""
+"""The Debezium decoder: one handler per envelope of :mod:`.envelopes`, ordering per
+connector, keys and typed images (types from :mod:`.connect`). See ``docs/dialects/debezium.md``."""
 
 from __future__ import annotations
 
@@ -19,22 +14,29 @@ import orjson
 
 from cdcflow import positions, sequence
 from cdcflow.dialects.base import Capabilities, Decoded, Dialect, Item, Order, Where
+from cdcflow.dialects.debezium.connect import (
+    Field,
+    as_dict,
+    as_list,
+    avro_fields,
+    connect_value,
+    ejson,
+    json_text,
+    schema_fields,
+)
+from cdcflow.dialects.debezium.envelopes import (
+    MESSAGE_ENVELOPES,
+    OPS,
+    STATUS,
+    schema_name,
+    text,
+    unwrap,
+)
 from cdcflow.errors import DecodeError
 from cdcflow.transports.json import kind, parse_exact
 from cdcflow.transports.message import RawMessage
-from cdcflow.types import (
-    ValueTypeError,
-    decimal_text,
-    decimal_type,
-    infer_type,
-    json_bytes,
-    source_type,
-)
+from cdcflow.types import ValueTypeError, decimal_text, infer_type, source_type
 
-#: ``op`` → canonical operation (``m``, a logical decoding message, is skipped).
-OPS: dict[str, str] = {"c": "INSERT", "u": "UPDATE", "d": "DELETE", "r": "SNAPSHOT"}
-#: Transaction metadata ``status`` → marker operation.
-STATUS: dict[str, str] = {"BEGIN": "BEGIN", "END": "COMMIT"}
 #: ``source.connector`` → canonical source engine (and type table).
 CONNECTORS: dict[str, str] = {
     "postgresql": "postgres",
@@ -74,172 +76,11 @@ SNAPSHOT_READS = frozenset(
 #: PostgreSQL's placeholder for an unchanged TOAST column.
 UNAVAILABLE = "__debezium_unavailable_value"
 #: The placeholder as text, as base64 text (bytea in JSON) and as bytes (bytea in Avro).
-_UNAVAILABLE_FORMS = (
+UNAVAILABLE_FORMS = (
     UNAVAILABLE,
     base64.b64encode(UNAVAILABLE.encode()).decode(),
     UNAVAILABLE.encode(),
 )
-#: Connect semantic type name → canonical type (``None``: decided by the field's parameters).
-SEMANTIC: dict[str, str | None] = {
-    "org.apache.kafka.connect.data.Decimal": None,
-    "io.debezium.data.VariableScaleDecimal": "decimal(38,18)",
-    "org.apache.kafka.connect.data.Date": "date",
-    "io.debezium.time.Date": "date",
-    "org.apache.kafka.connect.data.Time": "time",
-    "io.debezium.time.Time": "time",
-    "io.debezium.time.MicroTime": "time",
-    "io.debezium.time.NanoTime": "time",
-    "io.debezium.time.ZonedTime": "string",
-    "org.apache.kafka.connect.data.Timestamp": "timestamp",
-    "io.debezium.time.Timestamp": "timestamp_ntz",
-    "io.debezium.time.MicroTimestamp": "timestamp_ntz",
-    "io.debezium.time.NanoTimestamp": "timestamp_ntz",
-    "io.debezium.time.ZonedTimestamp": "timestamp",
-    "io.debezium.time.IsoTimestamp": "timestamp",
-    "io.debezium.time.Year": "int",
-    "io.debezium.time.MicroDuration": "bigint",
-    "io.debezium.time.Interval": "string",
-    "io.debezium.data.Json": "json",
-    "io.debezium.data.Uuid": "uuid",
-    "io.debezium.data.Bits": "binary",
-    "io.debezium.data.Enum": "string",
-    "io.debezium.data.EnumSet": "string",
-    "io.debezium.data.Xml": "string",
-    "io.debezium.data.geometry.Geometry": "json",
-    "io.debezium.data.geometry.Geography": "json",
-    "io.debezium.data.geometry.Point": "json",
-}
-#: Units per second of the integer time types.
-_UNITS: dict[str, int] = {
-    "org.apache.kafka.connect.data.Time": 1000,
-    "io.debezium.time.Time": 1000,
-    "io.debezium.time.MicroTime": 1_000_000,
-    "io.debezium.time.NanoTime": 1_000_000_000,
-    "org.apache.kafka.connect.data.Timestamp": 1000,
-    "io.debezium.time.Timestamp": 1000,
-    "io.debezium.time.MicroTimestamp": 1_000_000,
-    "io.debezium.time.NanoTimestamp": 1_000_000_000,
-}
-_CONNECT: dict[str, str] = {
-    "int8": "int",
-    "int16": "int",
-    "int32": "int",
-    "int64": "bigint",
-    "float": "float",
-    "double": "double",
-    "float32": "float",
-    "float64": "double",
-    "boolean": "boolean",
-    "string": "string",
-    "bytes": "binary",
-}
-_EPOCH = dt.datetime(1970, 1, 1)
-_EPOCH_DAY = dt.date(1970, 1, 1)
-#: PostgreSQL's ``time`` ``24:00:00``, in microseconds.
-_END_OF_DAY = 86_400_000_000
-#: PostgreSQL's ``infinity`` and ``-infinity`` as the PostgreSQL connector writes them (the
-#: JDBC driver's constants: microseconds of a timestamp, days of a date, a timestamptz's text)
-#: → the last and first instants a replica holds, as Spark's own PostgreSQL reader gives them.
-_PG_INFINITE_MICROS: dict[int, int] = {9223372036825200000: 1, -9223372036832400000: -1}
-_PG_INFINITE_DAYS: dict[int, int] = {-2147472692: 1, -2147472691: -1}
-_PG_INFINITE_TEXT: dict[str, int] = {"infinity": 1, "-infinity": -1}
-_INFINITE: dict[int, dt.datetime] = {
-    1: dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
-    -1: dt.datetime(1, 1, 1),
-}
-#: A field's type info: (canonical type, semantic name, Connect type).
-Field = tuple[str, str, str]
-
-
-def connect_field(f: Mapping[str, Any]) -> Field:
-    """A Connect schema field → (canonical type, semantic name, Connect type)."""
-    name, ctype = str(f.get("name") or ""), str(f.get("type") or "")
-    found = f.get("parameters")
-    params: Mapping[str, Any] = found if isinstance(found, dict) else {}
-    native = str(params.get("__debezium.source.column.type", "")).upper().split(" ")[0]
-    if name == "org.apache.kafka.connect.data.Decimal" or (
-        ctype == "string" and not name and native in ("DECIMAL", "NUMERIC", "FIXED")
-    ):
-        p = params.get("connect.decimal.precision", params.get("__debezium.source.column.length"))
-        s = params.get("scale", params.get("__debezium.source.column.scale", 0))
-        try:
-            return decimal_type(min(int(p or 38), 38), int(s or 0)), name, ctype
-        except ValueError:
-            return "decimal(38,18)", name, ctype
-    found = SEMANTIC.get(name)
-    if found is not None:
-        return found, name, ctype
-    items = f.get("items")
-    if ctype == "array" and isinstance(items, dict):
-        inner, inner_name, inner_ctype = connect_field(items)
-        return f"array<{inner}>", inner_name, f"array:{inner_ctype}"
-    return _CONNECT.get(ctype, "json"), name, ctype
-
-
-def schema_fields(schema: Any) -> dict[str, Field]:
-    """Row columns of a value (``before``/``after``) or key schema, with their types."""
-    if not isinstance(schema, dict):
-        return {}
-    fields = [f for f in schema.get("fields") or [] if isinstance(f, dict)]
-    rows = [f for f in fields if f.get("field") in ("after", "before")]
-    if rows:
-        fields = [c for r in rows for c in r.get("fields") or [] if isinstance(c, dict)]
-    return {str(c["field"]): connect_field(c) for c in fields if isinstance(c.get("field"), str)}
-
-
-_AVRO_CONNECT: dict[str, str] = {"int": "int32", "long": "int64", "float": "float32"}
-
-
-def avro_fields(schema: Any) -> dict[str, Field]:
-    """Row columns of an Avro converter's value schema: the Connect field each Avro field
-    stands for (``connect.name``, ``connect.parameters``)."""
-    if not isinstance(schema, dict):
-        return {}
-    columns: list[dict[str, Any]] = []
-    for f in schema.get("fields") or []:
-        branches = f.get("type") if isinstance(f.get("type"), list) else [f.get("type")]
-        for b in branches:
-            if isinstance(b, dict) and f.get("name") in ("after", "before"):
-                columns.extend(c for c in b.get("fields") or [] if isinstance(c, dict))
-    out: dict[str, Field] = {}
-    for c in columns:
-        t = c.get("type")
-        t = next((b for b in t if b != "null"), None) if isinstance(t, list) else t
-        t = t if isinstance(t, dict) else {"type": t}
-        avro_type = str(t.get("type"))
-        connect = {
-            "type": _AVRO_CONNECT.get(avro_type, "float64" if avro_type == "double" else avro_type),
-            "name": t.get("connect.name"),
-            "parameters": t.get("connect.parameters"),
-        }
-        out.setdefault(str(c.get("name")), connect_field(connect))
-    return out
-
-
-def ejson(value: Any) -> Any:
-    """MongoDB Extended JSON → plain values (``$oid`` → hex text, ``$numberLong`` → int,
-    ``$date`` → UTC instant, ``$numberDecimal`` → Decimal)."""
-    if isinstance(value, list):
-        return [ejson(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if len(value) == 1:
-        ((k, v),) = value.items()
-        if k == "$oid":
-            return str(v)
-        if k in ("$numberLong", "$numberInt"):
-            return int(v)
-        if k in ("$numberDecimal", "$numberDouble"):
-            return Decimal(str(v))
-        if k == "$date":
-            v = ejson(v)
-            if isinstance(v, int):
-                try:
-                    return dt.datetime.fromtimestamp(v / 1000, dt.UTC)
-                except (ValueError, OverflowError, OSError):
-                    raise DebeziumDialect.fail("BAD_IMAGE", f"$date {v} is out of range") from None
-            return v
-    return {k: ejson(v) for k, v in value.items()}
 
 
 def _int(value: Any) -> int:
@@ -320,6 +161,7 @@ class DebeziumDialect(Dialect):
 
     name: ClassVar[str] = "debezium"
     capabilities = Capabilities(orders_events=True, before_images=True, exact_numbers=True)
+    envelopes = MESSAGE_ENVELOPES
 
     # ------------------------------------------------------------------ recognition
 
@@ -328,22 +170,10 @@ class DebeziumDialect(Dialect):
             return 0.6 if msg.kafka is not None and not msg.data.strip() else 0.0
         if not isinstance(doc, dict):
             return 0.0
-        schema, payload = _unwrap(doc)
+        payload = unwrap(doc)[1]
         if not isinstance(payload, dict):
             return 0.9 if payload is None and "schema" in doc else 0.0
-        name = str(schema.get("name") or "") if isinstance(schema, dict) else ""
-        if name.endswith((".Envelope", ".Key", "Heartbeat", ".SchemaChangeValue")):
-            return 0.95
-        source = payload.get("source")
-        if isinstance(source, dict):
-            if source.get("origin") == "cockroachdb" or "ts_hlc" in source:
-                return 0.0  # CockroachDB's enriched envelope looks alike
-            if _text(payload.get("op")) in (*OPS, "t", "m") or "historyRecord" in payload:
-                return 0.95
-            return 0.8 if "ddl" in payload or "tableChanges" in payload else 0.0
-        if _text(payload.get("status")) in STATUS and "data_collections" in payload:
-            return 0.95
-        return 0.85 if any(str(k).startswith("__") for k in payload) and _flat(payload) else 0.0
+        return self.envelope_score(doc)
 
     def document(self, msg: RawMessage) -> Any:
         if msg.kafka is not None and msg.form == "json" and not msg.data.strip():
@@ -353,43 +183,40 @@ class DebeziumDialect(Dialect):
     # ------------------------------------------------------------------ messages
 
     def event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
-        try:
-            return self._event(doc, item)
-        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
-            # a field of the wrong shape deep inside a message is that message's problem
-            raise self.fail(
-                "BAD_FIELD", f"a field has the wrong shape ({type(e).__name__}: {e})"
-            ) from None
-
-    def _event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
         if doc is None:
             return self.skip("tombstone")
         if not isinstance(doc, dict):
             raise self.fail("NOT_AN_EVENT", f"a Debezium message is an object, got {kind(doc)}")
-        schema, payload = _unwrap(doc)
+        payload = unwrap(doc)[1]
         if payload is None:
             return self.skip("tombstone")
         if not isinstance(payload, dict):
             raise self.fail("NOT_AN_EVENT", f"'payload' must be an object, got {kind(payload)}")
-        name = str(schema.get("name") or "") if isinstance(schema, dict) else ""
         topic = item.msg.kafka.topic if item.msg.kafka is not None else None
-        if name.endswith("Heartbeat") or (topic or "").startswith("__debezium-heartbeat"):
+        if (topic or "").startswith("__debezium-heartbeat"):
             return self.skip("heartbeat")
-        if name.endswith(".Key"):
-            return self.skip("key")
-        if _text(payload.get("status")) in STATUS:
-            return self._marker(payload, item)
-        if "historyRecord" in payload or "ddl" in payload or "tableChanges" in payload:
-            return self._schema_change(payload, item)
-        if "op" not in payload and "source" not in payload:
-            return self._flattened(payload, schema, item)
-        if "op" not in payload:
-            raise self.fail(
-                "NOT_AN_EVENT",
-                "not a Debezium change event: it has 'source' but no 'op' (an envelope names "
-                "its operation in 'op'; a flattened row has neither)",
-            )
-        op = _text(payload.get("op"))
+        return self.dispatch(doc, item)
+
+    # ------------------------------------------------------------------ envelopes
+
+    def _heartbeat(self, doc: Mapping[str, Any], item: Item) -> list[Decoded]:
+        return self.skip("heartbeat")
+
+    def _key_message(self, doc: Mapping[str, Any], item: Item) -> list[Decoded]:
+        return self.skip("key")
+
+    def _source_without_op(self, doc: Mapping[str, Any], item: Item) -> Decoded:
+        raise self.fail(
+            "NOT_AN_EVENT",
+            "not a Debezium change event: it has 'source' but no 'op' (an envelope names "
+            "its operation in 'op'; a flattened row has neither)",
+        )
+
+    def _change(self, doc: Mapping[str, Any], item: Item) -> Decoded | list[Decoded]:
+        """A change event: ``op``, ``source``, ``before``/``after``."""
+        schema, payload = unwrap(doc)
+        name = schema_name(doc)
+        op = text(payload.get("op"))
         if op == "m":
             return self.skip("message")
         if op not in OPS and op != "t":
@@ -397,10 +224,11 @@ class DebeziumDialect(Dialect):
         source = payload.get("source")
         if not isinstance(source, dict):
             raise self.fail("BAD_SOURCE", f"'source' must be an object, got {kind(source)}")
+        parts = name.split(".")
         if not (source.get("table") or source.get("collection")) and name.endswith(".Envelope"):
-            # Oracle's source names no table: the envelope is <prefix>.<schema>.<table>.Envelope
-            parts = name.split(".")
-            source = {**source, "schema": source.get("schema") or parts[-3], "table": parts[-2]}
+            if len(parts) >= 3:
+                # Oracle's source names no table: the envelope is <prefix>.<schema>.<table>.Envelope
+                source = {**source, "schema": source.get("schema") or parts[-3], "table": parts[-2]}
         avro = item.msg.avro
         fields = avro.schema.memo("debezium", avro_fields) if avro else schema_fields(schema)
         return self._row(op, payload, source, fields, item)
@@ -450,7 +278,8 @@ class DebeziumDialect(Dialect):
             patch = payload.get("updateDescription")
             if after is None and op == "u" and isinstance(patch, dict):
                 after = _mongo(patch.get("updatedFields"), "updateDescription") or {}
-                after.update(dict.fromkeys(patch.get("removedFields") or []))
+                removed = as_list(patch.get("removedFields"))
+                after.update(dict.fromkeys(str(f) for f in removed if f is not None))
                 item.meta["patch"] = True
         for what, image in (("before", before), ("after", after)):
             if image is not None and not isinstance(image, dict):
@@ -492,12 +321,13 @@ class DebeziumDialect(Dialect):
             after=typed_after, partial=partial and op != "DELETE", types=types,
         )  # fmt: skip
 
-    def _flattened(self, row: dict[str, Any], schema: Any, item: Item) -> Decoded:
+    def _flattened(self, doc: Mapping[str, Any], item: Item) -> Decoded:
         """An ``ExtractNewRecordState`` row: columns plus ``__``-prefixed metadata."""
+        schema, row = unwrap(doc)
         meta = {k[2:]: row.pop(k) for k in list(row) if isinstance(k, str) and k.startswith("__")}
         src = {k.removeprefix("source_"): v for k, v in meta.items() if k != "op"}
         deleted = str(meta.get("deleted", "")).lower() == "true"
-        op = "d" if deleted else _text(meta.get("op"))
+        op = "d" if deleted else text(meta.get("op"))
         if op is None and "deleted" in meta:
             op = "UPSERT"  # rewrite mode without __op: the row exists, insert or update
         elif op is None:
@@ -520,7 +350,8 @@ class DebeziumDialect(Dialect):
         fields = schema_fields(schema)
         return self._image_event(op, where, order, before, after, fields, connector, item)
 
-    def _marker(self, doc: Mapping[str, Any], item: Item) -> Decoded:
+    def _marker(self, message: Mapping[str, Any], item: Item) -> Decoded:
+        doc = unwrap(message)[1]
         op = STATUS[str(doc["status"])]
         collections = doc.get("data_collections")
         if op == "COMMIT":
@@ -536,7 +367,8 @@ class DebeziumDialect(Dialect):
         order = Order(self.delivery_order(item), position, ts, txid)
         return self.make_event(op, (None, None, None), order, item)
 
-    def _schema_change(self, doc: dict[str, Any], item: Item) -> Decoded | list[Decoded]:
+    def _schema_change(self, message: Mapping[str, Any], item: Item) -> Decoded | list[Decoded]:
+        doc = unwrap(message)[1]
         record = doc.get("historyRecord")
         if isinstance(record, str):
             try:
@@ -547,16 +379,23 @@ class DebeziumDialect(Dialect):
         ddl = body.get("ddl")
         found = doc.get("source")
         src: Mapping[str, Any] = found if isinstance(found, dict) else {}
-        changes = [c for c in body.get("tableChanges") or [] if isinstance(c, dict)]
+        changes = body.get("tableChanges") or []
+        if not isinstance(changes, list):
+            raise self.fail(
+                "BAD_FIELD", f"'tableChanges' must be a list, got {kind(body['tableChanges'])}"
+            )
+        changes = [c for c in changes if isinstance(c, dict)]
         ident: list[str] = []
         ddl_type = None
         types: dict[str, str] = {}
         if changes:
             ident = _ident(str(changes[0].get("id", "")))
             ddl_type = DDL_TYPES.get(str(changes[0].get("type")))
-            table_def = changes[0].get("table") or {}
+            table_def = as_dict(changes[0].get("table"))
             connector = _connector(src)
-            for c in table_def.get("columns") or []:
+            for c in as_list(table_def.get("columns")):
+                if not isinstance(c, dict):
+                    continue
                 try:
                     native = str(c.get("typeName"))
                     if c.get("length") and "(" not in native:
@@ -574,11 +413,11 @@ class DebeziumDialect(Dialect):
             body.get("databaseName") or src.get("db") or (ident[0] if len(ident) > 1 else None)
         )
         schema = body.get("schemaName") or (ident[-2] if len(ident) == 3 else None)
-        where = (_text(database), _text(schema), ident[-1])
+        where = (text(database), text(schema), ident[-1])
         order = self._order(_connector(src), src, doc, item)
         return self.make_event(
             "DDL", where, order, item, source=CONNECTORS.get(_connector(src) or ""),
-            ddl_type=ddl_type, ddl_command=_text(ddl), types=types,
+            ddl_type=ddl_type, ddl_command=text(ddl), types=types,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ fields
@@ -594,7 +433,7 @@ class DebeziumDialect(Dialect):
                 "no source.table, Kafka topic or source option table names the table",
             )
         schema = src.get("schema")
-        return _text(src.get("db")), _text(schema), table
+        return text(src.get("db")), text(schema), table
 
     def _order(
         self, connector: str | None, src: Mapping[str, Any], payload: Mapping[str, Any], item: Item
@@ -634,7 +473,7 @@ class DebeziumDialect(Dialect):
         out: dict[str, Any] = {}
         for col, v in image.items():
             col = str(col)
-            if (isinstance(v, str | bytes) and v in _UNAVAILABLE_FORMS) or (
+            if (isinstance(v, str | bytes) and v in UNAVAILABLE_FORMS) or (
                 isinstance(v, list) and UNAVAILABLE in v
             ):
                 unavailable.append(col)
@@ -646,7 +485,7 @@ class DebeziumDialect(Dialect):
                 t = "timestamp" if isinstance(v, dt.datetime) else infer_type(v)
                 if t is not None:
                     types.setdefault(col, t)
-                out[col] = self.keep(_json_text(v) if isinstance(v, dict | list) else v)
+                out[col] = self.keep(json_text(v) if isinstance(v, dict | list) else v)
                 continue
             types.setdefault(col, t)
             if field is not None and field[2] == "bytes" and not isinstance(v, str | None):
@@ -654,8 +493,8 @@ class DebeziumDialect(Dialect):
                 # the value is taken as written
                 mismatch.append(col)
             try:
-                connect = _connect_value(v, field, field[0] if field is not None else t)
-            except (ValueError, OverflowError) as e:  # bad base64, a date out of range
+                connect = connect_value(v, field, field[0] if field is not None else t)
+            except (ValueError, ArithmeticError) as e:  # bad base64, a date out of range
                 raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
             if isinstance(connect, Decimal) and t == "string":
                 connect = decimal_text(connect)
@@ -679,15 +518,23 @@ class DebeziumDialect(Dialect):
             values = kafka_key[1]
             if connector == "mongodb" and set(values) == {"id"}:
                 raw = values["id"]
-                values = {"_id": ejson(orjson.loads(raw)) if isinstance(raw, str) else raw}
+                try:
+                    values = {"_id": ejson(orjson.loads(raw)) if isinstance(raw, str) else raw}
+                except orjson.JSONDecodeError:
+                    raise self.fail(
+                        "BAD_KEY", "the MongoDB key's id is not Extended JSON"
+                    ) from None
             key: dict[str, Any] = {}
             for col, v in values.items():
                 t = fields[col][0] if col in fields else types.get(col) or infer_type(v)
-                key[col] = (
-                    self.keep(v)
-                    if t is None
-                    else self.value(col, _connect_value(v, fields.get(col), t), t)
-                )
+                if t is None:
+                    key[col] = self.keep(v)
+                    continue
+                try:
+                    connect = connect_value(v, fields.get(col), t)
+                except (ValueError, ArithmeticError) as e:
+                    raise self.fail("BAD_KEY", f"key column {col!r} ({t}): {e}") from None
+                key[col] = self.value(col, connect, t)
             return key
         names = self.key_names(table, schema, database)
         if names is None and connector == "mongodb":
@@ -712,28 +559,13 @@ class DebeziumDialect(Dialect):
             doc = parse_exact(msg.key)
         except DecodeError:
             raise self.fail("BAD_KEY", "the Kafka key is not JSON") from None
-        schema, payload = _unwrap(doc) if isinstance(doc, dict) else (None, doc)
+        schema, payload = unwrap(doc) if isinstance(doc, dict) else (None, doc)
         if not isinstance(payload, dict):
             raise self.fail("BAD_KEY", f"a Debezium key is an object, got {kind(payload)}")
         return schema, payload
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _unwrap(doc: Mapping[str, Any]) -> tuple[Any, Any]:
-    """(schema, payload) of a ``{"schema", "payload"}`` envelope, else (None, doc)."""
-    if set(doc) == {"schema", "payload"} and (
-        doc["schema"] is None or isinstance(doc["schema"], dict)
-    ):
-        return doc["schema"], doc["payload"]
-    return None, doc
-
-
-def _flat(doc: Mapping[str, Any]) -> bool:
-    return any(
-        k in doc for k in ("__op", "__deleted", "__table", "__source_ts_ms", "__lsn", "__db")
-    )
 
 
 def _connector(src: Mapping[str, Any]) -> str | None:
@@ -755,64 +587,30 @@ def _mongo(image: Any, what: str) -> dict[str, Any] | None:
         try:
             image = orjson.loads(image)
         except orjson.JSONDecodeError:
-            raise DebeziumDialect.fail("BAD_IMAGE", f"'{what}' is not Extended JSON text") from None
+            raise Dialect.fail("BAD_IMAGE", f"'{what}' is not Extended JSON text") from None
     if not isinstance(image, dict):
-        raise DebeziumDialect.fail("BAD_IMAGE", f"'{what}' must be a document, got {kind(image)}")
+        raise Dialect.fail("BAD_IMAGE", f"'{what}' must be a document, got {kind(image)}")
     out = ejson(image)
-    return {k: _json_text(v) if isinstance(v, dict | list) else v for k, v in out.items()}
-
-
-def _unscaled(raw: bytes, scale: int) -> Decimal:
-    """A decimal from its two's-complement unscaled bytes, every digit kept (arithmetic in
-    the default context would round it to 28 digits)."""
-    return Decimal(f"{int.from_bytes(raw, 'big', signed=True)}E{-scale}")
-
-
-def _connect_value(value: Any, field: Field | None, t: str) -> Any:
-    """A Connect-encoded value → the value of canonical type ``t``."""
-    if value is None or field is None:
-        return value
-    _, name, ctype = field
-    if t.startswith("decimal") and isinstance(value, str) and ctype == "bytes":
-        return _unscaled(base64.b64decode(value), int(t.split(",")[1][:-1]))
-    if name == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
-        raw = value.get("value", b"")
-        raw = raw if isinstance(raw, bytes) else base64.b64decode(str(raw))
-        return _unscaled(raw, int(value.get("scale", 0)))
-    if ctype.startswith("array:") and isinstance(value, list) and t.startswith("array<"):
-        inner = (t[6:-1], name, ctype[6:])
-        return [_connect_value(v, inner, inner[0]) for v in value]
-    if t == "date" and isinstance(value, int):
-        if value in _PG_INFINITE_DAYS:
-            return _INFINITE[_PG_INFINITE_DAYS[value]].date()
-        return _EPOCH_DAY + dt.timedelta(days=value)
-    if name in _UNITS and isinstance(value, int):
-        unit = _UNITS[name]
-        micros = value * 1_000_000 // unit
-        if t == "time":
-            if micros == _END_OF_DAY:
-                return "24:00:00"
-            return (_EPOCH + dt.timedelta(microseconds=micros)).time().isoformat()
-        sign = _PG_INFINITE_MICROS.get(micros)
-        instant = _INFINITE[sign] if sign else _EPOCH + dt.timedelta(microseconds=micros)
-        return instant.replace(tzinfo=dt.UTC) if t == "timestamp" else instant
-    if t == "timestamp" and isinstance(value, str) and value in _PG_INFINITE_TEXT:
-        return _INFINITE[_PG_INFINITE_TEXT[value]].replace(tzinfo=dt.UTC)
-    if t == "json" and isinstance(value, dict):
-        return _json_text(value)
-    return value
+    return {k: json_text(v) if isinstance(v, dict | list) else v for k, v in out.items()}
 
 
 def _transaction(value: Any, item: Item) -> tuple[str | None, dict[str, Any] | None]:
     """(transaction id, position) of a transaction id as a connector writes it: a PostgreSQL
     id ``<txId>:<LSN>`` is ``txId`` (the whole id kept in ``metadata.debezium_transaction``),
     its LSN the position; any other id as it is."""
-    text = _text(value)
-    found = _PG_TRANSACTION.match(text) if text else None
+    ident = text(value)
+    found = _PG_TRANSACTION.match(ident) if ident else None
     if found is None:
-        return text, None
-    item.meta["debezium_transaction"] = text
-    return found.group(1), {"lsn": int(found.group(2))}
+        return ident, None
+    item.meta["debezium_transaction"] = ident
+    try:
+        lsn = int(found.group(2))
+    except ValueError:  # more digits than an integer is read from
+        raise Dialect.fail(
+            "BAD_POSITION",
+            f"transaction id {found.group(1)}:<{len(found.group(2))} digits>: the LSN is too long",
+        ) from None
+    return found.group(1), {"lsn": lsn}
 
 
 def _ident(text: str) -> list[str]:
@@ -829,12 +627,4 @@ def _millis(value: Any) -> dt.datetime | None:
     try:
         return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
     except (ValueError, OverflowError, OSError):
-        raise DebeziumDialect.fail("BAD_TIMESTAMP", f"ts_ms {value} is out of range") from None
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None or isinstance(value, dict | list) else str(value)
-
-
-def _json_text(value: Any) -> str:
-    return json_bytes(value).decode()
+        raise Dialect.fail("BAD_TIMESTAMP", f"ts_ms {value} is out of range") from None
