@@ -1,9 +1,5 @@
-"""The ``datastream`` dialect: Google Cloud Datastream events (Cloud Storage JSON and Avro
-files, BigQuery rows).
-
-The mapping to canonical fields per source, ordering, backfills, update pairs, Avro types and
-the spec's contradictions: ``docs/dialects/datastream.md``.
-"""
+"""The Datastream decoder: the envelope table (change events, BigQuery rows), operations,
+ordering per source and keys (Avro types from :mod:`.avro`). See ``docs/dialects/datastream.md``."""
 
 from __future__ import annotations
 
@@ -14,12 +10,20 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Capabilities, Dialect, Item, Order, present_types
-from cdcflow.transports.avro import canonical_type, record_fields
+from cdcflow.dialects.base import (
+    Capabilities,
+    Decoded,
+    Dialect,
+    Envelope,
+    Item,
+    Order,
+    present_types,
+)
+from cdcflow.dialects.datastream.avro import avro_columns, field_level_millis, normalise
+from cdcflow.dialects.datastream.names import folder_check, stem
 from cdcflow.transports.json import kind
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import (
-    DEFAULT_DECIMAL,
     ValueTypeError,
     infer_type,
     json_bytes,
@@ -92,26 +96,42 @@ _DIGITS = re.compile(r"^\s*\d+\s*$")
 CAPABILITIES = Capabilities(orders_events=True)
 
 
+def _is_bigquery_row(doc: Mapping[str, Any]) -> bool:
+    return "source_metadata" not in doc and isinstance(_bq_metadata(doc), dict)
+
+
+def _is_change(doc: Mapping[str, Any]) -> bool:
+    return doc.get("payload") is not None or doc.get("source_metadata") is not None
+
+
+def _change_score(doc: Mapping[str, Any]) -> float:
+    if not isinstance(doc.get("source_metadata"), dict):
+        return 0.0
+    if isinstance(doc.get("payload"), dict):
+        return 1.0 if ("read_method" in doc or "stream_name" in doc) else 0.9
+    return 0.8 if "read_method" in doc else 0.0
+
+
+#: Datastream's envelopes, in the order recognition and dispatch try them: a BigQuery row
+#: (``datastream_metadata``, no ``source_metadata``), a change event (Cloud Storage JSON/Avro).
+MESSAGE_ENVELOPES: tuple[Envelope, ...] = (
+    Envelope("bigquery_row", _is_bigquery_row, "_bigquery_row", 0.9),
+    Envelope("change", _is_change, "_change", _change_score),
+)
+
+
 class DatastreamDialect(Dialect):
     """Decoder for Google Cloud Datastream events (JSON, Avro object-container files, and
     BigQuery rows)."""
 
     name: ClassVar[str] = "datastream"
     capabilities = CAPABILITIES
+    envelopes = MESSAGE_ENVELOPES
 
     # ------------------------------------------------------------------ recognition
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
-        if not isinstance(doc, dict):
-            return 0.0
-        meta = doc.get("source_metadata")
-        if isinstance(meta, dict) and isinstance(doc.get("payload"), dict):
-            return 1.0 if ("read_method" in doc or "stream_name" in doc) else 0.9
-        if isinstance(meta, dict) and "read_method" in doc:
-            return 0.8
-        if isinstance(_bq_metadata(doc), dict):
-            return 0.9
-        return 0.0
+        return self.envelope_score(doc) if isinstance(doc, dict) else 0.0
 
     # ------------------------------------------------------------------ Avro records
 
@@ -119,9 +139,9 @@ class DatastreamDialect(Dialect):
         if msg.form != "avro" or msg.avro is None or not isinstance(msg.avro.value, dict):
             return super().document(msg)
         schema = msg.avro.schema
-        columns = schema.memo("datastream.columns", _avro_columns)
+        columns = schema.memo("datastream.columns", avro_columns)
         doc = dict(msg.avro.value)
-        for name in schema.memo("datastream.millis", _field_level_millis):
+        for name in schema.memo("datastream.millis", field_level_millis):
             if isinstance(doc.get(name), int):
                 doc[name] = _instant(doc[name])
         for name in ("read_timestamp", "source_timestamp"):
@@ -130,25 +150,28 @@ class DatastreamDialect(Dialect):
         payload = doc.get("payload")
         if isinstance(payload, dict):
             doc["payload"] = {
-                c: _normalise(v, columns.get(c, ("string", "plain"))[1]) for c, v in payload.items()
+                c: normalise(v, columns.get(c, ("string", "plain"))[1]) for c, v in payload.items()
             }
         return doc
 
     # ------------------------------------------------------------------ the event
 
-    def event(self, doc: Any, item: Item) -> dict[str, Any]:
+    def event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
         if not isinstance(doc, dict):
             raise self.fail(
                 "NOT_AN_EVENT", f"a Datastream event must be a JSON object, got {kind(doc)}"
             )
-        if "source_metadata" not in doc and isinstance(_bq_metadata(doc), dict):
-            return self._bigquery_row(doc, item)
+        return self.dispatch(doc, item)
+
+    def unmatched(self, doc: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        raise self.fail(
+            "NOT_AN_EVENT", "not a Datastream event: no 'source_metadata' and no 'payload'"
+        )
+
+    def _change(self, doc: Mapping[str, Any], item: Item) -> dict[str, Any]:
+        """A change event: ``source_metadata`` and the row in ``payload``."""
         payload = doc.get("payload")
         meta = doc.get("source_metadata")
-        if payload is None and meta is None:
-            raise self.fail(
-                "NOT_AN_EVENT", "not a Datastream event: no 'source_metadata' and no 'payload'"
-            )
         if not isinstance(payload, dict):
             raise self.fail("MISSING_PAYLOAD", f"'payload' must be an object, got {kind(payload)}")
         if meta is None:
@@ -171,7 +194,7 @@ class DatastreamDialect(Dialect):
         item.meta = metadata = {**metadata, **item.meta}
         if isinstance(metadata.get("read_timestamp"), dt.datetime):
             metadata["read_timestamp"] = _iso(metadata["read_timestamp"])
-        _folder_check(item.msg.origin, doc.get("object"), database, schema, table, metadata)
+        folder_check(item.msg.origin, doc.get("object"), database, schema, table, metadata)
 
         types = self._avro_types(item.msg)
         types.update(
@@ -226,7 +249,7 @@ class DatastreamDialect(Dialect):
     def _avro_types(msg: RawMessage) -> dict[str, str]:
         if msg.form != "avro" or msg.avro is None:
             return {}
-        columns = msg.avro.schema.memo("datastream.columns", _avro_columns)
+        columns = msg.avro.schema.memo("datastream.columns", avro_columns)
         return {c: t for c, (t, _) in columns.items()}
 
     def _row(
@@ -345,7 +368,7 @@ class DatastreamDialect(Dialect):
         plus ``datastream_metadata``. The row names no table: it comes from the source option
         ``table``, else the file name's stem."""
         meta = {str(k).upper(): v for k, v in (_bq_metadata(doc) or {}).items()}
-        table = self.options.extra.get("table") or _stem(item.msg.origin)
+        table = self.options.extra.get("table") or stem(item.msg.origin)
         if not table:
             raise self.fail("MISSING_TABLE", "a BigQuery row names no table; set option 'table'")
         change = meta.get("CHANGE_TYPE")
@@ -580,66 +603,6 @@ def _column(name: str, row: Mapping[str, Any]) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-_DATE_PARTS = (re.compile(r"^\d{4}$"),) + (re.compile(r"^\d{2}$"),) * 4
-_OBJECT_NAME = re.compile(
-    r"^(?P<hash>[0-9a-fA-F]{40})_(?P<read_method>[A-Za-z0-9-]+)_(?P<a>\d+)_(?P<b>\d+)_(?P<c>\d+)"
-    r"(?:\.[A-Za-z0-9.]+)?$"
-)
-
-
-def parse_object_name(name: str) -> dict[str, Any] | None:
-    """A Datastream Cloud Storage object's base name, ``<40-hex hash>_<read_method>_<n>_<n>_<n>``
-    (with or without extension), as its parts; ``None`` for other names."""
-    m = _OBJECT_NAME.match(re.split(r"[\\/]", name)[-1])
-    if not m:
-        return None
-    return {
-        "hash": m.group("hash"),
-        "read_method": m.group("read_method"),
-        "numbers": [int(m.group("a")), int(m.group("b")), int(m.group("c"))],
-    }
-
-
-def _folder_check(
-    origin: str | None,
-    obj: Any,
-    database: str | None,
-    schema: str | None,
-    table: str,
-    metadata: dict[str, Any],
-) -> None:
-    """Record the Cloud Storage object folder (``{object}/yyyy/mm/dd/hh/minute/file``) and note
-    when it names another table."""
-    if not origin:
-        return
-    named = parse_object_name(origin)
-    if named is not None:
-        metadata["file_read_method"] = named["read_method"]
-    parts = re.split(r"[\\/]", origin)
-    if len(parts) < 7:
-        return
-    dates = parts[-6:-1]
-    if not all(p.match(d) for p, d in zip(_DATE_PARTS, dates, strict=True)):
-        return
-    folder = parts[-7]
-    metadata["folder_object"] = folder
-    expected = {
-        n.lower()
-        for n in (
-            obj if isinstance(obj, str) else None,
-            table,
-            f"{schema}_{table}" if schema else None,
-            f"{database}_{table}" if database else None,
-        )
-        if n
-    }
-    if folder.lower() not in expected and not folder.lower().endswith("_" + table.lower()):
-        metadata["folder_mismatch"] = (
-            f"file is under object folder {folder!r} but the event is for "
-            f"{obj if isinstance(obj, str) else table!r}"
-        )
-
-
 def _bq_metadata(doc: Mapping[str, Any]) -> Any:
     for k in ("datastream_metadata", "DATASTREAM_METADATA"):
         if k in doc:
@@ -649,120 +612,3 @@ def _bq_metadata(doc: Mapping[str, Any]) -> Any:
 
 def _truthy(v: Any) -> bool:
     return v is True or (isinstance(v, str) and v.strip().lower() == "true")
-
-
-def _stem(origin: str | None) -> str | None:
-    if not origin:
-        return None
-    name = re.split(r"[\\/]", origin)[-1]
-    return name.split(".", 1)[0] or None
-
-
-# ---------------------------------------------------------------------- Avro schema → types
-
-
-def _field_level_millis(schema: Any) -> set[str]:
-    """Envelope fields whose ``logicalType`` sits on the field instead of the type (early
-    Datastream files): their longs are epoch milliseconds."""
-    out: set[str] = set()
-    for f in schema.get("fields", []) if isinstance(schema, dict) else []:
-        if isinstance(f, dict) and str(f.get("logicalType", "")).startswith("timestamp-"):
-            out.add(str(f.get("name")))
-    return out
-
-
-#: How to turn a decoded Avro value of a column into a canonical value.
-_Norm = str  # "plain" | "varchar" | "tz" | "interval" | "array"
-
-
-def _vendor(t: Any) -> tuple[str, _Norm] | None:
-    """Datastream's own Avro types: its logical types and named records."""
-    if t == "varchar":
-        # a named type reused by name (early files)
-        return "string", "varchar"
-    if not isinstance(t, dict):
-        return None
-    logical = t.get("logicalType")
-    if logical == "time-interval-micros":
-        return "string", "interval"
-    if logical == "json":
-        return "json", "plain"
-    if logical == "number":
-        return DEFAULT_DECIMAL, "plain"
-    if t.get("type") == "record":
-        name = str(t.get("name", ""))
-        fields = {f.get("name") for f in t.get("fields", []) if isinstance(f, dict)}
-        if name == "varchar" or fields == {"value", "length"}:
-            return "string", "varchar"
-        if name == "timestampTz" or fields == {"timestamp", "offset"}:
-            return "timestamp", "tz"
-        if name.startswith("multidimensionalArray") or "nestedArray" in fields:
-            return "json", "array"
-    return None
-
-
-def _vendor_type(t: Any) -> str | None:
-    found = _vendor(t)
-    return None if found is None else found[0]
-
-
-def _normaliser(t: Any, named: dict[str, Any]) -> _Norm:
-    if isinstance(t, list):
-        branches = [x for x in t if x != "null"]
-        return _normaliser(branches[0], named) if len(branches) == 1 else "plain"
-    found = _vendor(t)
-    if found is not None:
-        return found[1]
-    if isinstance(t, str) and t in named:
-        return _normaliser(named[t], named)
-    if isinstance(t, dict) and isinstance(t.get("type"), str | list | dict):
-        if t.get("type") not in ("record", "array", "map", "enum", "fixed"):
-            return _normaliser(t["type"], named)
-    return "plain"
-
-
-def _avro_columns(schema: Any) -> dict[str, tuple[str, _Norm]]:
-    """Payload column → (canonical type, normaliser) from the header schema."""
-    out: dict[str, tuple[str, _Norm]] = {}
-    for f in schema.get("fields", []) if isinstance(schema, dict) else []:
-        if isinstance(f, dict) and f.get("name") == "payload":
-            named: dict[str, Any] = {}
-            for col in record_fields(f.get("type")):
-                t = canonical_type(col["type"], named, _vendor_type)
-                out[col["name"]] = (t, _normaliser(col["type"], named))
-    return out
-
-
-def avro_column_type(t: Any) -> tuple[str, _Norm]:
-    """A payload column's (canonical type, normaliser) for Avro type ``t``."""
-    named: dict[str, Any] = {}
-    return canonical_type(t, named, _vendor_type), _normaliser(t, named)
-
-
-def _normalise(value: Any, how: _Norm) -> Any:
-    if value is None:
-        return None
-    if how == "varchar" and isinstance(value, dict):
-        return value.get("value")
-    if how == "tz" and isinstance(value, dict):
-        return value.get("timestamp")
-    if how == "interval" and isinstance(value, int):
-        sign = "-" if value < 0 else ""
-        secs, micros = divmod(abs(value), 1_000_000)
-        h, rest = divmod(secs, 3600)
-        m, s = divmod(rest, 60)
-        return f"{sign}{h:02d}:{m:02d}:{s:02d}" + (f".{micros:06d}" if micros else "")
-    if how == "array":
-        return json_bytes(_nested(value)).decode()
-    if isinstance(value, dict | list):
-        return json_bytes(value).decode()
-    return value
-
-
-def _nested(value: Any) -> Any:
-    """A ``multidimensionalArray_*`` record ``{nestedArray, elementValue}`` as nested lists."""
-    if isinstance(value, dict):
-        if value.get("nestedArray") is not None:
-            return [_nested(v) for v in value["nestedArray"]]
-        return value.get("elementValue")
-    return value
