@@ -28,7 +28,13 @@ from hypothesis import strategies as st
 from cdcflow.decode.decoder import Decoder
 from cdcflow.decode.segments import SegmentBuffer
 from cdcflow.dialects import dialect_class, dialect_names
-from cdcflow.dialects.base import BASE_TRANSPORTS, Capabilities, Dialect, DialectOptions
+from cdcflow.dialects.base import (
+    BASE_TRANSPORTS,
+    Capabilities,
+    Dialect,
+    DialectOptions,
+    Envelope,
+)
 from cdcflow.event import ROW_OPERATIONS
 from cdcflow.testing.render_savegress import RenderResult
 from cdcflow.testing.renderers import (
@@ -133,6 +139,39 @@ def test_registered_and_documented(name: str) -> None:
     page = (DOCS / f"{name}.md").read_text()
     assert "Spec:" in page and "## Vendor → canonical" in page and "## Error codes" in page
     assert not re.search(r"\b(specs|conformance)/", page), "no references outside the repo"
+
+
+def test_envelopes_name_their_handlers_and_one_table_decides() -> None:
+    """An envelope whose handler is not a method fails at class creation; recognition and
+    dispatch take the first envelope that matches."""
+    with pytest.raises(TypeError, match="names no method"):
+
+        class _Broken(Dialect):
+            capabilities = Capabilities()
+            envelopes = (Envelope("x", lambda d: True, "_missing"),)
+
+    class _Two(Dialect):
+        name = "two"
+        capabilities = Capabilities()
+        envelopes = (
+            Envelope("first", lambda d: "a" in d, "_first", 0.9),
+            Envelope("second", lambda d: "b" in d, "_second", lambda d: 0.5),
+        )
+
+        def _first(self, doc: Any, context: Any) -> Any:
+            return {"envelope": "first"}
+
+        def _second(self, doc: Any, context: Any) -> Any:
+            return {"envelope": "second"}
+
+    two = _Two()
+    assert two.envelope_score({"a": 1, "b": 1}) == 0.9
+    assert two.dispatch({"a": 1, "b": 1}, None) == {"envelope": "first"}
+    assert two.envelope_score({"b": 1}) == 0.5
+    assert two.dispatch({"b": 1}, None) == {"envelope": "second"}
+    assert two.envelope_score({"c": 1}) == 0.0
+    with pytest.raises(Exception, match="none of its shapes"):
+        two.dispatch({"c": 1}, None)
 
 
 @pytest.mark.parametrize("name", DIALECTS)

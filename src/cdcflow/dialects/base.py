@@ -587,7 +587,8 @@ class Dialect:
     def unmatched(self, doc: Mapping[str, Any], context: Any) -> Decoded | list[Decoded]:
         """A document no envelope matches (by default ``UNKNOWN_ENVELOPE``)."""
         raise self.fail(
-            "UNKNOWN_ENVELOPE", f"a {self.name} message of none of its shapes: {sorted(doc)[:8]}"
+            "UNKNOWN_ENVELOPE",
+            f"a {self.name} message of none of its shapes (fields {sorted(map(str, doc))[:8]})",
         )
 
     def reject(self, code: str, message: str, raw: bytes, item: int | None = None) -> Rejection:
