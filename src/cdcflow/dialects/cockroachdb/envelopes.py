@@ -94,6 +94,10 @@ def _enriched_like(doc: Mapping[str, Any]) -> bool:
     return is_enriched(doc) or (isinstance(op, str) and ("source" in doc or "ts_ns" in doc))
 
 
+def _sinkless(doc: Mapping[str, Any]) -> bool:
+    return sinkless(doc) is not None
+
+
 def _bare(doc: Mapping[str, Any]) -> bool:
     return isinstance(doc.get("__crdb__"), dict)
 
@@ -127,6 +131,14 @@ def _sinkless_score(doc: Mapping[str, Any]) -> float:
     return 0.7 if isinstance(key, str) and key.lstrip().startswith("[") else 0.0
 
 
+def _enriched_score(doc: Mapping[str, Any]) -> float:
+    return 0.9 if is_enriched(doc) else 0.0  # an ``op`` and a ``source`` of another vendor
+
+
+def _wrapped_score(doc: Mapping[str, Any]) -> float:
+    return 0.9 if set(doc) <= WRAPPED_FIELDS else 0.0
+
+
 def _key_only_score(doc: Mapping[str, Any]) -> float:
     return 0.8 if "updated" in doc and isinstance(doc.get("key"), list) else 0.0
 
@@ -135,12 +147,12 @@ def _key_only_score(doc: Mapping[str, Any]) -> float:
 MESSAGE_ENVELOPES: tuple[Envelope, ...] = (
     Envelope("webhook", is_webhook, "_nested_webhook", _webhook_score),
     Envelope("enriched_schema", _with_schema, "_enriched_with_schema", _with_schema_score),
-    Envelope("sinkless", lambda d: sinkless(d) is not None, "_sinkless_message", _sinkless_score),
+    Envelope("sinkless", _sinkless, "_sinkless_message", _sinkless_score),
     Envelope("resolved", _resolved, "_resolved_message", 0.9),
     Envelope("bare_resolved", _bare_resolved, "_bare_resolved", 0.95),
-    Envelope("enriched", _enriched_like, "_enriched_event", lambda d: 0.9 * is_enriched(d)),
+    Envelope("enriched", _enriched_like, "_enriched_event", _enriched_score),
     Envelope("bare", _bare, "_bare_message", 0.95),
-    Envelope("wrapped", _wrapped, "_wrapped", lambda d: 0.9 if set(d) <= WRAPPED_FIELDS else 0.0),
+    Envelope("wrapped", _wrapped, "_wrapped", _wrapped_score),
     Envelope("key_only", _key_only, "_wrapped", _key_only_score),
 )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cdcflow.dialects.base import Envelope, classify
+from cdcflow.dialects.base import Envelope
 
 #: ``op`` → canonical operation (``m``, a logical decoding message, is skipped).
 OPS: dict[str, str] = {"c": "INSERT", "u": "UPDATE", "d": "DELETE", "r": "SNAPSHOT"}
@@ -49,6 +49,14 @@ def _payload(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
+def _heartbeat(doc: Mapping[str, Any]) -> bool:
+    return schema_name(doc).endswith("Heartbeat")
+
+
+def _key(doc: Mapping[str, Any]) -> bool:
+    return schema_name(doc).endswith(".Key")
+
+
 def _marker(doc: Mapping[str, Any]) -> bool:
     return text(_payload(doc).get("status")) in STATUS
 
@@ -67,6 +75,10 @@ def _source_without_op(doc: Mapping[str, Any]) -> bool:
     return "op" not in _payload(doc)
 
 
+def _change(doc: Mapping[str, Any]) -> bool:
+    return True  # any other payload: an ``op`` is read (and checked) by the handler
+
+
 def _score(doc: Mapping[str, Any]) -> float:
     """Recognition's score of a payload of any shape: a Debezium schema name, a Debezium
     ``source`` (not CockroachDB's enriched envelope, which looks alike), a transaction marker,
@@ -83,28 +95,22 @@ def _score(doc: Mapping[str, Any]) -> float:
         return 0.8 if "ddl" in payload or "tableChanges" in payload else 0.0
     if text(payload.get("status")) in STATUS and "data_collections" in payload:
         return 0.95
-    flat = any(str(k).startswith("__") for k in payload) and flat_row(payload)
+    flat = any(str(k).startswith("__") for k in payload) and _flat_row(payload)
     return 0.85 if flat else 0.0
 
 
-def flat_row(payload: Mapping[str, Any]) -> bool:
+def _flat_row(payload: Mapping[str, Any]) -> bool:
     """A payload carrying the fields a flattened row's transform adds."""
     return any(k in payload for k in _FLAT_FIELDS)
 
 
 #: The Debezium envelopes, in the order recognition and dispatch try them.
 MESSAGE_ENVELOPES: tuple[Envelope, ...] = (
-    Envelope("heartbeat", lambda d: schema_name(d).endswith("Heartbeat"), "_heartbeat", 0.95),
-    Envelope("key", lambda d: schema_name(d).endswith(".Key"), "_key_message", 0.95),
+    Envelope("heartbeat", _heartbeat, "_heartbeat", 0.95),
+    Envelope("key", _key, "_key_message", 0.95),
     Envelope("transaction", _marker, "_marker", _score),
     Envelope("schema_change", _schema_change, "_schema_change", _score),
     Envelope("flattened", _flattened, "_flattened", _score),
     Envelope("source_without_op", _source_without_op, "_source_without_op", _score),
-    Envelope("change", lambda d: True, "_change", _score),
+    Envelope("change", _change, "_change", _score),
 )
-
-
-def score(doc: Mapping[str, Any]) -> float:
-    """Recognition's score of a Debezium JSON object (its envelope's)."""
-    envelope = classify(MESSAGE_ENVELOPES, doc)
-    return envelope.score(doc) if envelope is not None else 0.0
