@@ -39,7 +39,7 @@ from cdcflow.engine.meta import (
     target_expr,
     with_batch_columns,
 )
-from cdcflow.engine.plan import Mode, TablePlan, TableState, decide
+from cdcflow.engine.plan import Mode, TablePlan, TableSettings, TableState, decide
 from cdcflow.engine.rules import applied, conditions, marked_sql
 from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.stage import (
@@ -171,6 +171,8 @@ class BatchRunner:
         #: the run of the streaming query that gave the last batch
         self.run: str | None = None
         self.reports: list[BatchReport] = []
+        #: the target tables' settings, built once from the configuration
+        self._settings: dict[str, TableSettings] = {}
         self.failure: BaseException | None = None
         # the first batch of a run drops what is past the retention, then every hour: never
         # the way out of a run, when a stop may find the JVM shutting down
@@ -530,63 +532,58 @@ class BatchRunner:
 
     def plan(self, spark: SparkSession, events: DataFrame, meta: BatchMeta) -> list[TablePlan]:
         """The decisions for every target table of the batch (no writes)."""
-        plans: list[TablePlan] = []
         states: dict[str, TableState | None] = {}
-        pending: list[tuple[str, str, Mode]] = []
+        pending: list[TableSettings] = []
         for target, tmeta in sorted(meta.tables.items()):
             if not set(tmeta.ops) - set(MARKERS):
                 continue
-            tcfg = self.cfg.table(target)
-            name = tcfg.name or target
-            info = self.catalog.info(spark, self.namespace, name)
-            states[target] = _state(info, tcfg.mode)
-            pending.append((target, name, tcfg.mode))
+            settings = self.settings(target)
+            info = self.catalog.info(spark, self.namespace, settings.name)
+            states[target] = _state(info, settings.mode)
+            pending.append(settings)
         matched: dict[str, tuple[str, ...]] = {}
         unnamed = [
-            t
-            for t, name, mode in pending
-            if mode != "append"
-            and meta.tables[t].positional_keys
-            and not meta.tables[t].key_sets
-            and not self.cfg.table(t).keys
-            and not (states[t] and states[t].properties.get(KEY_PROPERTY))  # type: ignore[union-attr]
-            and not self._source_keys(name)
+            s.target
+            for s in pending
+            if s.mode != "append"
+            and meta.tables[s.target].positional_keys
+            and not meta.tables[s.target].key_sets
+            and not s.keys
+            and not (states[s.target] and states[s.target].properties.get(KEY_PROPERTY))  # type: ignore[union-attr]
+            and not self._source_keys(s.name)
         ]
         if unnamed:
             matched = match_keys(spark, events, unnamed)
 
-        def plan_of(target: str, name: str, mode: Mode, truncate_at: str | None) -> TablePlan:
-            tcfg = self.cfg.table(target)
+        def plan_of(settings: TableSettings, truncate_at: str | None) -> TablePlan:
+            target = settings.target
             return decide(
-                target,
-                name,
-                mode,
+                settings,
                 meta.tables[target],
                 states[target],
                 source=self.source,
-                configured_keys=tcfg.keys,
-                source_keys=self._source_keys(name),
+                source_keys=self._source_keys(settings.name),
                 matched_keys=matched.get(target),
-                soft_deletes=tcfg.deletes == "soft",
-                except_columns=tcfg.except_columns,
-                columns=tcfg.columns,
-                track_history=tcfg.track_history_columns,
-                track_history_except=tcfg.track_history_except_columns,
-                sequence_by=tcfg.sequence_by,
                 truncate_at=truncate_at,
-                table_properties=tcfg.table_properties,
             )
 
-        plans = [plan_of(t, name, mode, None) for t, name, mode in pending]
+        plans = [plan_of(s, None) for s in pending]
         ordered = [p for p in plans if p.sequence_by and p.meta.ops.get("TRUNCATE")]
         if ordered:
             # a TRUNCATE of a table ordered by its columns is placed in their order
             found = newest_truncates(spark, events, ordered)
             plans = [
-                plan_of(t, name, mode, found.get(t)) if t in found else p
-                for p, (t, name, mode) in zip(plans, pending, strict=True)
+                plan_of(s, found.get(s.target)) if s.target in found else p
+                for p, s in zip(plans, pending, strict=True)
             ]
         return plans
+
+    def settings(self, target: str) -> TableSettings:
+        """The settings of a target table, built once from the configuration."""
+        found = self._settings.get(target)
+        if found is None:
+            found = self._settings[target] = TableSettings.of(target, self.cfg.table(target))
+        return found
 
     def _source_keys(self, name: str) -> list[str] | None:
         found = self.src.keys.get(name)
