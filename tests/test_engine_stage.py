@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from cdcflow.engine.execute import BatchStage
 from cdcflow.engine.meta import batch_meta, with_batch_columns
 from cdcflow.engine.plan import TableSettings, decide
-from cdcflow.engine.stage import BatchStage, TableStats
+from cdcflow.engine.stage import TableStats
 from cdcflow.event import spark_schema_ddl
 from cdcflow.sequence import encode
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from cdcflow.config import MaintenanceConfig, PipelineConfig, SourceConfig, parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
+from cdcflow.engine.execute import BatchStage, newest_truncates, release_checkpoint
 from cdcflow.engine.history import (
     create_history_columns,
     history_merge_sql,
@@ -43,15 +44,12 @@ from cdcflow.engine.plan import Mode, TablePlan, TableSettings, TableState, deci
 from cdcflow.engine.rules import applied, conditions, marked_sql
 from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.stage import (
-    BatchStage,
     TableStats,
     changelog_sql,
     create_changelog_columns,
     create_replica_columns,
     expire_tombstones_sql,
     merge_sql,
-    newest_truncates,
-    release_checkpoint,
     tombstones_sql,
     truncate_sql,
     typed_text,
