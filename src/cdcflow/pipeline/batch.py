@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -122,6 +122,34 @@ class Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
     reports: list[BatchReport] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What every step of one batch shares: the batch's session and id, whether the batch
+    may be a replay of one already committed (``check``: internal writes that are not
+    idempotent look themselves up), when it started, its stage clock and the dead letters
+    gathered so far (written at the end)."""
+
+    spark: SparkSession
+    batch_id: int
+    check: bool
+    started: float
+    clock: StageClock = field(default_factory=StageClock)
+    dead: list[DataFrame] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BatchWork:
+    """What the batch writes once planned and staged: its events and their metadata, the
+    tables' plans, the staged rows and their counts, and the consistency hold's result."""
+
+    events: DataFrame
+    meta: BatchMeta
+    plans: Sequence[TablePlan]
+    stage: BatchStage | None
+    stats: Mapping[str, TableStats]
+    hold: HoldResult | None
 
 
 class BatchRunner:
@@ -250,8 +278,9 @@ class BatchRunner:
                 return
         self.skipped = self._skipped(spark, batch_id)
         decoded = self._columns(self._frame(df)).persist()
+        ctx = BatchContext(spark, batch_id, check, started)
         try:
-            report = self._process(spark, decoded, batch_id, check, started)
+            report = self._process(ctx, decoded)
         finally:
             decoded.unpersist()
         self.first_batch = False
@@ -440,53 +469,41 @@ class BatchRunner:
 
     # ------------------------------------------------------------------ a batch
 
-    def _process(
-        self, spark: SparkSession, decoded: DataFrame, batch_id: int, check: bool, started: float
-    ) -> BatchReport:
-        clock = StageClock()
+    def _process(self, ctx: BatchContext, decoded: DataFrame) -> BatchReport:
+        spark, clock = ctx.spark, ctx.clock
         meta = BatchMeta()
         with clock.stage("decode"):
             meta.add(aggregate(spark, decoded))
-            empty = self._empty_files(spark, meta.origins, batch_id)
+            empty = self._empty_files(spark, meta.origins, ctx.batch_id)
             if empty is not None:
                 meta.add(aggregate(spark, empty))
                 decoded = decoded.unionByName(empty)
         valid = decoded.where("error_code IS NULL")
         events = valid.where(f"NOT (operation <=> '{SEGMENT}')")
-        dead: list[DataFrame] = []
         if meta.rejected:
-            dead.append(
-                rejected_rows(decoded.where("error_code IS NOT NULL"), self.pipeline_id, batch_id)
-            )
+            rejected = decoded.where("error_code IS NOT NULL")
+            ctx.dead.append(rejected_rows(rejected, self.pipeline_id, ctx.batch_id))
         seg: SegmentResult | None = None
         hold: HoldResult | None = None
         try:
             if meta.segments or self.segment_stage.has_pending(spark):
                 with clock.stage("segments"):
-                    seg, events = self._segments(spark, valid, events, meta, dead, batch_id, check)
+                    seg, events = self._segments(ctx, valid, events, meta)
             if self.hold_stage is not None:
                 with clock.stage("hold"):
-                    hold, events, meta = self._hold(spark, events, meta, batch_id, check)
-            return self._apply(
-                spark, events, meta, dead, seg, hold, batch_id, check, started, clock
-            )
+                    hold, events, meta = self._hold(ctx, events, meta)
+            return self._apply(ctx, events, meta, seg, hold)
         finally:
             if seg is not None:
                 seg.release()
 
     def _segments(
-        self,
-        spark: SparkSession,
-        valid: DataFrame,
-        events: DataFrame,
-        meta: BatchMeta,
-        dead: list[DataFrame],
-        batch_id: int,
-        check: bool,
+        self, ctx: BatchContext, valid: DataFrame, events: DataFrame, meta: BatchMeta
     ) -> tuple[SegmentResult, DataFrame]:
+        spark, batch_id = ctx.spark, ctx.batch_id
         self.catalog.ensure_table(spark, self.internal, SEGMENTS, SEGMENT_FIELDS)
         seg = self.segment_stage.run(
-            spark, valid.where(f"operation = '{SEGMENT}'"), batch_id, check
+            spark, valid.where(f"operation = '{SEGMENT}'"), batch_id, ctx.check
         )
         for st in seg.statements:
             self.writer.run(spark, st, batch_id)
@@ -496,34 +513,36 @@ class BatchRunner:
             meta.add(aggregate(spark, whole))
         if seg.rejected:
             rejected = assembled.where("error_code IS NOT NULL")
-            dead.append(rejected_rows(rejected, self.pipeline_id, batch_id))
+            ctx.dead.append(rejected_rows(rejected, self.pipeline_id, batch_id))
         if seg.dead_groups or seg.late:
-            dead.append(seg.dead)
+            ctx.dead.append(seg.dead)
         return seg, events.unionByName(whole)
 
     def _hold(
-        self, spark: SparkSession, events: DataFrame, meta: BatchMeta, batch_id: int, check: bool
+        self, ctx: BatchContext, events: DataFrame, meta: BatchMeta
     ) -> tuple[HoldResult, DataFrame, BatchMeta]:
         assert self.hold_stage is not None
+        spark = ctx.spark
         if meta.ops.get("RESOLVED"):
-            self._watermarks(spark, events, batch_id)
+            self._watermarks(ctx, events)
         self.catalog.ensure_table(spark, self.internal, HELD, held_fields())
-        hold = self.hold_stage.run(spark, events, batch_id)
+        hold = self.hold_stage.run(spark, events, ctx.batch_id)
         try:
             for st in hold.statements:
-                self.writer.run(spark, st, batch_id)
+                self.writer.run(spark, st, ctx.batch_id)
         finally:
             hold.release()
         released = BatchMeta(segments=meta.segments, rejected=meta.rejected)
         released.add(aggregate(spark, hold.events))
         return hold, hold.events, released
 
-    def _watermarks(self, spark: SparkSession, events: DataFrame, batch_id: int) -> Written:
+    def _watermarks(self, ctx: BatchContext, events: DataFrame) -> Written:
+        spark = ctx.spark
         self.catalog.ensure_table(spark, self.internal, WATERMARKS, WATERMARK_FIELDS)
         ident = self.catalog.ident(self.internal, WATERMARKS)
-        sql = watermarks_sql(spark, ident, events, batch_id, self.source)
+        sql = watermarks_sql(spark, ident, events, ctx.batch_id, self.source)
         return self.writer.run(
-            spark, Statement(self.internal, WATERMARKS, "watermarks", sql), batch_id
+            spark, Statement(self.internal, WATERMARKS, "watermarks", sql), ctx.batch_id
         )
 
     # ------------------------------------------------------------------ plan
@@ -621,17 +640,13 @@ class BatchRunner:
 
     def _apply(
         self,
-        spark: SparkSession,
+        ctx: BatchContext,
         events: DataFrame,
         meta: BatchMeta,
-        dead: list[DataFrame],
         seg: SegmentResult | None,
         hold: HoldResult | None,
-        batch_id: int,
-        check: bool,
-        started: float,
-        clock: StageClock,
     ) -> BatchReport:
+        spark, clock = ctx.spark, ctx.clock
         workers = max(1, self.cfg.parallel_tables)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             with clock.stage("plan"):
@@ -650,28 +665,16 @@ class BatchRunner:
                             stage.stage(tombs)
                         stats = stage.stats()
                     if any(s.rejected for s in stats.values()):
-                        dead.append(stage.rejected(self.pipeline_id, batch_id))
-                outcomes = self._write(
-                    spark,
-                    pool,
-                    plans,
-                    stage,
-                    stats,
-                    events,
-                    meta,
-                    dead,
-                    hold,
-                    batch_id,
-                    check,
-                    clock,
-                )
+                        ctx.dead.append(stage.rejected(self.pipeline_id, ctx.batch_id))
+                work = BatchWork(events, meta, plans, stage, stats, hold)
+                outcomes = self._write(ctx, pool, work)
             finally:
                 if stage is not None:
                     stage.release()
         dead_n = 0
         with clock.stage("dead_letters"):
-            if dead:
-                dead_n = self._dead_letters(spark, dead, batch_id, check)
+            if ctx.dead:
+                dead_n = self._dead_letters(ctx)
         # every message that gave no event and ends as a dead letter counts as one event
         unread = meta.rejected
         if seg is not None:
@@ -682,7 +685,7 @@ class BatchRunner:
         conflicts = sum(o.conflicts for o in outcomes)
         stale = sum(o.stale for o in outcomes)
         report = BatchReport(
-            batch_id=batch_id,
+            batch_id=ctx.batch_id,
             events=total,
             operations=dict(meta.ops),
             duplicates=duplicates,
@@ -693,7 +696,7 @@ class BatchRunner:
             undelivered=max(0, dead_n - dead_input) if self.cfg.outputs else 0,
             source=self.src.name,
             tables={o.table: o.events for o in outcomes},
-            seconds=time.time() - started,
+            seconds=time.time() - ctx.started,
             outcomes=tuple(outcomes),
             segments=meta.segments,
             reassembled=seg.complete if seg is not None else 0,
@@ -703,46 +706,34 @@ class BatchRunner:
             skipped=dict(self.skipped),
         )
         with clock.stage("history"):
-            self._history(spark, report, started, clock)
+            self._history(ctx, report)
         return BatchReport(**{**report.__dict__, "stages": dict(clock.seconds)})
 
     def _write(
-        self,
-        spark: SparkSession,
-        pool: ThreadPoolExecutor,
-        plans: Sequence[TablePlan],
-        stage: BatchStage | None,
-        stats: dict[str, TableStats],
-        events: DataFrame,
-        meta: BatchMeta,
-        dead: list[DataFrame],
-        hold: HoldResult | None,
-        batch_id: int,
-        check: bool,
-        clock: StageClock,
+        self, ctx: BatchContext, pool: ThreadPoolExecutor, work: BatchWork
     ) -> list[TableOutcome]:
         """Every table's writes and the internal tables', concurrently."""
         phase = time.perf_counter()
+        stage, meta = work.stage, work.meta
         tables: list[tuple[TablePlan, Future[tuple[TableOutcome, float]]]] = []
         internal: list[Future[Written]] = []
         if stage is not None:
             log: Future[Written] | None = None
             if stage.winners_view is not None:
                 # submitted first, so it runs before the history tables that wait for it
-                log = pool.submit(self._history_log, spark, stage, batch_id)
+                log = pool.submit(self._history_log, ctx, stage)
                 internal.append(log)
-            for plan in plans:
-                events_of = meta.tables[plan.target].events
-                job = pool.submit(self._table, spark, plan, events_of, stage, stats, batch_id, log)
+            for plan in work.plans:
+                job = pool.submit(self._table, ctx, work, plan, log)
                 tables.append((plan, job))
             merged = {p.target for p in stage.merge}
-            if any(s.deletes for t, s in stats.items() if t in merged):
-                internal.append(pool.submit(self._tombstones, spark, stage, batch_id, check))
-        if meta.ops.get("RESOLVED") and hold is None:
-            internal.append(pool.submit(self._watermarks, spark, events, batch_id))
+            if any(s.deletes for t, s in work.stats.items() if t in merged):
+                internal.append(pool.submit(self._tombstones, ctx, stage))
+        if meta.ops.get("RESOLVED") and work.hold is None:
+            internal.append(pool.submit(self._watermarks, ctx, work.events))
         outputs: Future[list[DataFrame]] | None = None
         if self.cfg.outputs:
-            outputs = pool.submit(self._outputs, spark, events, batch_id)
+            outputs = pool.submit(self._outputs, ctx, work.events)
         outcomes: list[TableOutcome] = []
         merge_done = internal_done = phase
         for _plan, future in tables:
@@ -753,36 +744,35 @@ class BatchRunner:
             written.result()
             internal_done = max(internal_done, time.perf_counter())
         if tables:
-            clock.add("merge", merge_done - phase)
+            ctx.clock.add("merge", merge_done - phase)
         if internal:
-            clock.add("internal", internal_done - phase)
+            ctx.clock.add("internal", internal_done - phase)
         if outputs is not None:
-            dead.extend(outputs.result())
-            clock.add("outputs", time.perf_counter() - phase)
+            ctx.dead.extend(outputs.result())
+            ctx.clock.add("outputs", time.perf_counter() - phase)
         return outcomes
 
     def _table(
         self,
-        spark: SparkSession,
+        ctx: BatchContext,
+        work: BatchWork,
         plan: TablePlan,
-        events: int,
-        stage: BatchStage,
-        stats: dict[str, TableStats],
-        batch_id: int,
         log: Future[Written] | None = None,
     ) -> tuple[TableOutcome, float]:
         """One table's statements, in order: a truncate, then the merge (or changelog); for
-        an scd2 table, its versions once the history log holds the batch (``log``).
-        ``events``: the table's events in the batch."""
+        an scd2 table, its versions once the history log holds the batch (``log``)."""
         started = time.perf_counter()
-        s = stats.get(plan.target, TableStats())
+        spark, batch_id, stage = ctx.spark, ctx.batch_id, work.stage
+        assert stage is not None
+        events = work.meta.tables[plan.target].events
+        s = work.stats.get(plan.target, TableStats())
         rejected = sum((s.rejected or {}).values())
         ident = self.catalog.ident(self.namespace, plan.name)
         stale = 0
         if plan.mode == "scd2":
             if plan.keys is not None and s.live and log is not None:
                 log.result()
-                self._versions(spark, plan, stage, batch_id)
+                self._versions(ctx, plan, stage)
             outcome = TableOutcome(
                 plan.name,
                 "scd2",
@@ -833,21 +823,22 @@ class BatchRunner:
         )
         return outcome, time.perf_counter()
 
-    def _history_log(self, spark: SparkSession, stage: BatchStage, batch_id: int) -> Written:
+    def _history_log(self, ctx: BatchContext, stage: BatchStage) -> Written:
         """Record the batch's events of the scd2 tables (idempotent: a replay adds nothing)."""
+        spark = ctx.spark
         self.catalog.ensure_table(
             spark, self.internal, HISTORY_LOG, HISTORY_LOG_FIELDS, partitioned_by="target"
         )
         ident = self.catalog.ident(self.internal, HISTORY_LOG)
         sql = log_merge_sql(ident, stage.history_log_source(), [p.name for p in stage.history])
-        return self.writer.run(spark, Statement(self.internal, HISTORY_LOG, "log", sql), batch_id)
+        st = Statement(self.internal, HISTORY_LOG, "log", sql)
+        return self.writer.run(spark, st, ctx.batch_id)
 
-    def _versions(
-        self, spark: SparkSession, plan: TablePlan, stage: BatchStage, batch_id: int
-    ) -> Written:
+    def _versions(self, ctx: BatchContext, plan: TablePlan, stage: BatchStage) -> Written:
         """Recompute the versions of the keys the batch touched and make the history table
         hold exactly them."""
         assert stage.winners_view is not None
+        spark = ctx.spark
         log = self.catalog.ident(self.internal, HISTORY_LOG)
         touched = touched_sql(stage.winners_view, log, plan, plan.meta.ops.get("TRUNCATE", 0) > 0)
         versions = spark.sql(versions_sql(log, touched, plan)).localCheckpoint(eager=True)
@@ -855,28 +846,26 @@ class BatchRunner:
             ident = self.catalog.ident(self.namespace, plan.name)
             sql = history_merge_sql(ident, plan, view(versions, "versions"), touched)
             return self.writer.run(
-                spark, Statement(self.namespace, plan.name, "versions", sql), batch_id
+                spark, Statement(self.namespace, plan.name, "versions", sql), ctx.batch_id
             )
         finally:
             release_checkpoint(versions)
 
-    def _tombstones(
-        self, spark: SparkSession, stage: BatchStage, batch_id: int, check: bool
-    ) -> Written:
+    def _tombstones(self, ctx: BatchContext, stage: BatchStage) -> Written:
+        spark = ctx.spark
         self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_FIELDS)
         ident = self.catalog.ident(self.internal, TOMBSTONES)
         sql = tombstones_sql(ident, stage.deletes_source())
         st = Statement(self.internal, TOMBSTONES, "tombstones", sql, once=True)
-        return self.writer.run(spark, st, batch_id, check)
+        return self.writer.run(spark, st, ctx.batch_id, ctx.check)
 
-    def _outputs(self, spark: SparkSession, events: DataFrame, batch_id: int) -> list[DataFrame]:
+    def _outputs(self, ctx: BatchContext, events: DataFrame) -> list[DataFrame]:
         from cdcflow.outputs.stream import emit
 
-        return emit(events, list(self.cfg.outputs), self.pipeline_id, batch_id)
+        return emit(events, list(self.cfg.outputs), self.pipeline_id, ctx.batch_id)
 
-    def _dead_letters(
-        self, spark: SparkSession, dead: list[DataFrame], batch_id: int, check: bool
-    ) -> int:
+    def _dead_letters(self, ctx: BatchContext) -> int:
+        spark, dead = ctx.spark, ctx.dead
         rows = dead[0]
         for d in dead[1:]:
             rows = rows.unionByName(d)
@@ -891,12 +880,11 @@ class BatchRunner:
             once=True,
             report=True,
         )
-        written = self.writer.run(spark, st, batch_id, check)
+        written = self.writer.run(spark, st, ctx.batch_id, ctx.check)
         return written.count("added-records")
 
-    def _history(
-        self, spark: SparkSession, report: BatchReport, started: float, clock: StageClock
-    ) -> None:
+    def _history(self, ctx: BatchContext, report: BatchReport) -> None:
+        spark, clock = ctx.spark, ctx.clock
         self.catalog.ensure_table(spark, self.internal, BATCHES, HISTORY_FIELDS)
         ident = self.catalog.ident(self.internal, BATCHES)
         ops = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.operations.items())
@@ -908,7 +896,7 @@ class BatchRunner:
                                  duplicates, conflicts, stale, dead_lettered, tables, seconds,
                                  stages, source, applied, undelivered, skipped)
             SELECT {lit(self.pipeline_id)}, {report.batch_id},
-              timestamp_millis({int(started * 1000)}), current_timestamp(), {report.events},
+              timestamp_millis({int(ctx.started * 1000)}), current_timestamp(), {report.events},
               {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
               {report.duplicates}, {report.conflicts}, {report.stale}, {report.dead_lettered},
               {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
