@@ -1,5 +1,6 @@
 """What a batch needs from each target table: pure decisions from the batch's metadata, the
-table's current state and the configuration (no Spark).
+table's current state and its settings (:class:`TableSettings`, built once from the
+configuration; no Spark).
 
 For each target a :class:`TablePlan` says how it is written (merge, append or scd2), under which
 keys, which columns it gains or widens, which events the engine rejects (type conflicts,
