@@ -25,6 +25,7 @@ from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.renderers import renderer_names
 from cdcflow.testing.workload import Workload
+from cdcflow.types.canonical import canonical_type_sql, is_valid_type
 from tests import api_job
 from tests.kafka_shaped import kafka_batch, kafka_rendering, reference, same
 from tests.processes import pipeline_config
@@ -122,6 +123,48 @@ def test_raw_shapes_and_canonical_events(spark: Any) -> None:
     with pytest.raises(RawShapeError) as e:
         raw_shape(spark.createDataFrame([(1, 2)], "a int, b int"))
     assert str(e.value) == "[RAW_SHAPE] not a DataFrame of raw messages (columns: a int, b int)"
+
+
+def test_canonical_events_with_a_type_that_is_not_canonical_are_dead_letters(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A canonical event given through the API whose ``types`` name a type cdcflow does not
+    have (``varchar(10)``) is a ``BAD_TYPE`` dead letter; the batch's other events are applied
+    and the name never reaches the table's DDL."""
+    rows = [
+        ("users", "INSERT", "1", {"id": "1"}, {"id": "1", "name": "a"}, {"id": "bigint"}),
+        ("users", "INSERT", "2", {"id": "2"}, {"id": "2", "x": "b"}, {"x": "varchar(10)"}),
+        ("users", "INSERT", "3", {"id": "3"}, {"id": "3", "name": "c"}, {"id": "bigint"}),
+    ]
+    events = spark.createDataFrame(
+        rows,
+        "table string, operation string, sequence string, key map<string,string>, "
+        "after map<string,string>, types map<string,string>",
+    )
+    settings: dict[str, Any] = {
+        "checkpoint": str(tmp_path / "chk"),
+        "namespace": "api_types",
+        "keys": ["id"],
+    }
+    with cdc.foreach_batch(spark=spark, **settings) as apply:
+        apply(events, 0)
+    pipe = cdc.pipeline(spark=spark, **settings)
+    (dead,) = pipe.dead_letters().collect()
+    assert dead["error_code"] == "BAD_TYPE"
+    assert dead["error_message"].startswith(
+        'types of table users not canonical ({"x":"varchar(10)"}); canonical types are '
+    )
+    assert orjson.loads(dead["raw"])["after"] == {"id": "2", "x": "b"}
+    table = pipe.table("users")
+    assert sorted(r["id"] for r in table.collect()) == [1, 3]
+    assert "x" not in table.columns
+    # the Spark check says what the decoder's says, name by name
+    names = ["string", "decimal(10, 2)", "array<array<decimal(5,5)>>", "varchar(10)"]
+    names += ["decimal(39,2)", "decimal(5,6)", "decimal(010,2)", "array<int", "int>", "smallint"]
+    said = spark.createDataFrame([(n,) for n in names], "t string").selectExpr(
+        "t", f"{canonical_type_sql('t')} AS ok"
+    )
+    assert {r["t"]: r["ok"] for r in said.collect()} == {n: is_valid_type(n) for n in names}
 
 
 def test_apply_as_deletes_marks_row_events_of_the_tables_named(spark: Any) -> None:

@@ -23,8 +23,9 @@ DS = b'{"source_metadata":{"table":"t"},"payload":{"id":%s}}'
 
 #: Poison files (name → bytes) and the dead letters each must give.
 POISON: dict[str, tuple[bytes, list[str]]] = {
-    # the probe's 71-byte message that used to stop the pipeline for good
-    "poison/unsigned.json": (DS % b"18446744073709551615", ["BAD_VALUE"]),
+    # the probe's 71-byte message that used to stop the pipeline for good: its id, beyond 64
+    # bits, is a decimal(38,0), and table t has no key known
+    "poison/unsigned.json": (DS % b"18446744073709551615", ["KEY_UNKNOWN"]),
     "poison/lines.jsonl": (
         b"garbage\n"
         + DS % (b"[" * 300 + b"]" * 300)

@@ -19,7 +19,7 @@ _PACKAGE = Path(cdcflow.__file__).parent
 
 
 def test_the_submit_file_runs_the_command_line_when_run_as_a_file() -> None:
-    # run as a file, its folder (with cdcflow's types.py) would shadow the standard library
+    # run as a file, its folder (with cdcflow's types package) would shadow the standard library
     proc = subprocess.run(
         [sys.executable, cdcflow.submit.__file__, "--help"], capture_output=True, text=True
     )

@@ -23,7 +23,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     # Run as a file, its own folder comes first on the module path, and cdcflow's modules there
-    # (types.py, …) would shadow the standard library's.
+    # (the types package, …) would shadow the standard library's.
     here = os.path.realpath(os.path.dirname(__file__))
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
     sys.exit(main())

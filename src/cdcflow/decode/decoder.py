@@ -22,11 +22,15 @@ from cdcflow.transports import AVRO, JSON, KAFKA, kafka, transport_of_file
 from cdcflow.transports.json import parse
 from cdcflow.transports.limits import Limits, check_size
 from cdcflow.transports.message import Framed, RawMessage, Unreadable
+from cdcflow.types.canonical import CANONICAL_TYPES_TEXT, is_valid_type
 
 #: Code of a rejection for an exception no parser path foresaw (the last line of defence).
 DECODER_ERROR = "DECODER_ERROR"
 #: Code of a message that is not one of its dialect's at all.
 NOT_AN_EVENT = "NOT_AN_EVENT"
+#: Code of a message whose events declare a column type that is not a canonical type (also
+#: the code of a configured type the source's type table cannot read).
+BAD_TYPE = "BAD_TYPE"
 
 
 def unexpected(exc: BaseException, raw: bytes, dialect: str | None = None) -> Rejection:
@@ -287,14 +291,39 @@ def _peek(msg: RawMessage) -> Any:
 
 
 def _outcome(msg: RawMessage, results: list[Any]) -> Outcome:
+    """What a dialect gave for a message; a message whose events declare a type that is not
+    canonical is rejected whole (``BAD_TYPE``), so such a type never reaches a table."""
     events: list[dict[str, Any]] = []
     rejections: list[Rejection] = []
     segments: list[Segment] = []
     for r in results:
         if type(r) is dict:
+            bad = bad_types(r.get("types"))
+            if bad:
+                return Outcome(msg, [], [_bad_type(msg, r, bad)])
             events.append(r)
         elif isinstance(r, Rejection):
             rejections.append(r)
         else:
             segments.append(r)
     return Outcome(msg, events, rejections, segments)
+
+
+def bad_types(types: Any) -> dict[str, Any]:
+    """The columns of an event's ``types`` whose type is not a canonical type name."""
+    if not types:
+        return {}
+    if not isinstance(types, dict):
+        return {"": types}
+    return {c: t for c, t in types.items() if not (isinstance(t, str) and is_valid_type(t))}
+
+
+def _bad_type(msg: RawMessage, ev: dict[str, Any], bad: dict[str, Any]) -> Rejection:
+    table = ev.get("table")
+    named = ", ".join(f"{c!r}: {t!r}" for c, t in sorted(bad.items(), key=lambda ct: ct[0]))
+    return Rejection(
+        BAD_TYPE,
+        f"types of table {table!r} not canonical ({named}); {CANONICAL_TYPES_TEXT}",
+        msg.data,
+        dialect=ev.get("dialect"),
+    )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from cdcflow.decode.columns import SEGMENT, Columns, arrow_schema, columnar_batch
-from cdcflow.decode.decoder import Decoder, Outcome, unexpected
+from cdcflow.decode.decoder import BAD_TYPE, Decoder, Outcome, unexpected
 from cdcflow.decode.segments import Piece, assess
 from cdcflow.dialects.base import Columnar, DialectOptions, Rejection
 from cdcflow.errors import ConfigError, DecodeError
@@ -28,6 +28,7 @@ from cdcflow.spark.sql import lit, q
 from cdcflow.transports import avro, kafka
 from cdcflow.transports.limits import Limits
 from cdcflow.transports.message import KafkaCoordinates, RawMessage
+from cdcflow.types.canonical import CANONICAL_TYPES_TEXT, canonical_type_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -583,7 +584,7 @@ def decoded_frame(df: DataFrame) -> DataFrame:
         )
     found_types = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
     if found_types == list(SPARK_COLUMNS):
-        return df
+        return _types_checked(df)
     types = dict(found_types)
     exprs = []
     for name, spark_type in SPARK_COLUMNS:
@@ -596,7 +597,28 @@ def decoded_frame(df: DataFrame) -> DataFrame:
             exprs.append(f"to_json({q(name)}) AS {q(name)}")
         else:
             exprs.append(f"CAST({q(name)} AS {spark_type}) AS {q(name)}")
-    return df.selectExpr(*exprs)
+    return _types_checked(df.selectExpr(*exprs))
+
+
+def _types_checked(frame: DataFrame) -> DataFrame:
+    """Canonical events whose ``types`` hold a name that is not a canonical type become
+    ``BAD_TYPE`` rejections (``raw``: the event as JSON), as the decoder rejects such events,
+    so the name never reaches a table's DDL."""
+    bad = f"map_filter(types, (_c, _t) -> NOT {canonical_type_sql('_t')})"
+    cond = f"error_code IS NULL AND types IS NOT NULL AND cardinality({bad}) > 0"
+    message = (
+        f"concat('types of table ', coalesce(`table`, 'null'), ' not canonical (', "
+        f"to_json({bad}), '); ', {lit(CANONICAL_TYPES_TEXT)})"
+    )
+    event = ", ".join(q(f) for f in FIELDS)
+    checked = {
+        "error_code": f"CASE WHEN {cond} THEN {lit(BAD_TYPE)} ELSE error_code END",
+        "error_message": f"CASE WHEN {cond} THEN {message} ELSE error_message END",
+        "raw": f"CASE WHEN {cond} THEN CAST(to_json(struct({event})) AS binary) ELSE raw END",
+    }
+    return frame.selectExpr(
+        *(f"{checked[c]} AS {q(c)}" if c in checked else q(c) for c in frame.columns)
+    )
 
 
 def _absent(name: str, spark_type: str, present: Mapping[str, str]) -> str:

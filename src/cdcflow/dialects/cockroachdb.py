@@ -902,7 +902,7 @@ class CockroachDbDialect(Dialect):
                 return _json_text(value)
             if isinstance(value, float):
                 value = Decimal(repr(value))
-            inferred = _infer(value)
+            inferred = infer_type(value) or "json"
             if inferred is not None:
                 row_types.setdefault(col, inferred)
             return self.keep(value)
@@ -1079,28 +1079,6 @@ def _connect_type(col: Mapping[str, Any]) -> str:
     if name in _CONNECT_NAMED:
         return _CONNECT_NAMED[name]
     return _CONNECT_TYPES.get(str(col.get("type", "")).lower(), "string")
-
-
-def _infer(value: Any) -> str | None:
-    """A JSON value's canonical type: fractions are decimals sized from the literal, integers
-    beyond 64 bits decimals."""
-    if isinstance(value, Decimal):
-        return decimal_literal_type(value)
-    if type(value) is int and not -(1 << 63) <= value < (1 << 63):
-        return "decimal(38,0)"
-    return infer_type(value) or "json"
-
-
-def decimal_literal_type(value: Decimal) -> str:
-    """``decimal(p,s)`` for a number written with a fraction: ``s`` its fractional digits,
-    ``p`` = ``s`` + at least 20 integer digits (so an integer column's values and other
-    magnitudes of the same scale fit one column type)."""
-    _, digits, exp = value.as_tuple()
-    if not isinstance(exp, int):
-        return "decimal(38,18)"
-    scale = max(0, -exp)
-    int_digits = max(0, len(digits) + exp)
-    return decimal_type(scale + max(int_digits, 20), scale)
 
 
 def _json_text(value: Any) -> str:

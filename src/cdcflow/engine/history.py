@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from cdcflow.engine.plan import TablePlan
 from cdcflow.iceberg.layouts import VALIDITY
 from cdcflow.spark.sql import lit, q
-from cdcflow.types import spark_from_wire, spark_type
+from cdcflow.types.canonical import spark_from_wire, spark_type, storage_type
 
 _CLOSES = "('DELETE', 'TRUNCATE')"
 #: Key of the log rows of a ``TRUNCATE`` (keys are JSON arrays: ``[`` never starts this).
@@ -217,7 +217,7 @@ def history_merge_sql(ident: str, plan: TablePlan, versions: str, touched: str) 
     gone_cols = ", ".join(
         [
             *(f"h.{q(k)}" for k in keys),
-            *(f"CAST(NULL AS {spark_type(plan.schema.types[c])}) AS {q(c)}" for c in data),
+            *(f"CAST(NULL AS {storage_type(plan.schema.types[c])}) AS {q(c)}" for c in data),
             "h.__START_AT",
             *(f"CAST(NULL AS {t}) AS {n}" for n, t in VALIDITY[1:]),
             "h._cdc",

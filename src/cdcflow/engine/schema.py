@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from cdcflow.types import decimal_type, parse_decimal_type, spark_type, widen
+from cdcflow.types.canonical import decimal_type, parse_decimal_type, storage_type, widen
 
 #: Integer types as the decimal of the digits they hold.
 _INT_DIGITS = {"int": 10, "bigint": 19}
@@ -27,7 +27,7 @@ def holds(column: str, value: str) -> bool:
     """Whether a column of canonical type ``column`` stores values of type ``value`` exactly."""
     if column == value:
         return True
-    if spark_type(column) == spark_type(value) == "string":
+    if storage_type(column) == storage_type(value) == "string":
         return True
     if column == "double" and value in ("int", "bigint", "float"):
         return True
@@ -49,7 +49,7 @@ def unify(a: str, b: str) -> str | None:
     both, integers and floating point as ``double``, text types as ``string``."""
     if a == b:
         return a
-    if spark_type(a) == spark_type(b) == "string":
+    if storage_type(a) == storage_type(b) == "string":
         return "string"
     if a.startswith("array<") and b.startswith("array<"):
         inner = unify(a[6:-1], b[6:-1])

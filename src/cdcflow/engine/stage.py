@@ -36,7 +36,7 @@ from cdcflow.engine.history import log_source_sql, winners_sql
 from cdcflow.engine.meta import KEY_VALUES, ROW_OPERATIONS, SHAPE_KEY
 from cdcflow.engine.plan import TablePlan
 from cdcflow.spark.sql import lit, lit_or_null, q, string_array, string_map
-from cdcflow.types import spark_from_wire, spark_type
+from cdcflow.types.canonical import spark_from_wire, spark_type, storage_type
 
 _ROW_OPS = "(" + ", ".join(lit(o) for o in ROW_OPERATIONS) + ")"
 _KEYED_OPS = "(" + ", ".join(lit(o) for o in (*ROW_OPERATIONS, "TRUNCATE")) + ")"
@@ -50,7 +50,7 @@ _EMPTY_MAP = "CAST(map() AS map<string,string>)"
 def normalise(value: str, t: str) -> str:
     """SQL turning a wire string into the canonical text of its typed value (``1.50`` in a
     ``decimal(10,1)`` column is ``1.5``), so equal keys compare equal as text."""
-    st = spark_type(t)
+    st = storage_type(t)
     if t in ("string", "uuid", "json", "time"):
         return value
     if t == "binary":

@@ -1,30 +1,9 @@
-"""Typed values: canonical column types, per-source type tables, and value conversion.
-
-A canonical event carries typed row images (``before``/``after``/``key``) and, in ``types``, the
-canonical type of each column. Canonical type names are Spark SQL names plus a few logical names
-that Iceberg stores as strings or structs:
-
-=====================  ==================================  ===================================
-canonical type         Python value                        Iceberg / Spark column
-=====================  ==================================  ===================================
-``boolean``            ``bool``                            boolean
-``int`` ``bigint``     ``int``                             int / bigint
-``float`` ``double``   ``float``                           float / double
-``decimal(p,s)``       ``decimal.Decimal``                 decimal(p,s)
-``string``             ``str``                             string
-``binary``             ``bytes``                           binary
-``date``               ``datetime.date``                   date
-``timestamp``          aware ``datetime`` (UTC)            timestamp (with zone, UTC)
-``timestamp_ntz``      naive ``datetime``                  timestamp_ntz (wall clock)
-``time``               ``str`` ``HH:MM:SS[.ffffff]``       string (Spark has no time type)
-``uuid``               ``str`` (lower case)                string
-``json``               ``str`` (JSON text)                 string
-``array<T>``           ``list``                            array<T>
-``point``              ``{"x": float, "y": float}``        struct<x:double,y:double>
-=====================  ==================================  ===================================
+"""Typed values: conversion of wire values to canonical types, the type of a JSON value, and
+the wire strings of typed values.
 
 Inside Spark, a row image is a ``map<string,string>`` whose values are the *wire strings* of
-:func:`to_wire` (casts back to the column type are plain Spark SQL, see :func:`spark_type`).
+:func:`to_wire` (casts back to the column type are plain Spark SQL, see
+:func:`cdcflow.types.canonical.spark_from_wire`).
 """
 
 from __future__ import annotations
@@ -35,122 +14,22 @@ import datetime as dt
 import math
 import re
 import uuid as uuidlib
-from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
 import orjson
 
-UTC = dt.UTC
-
-DEFAULT_DECIMAL = "decimal(38,18)"
-_DECIMAL_RE = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
-_ARRAY_RE = re.compile(r"^array<(.+)>$")
-
-SCALAR_TYPES = frozenset(
-    {
-        "boolean",
-        "int",
-        "bigint",
-        "float",
-        "double",
-        "string",
-        "binary",
-        "date",
-        "timestamp",
-        "timestamp_ntz",
-        "time",
-        "uuid",
-        "json",
-        "point",
-    }
+from cdcflow.types.canonical import (
+    _ARRAY_RE,
+    DEFAULT_DECIMAL,
+    MAX_PRECISION,
+    ValueTypeError,
+    decimal_type,
+    parse_decimal_type,
 )
 
-
-class ValueTypeError(ValueError):
-    """A wire value does not parse as its declared type."""
-
-
-# --------------------------------------------------------------------------- canonical types
-
-
-def decimal_type(precision: int, scale: int) -> str:
-    """Canonical name of a decimal type, clamped to Iceberg's maximum precision of 38."""
-    if precision > 38:
-        precision = 38
-    if scale > precision:
-        scale = precision
-    return f"decimal({precision},{scale})"
-
-
-@lru_cache(maxsize=1024)
-def parse_decimal_type(t: str) -> tuple[int, int] | None:
-    """``decimal(p,s)`` → (p, s), else ``None``."""
-    m = _DECIMAL_RE.match(t)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def is_valid_type(t: str) -> bool:
-    """Whether ``t`` is a canonical type name."""
-    if t in SCALAR_TYPES or parse_decimal_type(t):
-        return True
-    m = _ARRAY_RE.match(t)
-    return m is not None and is_valid_type(m.group(1))
-
-
-def spark_type(t: str) -> str:
-    """Spark SQL type used for a canonical type in a replica table."""
-    if t in ("time", "uuid", "json"):
-        return "string"
-    if t == "point":
-        return "struct<x:double,y:double>"
-    m = _ARRAY_RE.match(t)
-    if m:
-        return f"array<{spark_type(m.group(1))}>"
-    return t
-
-
-def spark_from_wire(expr: str, t: str) -> str:
-    """Spark SQL expression turning a wire string ``expr`` back into column type ``t``."""
-    st = spark_type(t)
-    if t in ("string", "time", "uuid", "json"):
-        return expr
-    if t == "binary":
-        return f"unbase64({expr})"
-    if t == "point" or t.startswith("array<"):
-        return f"from_json({expr}, '{st}')"
-    return f"cast({expr} as {st})"
-
-
-_INT_RANK = {"int": 1, "bigint": 2}
-_FLOAT_RANK = {"float": 1, "double": 2}
-
-
-def widen(old: str, new: str) -> str | None:
-    """The type a column must have to hold values of both ``old`` and ``new`` without loss,
-    limited to the widenings Iceberg allows (int→bigint, float→double, decimal precision up with
-    the same scale). ``None`` when no such safe type exists.
-    """
-    if old == new:
-        return old
-    if old in _INT_RANK and new in _INT_RANK:
-        return old if _INT_RANK[old] >= _INT_RANK[new] else new
-    if old in _FLOAT_RANK and new in _FLOAT_RANK:
-        return old if _FLOAT_RANK[old] >= _FLOAT_RANK[new] else new
-    do, dn = parse_decimal_type(old), parse_decimal_type(new)
-    if do and dn:
-        if do[1] != dn[1]:
-            return None
-        return old if do[0] >= dn[0] else new
-    if do and new in _INT_RANK:
-        # an integer fits a decimal column when the integer part has room for it
-        digits = 10 if new == "int" else 19
-        return old if do[0] - do[1] >= digits else None
-    # Same storage type (e.g. json stored in a string column): the column type stays.
-    if spark_type(old) == spark_type(new) == "string":
-        return old
-    return None
+UTC = dt.UTC
 
 
 # --------------------------------------------------------------------------- value parsing
@@ -475,25 +354,37 @@ def convert(value: Any, t: str) -> Any:
     raise ValueTypeError(f"unknown canonical type {t!r}")
 
 
-def infer_type(value: Any) -> str | None:
-    """Canonical type of a JSON-native value when the producer declares none.
+#: Digits a JSON number's integer part is given at least (a column of fractions also holds the
+#: column's integers and other magnitudes of the same scale: 20 digits hold every 64-bit one).
+INFERRED_INTEGER_DIGITS = 20
+_INT64 = 1 << 63
 
-    Booleans, integers (bigint), floats (double), text (string), objects and arrays (json).
-    ``None`` gives no type. Text is never guessed to be a timestamp or a number: declare the
-    column's type in the source configuration for that.
+
+def infer_type(value: Any) -> str | None:
+    """Canonical type of a JSON-native value when the producer declares none — the one rule
+    every dialect uses.
+
+    - booleans → ``boolean``; text → ``string`` (never guessed to be a timestamp or a number:
+      declare the column's type for that); objects and arrays → ``json``; bytes → ``binary``;
+      floats (a reader's binary floating point) → ``double``; ``None`` → no type;
+    - integers, and exact numbers without a fraction (``Decimal("12")``, ``1E+3``): ``bigint``
+      from -2^63 to 2^63-1, beyond it ``decimal(38,0)`` (an integer of more than 38 digits gets
+      that type too, and its value is rejected as not fitting it);
+    - exact numbers with a fraction (``Decimal("12.50")``): ``decimal(p,s)`` with ``s`` the
+      literal's fractional digits and ``p = s + max(20, its integer digits)``, at most 38 (so a
+      column's integers and fractions of one scale share a type). Beyond 38 digits the
+      precision stays 38 and the scale at most 38: the value is rejected when it does not fit.
     """
     if value is None:
         return None
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
-        return "bigint"
+        return _integer_type(value)
     if isinstance(value, float):
         return "double"
     if isinstance(value, Decimal):
-        exp = value.as_tuple().exponent
-        scale = max(0, -exp) if isinstance(exp, int) else 0
-        return decimal_type(38, min(scale, 18)) if scale else "bigint"
+        return _exact_number_type(value)
     if isinstance(value, str):
         return "string"
     if isinstance(value, (dict, list)):
@@ -501,6 +392,23 @@ def infer_type(value: Any) -> str | None:
     if isinstance(value, bytes):
         return "binary"
     return None
+
+
+def _integer_type(value: int) -> str:
+    return "bigint" if -_INT64 <= value < _INT64 else decimal_type(MAX_PRECISION, 0)
+
+
+def _exact_number_type(value: Decimal) -> str:
+    _, digits, exp = value.as_tuple()
+    if not isinstance(exp, int):  # NaN, infinity: no column type holds them
+        return DEFAULT_DECIMAL
+    if exp >= 0:
+        if exp + len(digits) <= 19:  # a cheap bound before building the integer
+            return _integer_type(int(value))
+        return decimal_type(MAX_PRECISION, 0)
+    scale = -exp
+    int_digits = max(0, len(digits) + exp)
+    return decimal_type(scale + max(int_digits, INFERRED_INTEGER_DIGITS), scale)
 
 
 # --------------------------------------------------------------------------- wire strings
@@ -659,351 +567,3 @@ def json_default(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(value).decode()
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
-# --------------------------------------------------------------------------- source type tables
-
-TypeMapper = Callable[[str], str]
-
-# Postgres, from the unified format's type-mapping table plus the usual aliases.
-POSTGRES: dict[str, str] = {
-    "smallint": "int",
-    "int2": "int",
-    "integer": "int",
-    "int": "int",
-    "int4": "int",
-    "serial": "int",
-    "bigint": "bigint",
-    "int8": "bigint",
-    "bigserial": "bigint",
-    "real": "float",
-    "float4": "float",
-    "double precision": "double",
-    "float8": "double",
-    "numeric": DEFAULT_DECIMAL,
-    "decimal": DEFAULT_DECIMAL,
-    "money": "decimal(19,2)",
-    "boolean": "boolean",
-    "bool": "boolean",
-    "text": "string",
-    "varchar": "string",
-    "character varying": "string",
-    "char": "string",
-    "character": "string",
-    "bpchar": "string",
-    "name": "string",
-    "citext": "string",
-    "timestamp": "timestamp_ntz",
-    "timestamp without time zone": "timestamp_ntz",
-    "timestamptz": "timestamp",
-    "timestamp with time zone": "timestamp",
-    "date": "date",
-    "time": "time",
-    "time without time zone": "time",
-    "timetz": "string",
-    "time with time zone": "string",
-    "interval": "string",
-    "uuid": "uuid",
-    "json": "json",
-    "jsonb": "json",
-    "bytea": "binary",
-    "inet": "string",
-    "cidr": "string",
-    "macaddr": "string",
-    "point": "point",
-    "xml": "string",
-}
-
-# MySQL, from the unified format's type-mapping table plus the usual aliases.
-MYSQL: dict[str, str] = {
-    "tinyint(1)": "boolean",
-    "bool": "boolean",
-    "boolean": "boolean",
-    "tinyint": "int",
-    "smallint": "int",
-    "mediumint": "int",
-    "int": "int",
-    "integer": "int",
-    "bigint": "bigint",
-    "float": "float",
-    "double": "double",
-    "real": "double",
-    "decimal": "decimal(10,0)",
-    "numeric": "decimal(10,0)",
-    "char": "string",
-    "varchar": "string",
-    "tinytext": "string",
-    "text": "string",
-    "mediumtext": "string",
-    "longtext": "string",
-    "enum": "string",
-    "set": "array<string>",
-    "datetime": "timestamp_ntz",
-    "timestamp": "timestamp",
-    "date": "date",
-    "time": "time",
-    "year": "int",
-    "json": "json",
-    "binary": "binary",
-    "varbinary": "binary",
-    "tinyblob": "binary",
-    "blob": "binary",
-    "mediumblob": "binary",
-    "longblob": "binary",
-    "bit": "binary",
-}
-
-# SQL Server (change event streaming writes every value as text; these types read it back).
-# datetime/datetime2/smalldatetime carry no zone → timestamp_ntz; datetimeoffset → timestamp
-# (instant, normalised to UTC); datetime2(7)/time(7) lose their 7th fractional digit (Spark
-# keeps microseconds).
-SQLSERVER: dict[str, str] = {
-    "bigint": "bigint",
-    "int": "int",
-    "smallint": "int",
-    "tinyint": "int",
-    "bit": "boolean",
-    "money": "decimal(19,4)",
-    "smallmoney": "decimal(10,4)",
-    "float": "double",
-    "real": "float",
-    "char": "string",
-    "varchar": "string",
-    "nchar": "string",
-    "nvarchar": "string",
-    "text": "string",
-    "ntext": "string",
-    "sysname": "string",
-    "xml": "string",
-    "json": "json",
-    "date": "date",
-    "time": "time",
-    "datetime": "timestamp_ntz",
-    "datetime2": "timestamp_ntz",
-    "smalldatetime": "timestamp_ntz",
-    "datetimeoffset": "timestamp",
-    "uniqueidentifier": "uuid",
-    "binary": "binary",
-    "varbinary": "binary",
-    "image": "binary",
-    "rowversion": "binary",
-    "timestamp": "binary",  # SQL Server's timestamp is rowversion, not a date
-}
-
-# Oracle. NUMBER(p,0) is an integer (int up to 9 digits, bigint up to 18, as Datastream writes
-# NUMBER(6) as an Avro long), NUMBER(p,s) a decimal, bare NUMBER/FLOAT decimal(38,18)/double;
-# DATE carries a time of day (timestamp without zone); see :func:`_oracle_type`.
-ORACLE: dict[str, str] = {
-    "number": DEFAULT_DECIMAL,
-    "integer": "decimal(38,0)",
-    "int": "decimal(38,0)",
-    "smallint": "decimal(38,0)",
-    "float": "double",
-    "binary_float": "float",
-    "binary_double": "double",
-    "boolean": "boolean",
-    "char": "string",
-    "nchar": "string",
-    "varchar": "string",
-    "varchar2": "string",
-    "nvarchar2": "string",
-    "clob": "string",
-    "nclob": "string",
-    "long": "string",
-    "rowid": "string",
-    "urowid": "string",
-    "xmltype": "string",
-    "json": "json",
-    "date": "timestamp_ntz",
-    "timestamp": "timestamp_ntz",
-    "timestamp with time zone": "timestamp",
-    "timestamp with local time zone": "timestamp",
-    "interval year to month": "string",
-    "interval day to second": "string",
-    "raw": "binary",
-    "long raw": "binary",
-    "blob": "binary",
-    "bfile": "binary",
-}
-
-# Cloud Spanner (GoogleSQL names; STRING(MAX), BYTES(1024) and ARRAY<T> are read through the
-# generic argument and array handling).
-SPANNER: dict[str, str] = {
-    "bool": "boolean",
-    "int64": "bigint",
-    "float32": "float",
-    "float64": "double",
-    "numeric": "decimal(38,9)",
-    "string": "string",
-    "bytes": "binary",
-    "date": "date",
-    "timestamp": "timestamp",
-    "json": "json",
-}
-
-_SPANNER_ARRAY = re.compile(r"^array\s*<\s*(.+?)\s*>$")
-_ORACLE_PRECISION = re.compile(r"\(\s*\d+\s*\)")
-_ORACLE_NUMBER = re.compile(r"^\s*number\s*\(\s*(\d+|\*)\s*(?:,\s*(-?\d+)\s*)?\)\s*$")
-
-
-def _oracle_type(low: str) -> str | None:
-    """Oracle types the generic parser cannot read: ``NUMBER(p[,s])`` and the precision inside
-    ``TIMESTAMP(6) WITH TIME ZONE`` / ``INTERVAL DAY(2) TO SECOND(6)``."""
-    m = _ORACLE_NUMBER.match(low)
-    if m:
-        p = 38 if m.group(1) == "*" else int(m.group(1))
-        s = int(m.group(2) or 0)
-        if s <= 0 and p <= 9:
-            return "int"
-        if s <= 0 and p <= 18:
-            return "bigint"
-        return decimal_type(p, max(s, 0))
-    plain = " ".join(_ORACLE_PRECISION.sub("", low).split())
-    return ORACLE.get(plain)
-
-
-#: Sources whose type names come from the producer itself (never canonical names), so a vendor
-#: name that is also a canonical one means the vendor's type (SQL Server ``float`` is 64-bit,
-#: ``timestamp`` is rowversion).
-_VENDOR_NAMES_FIRST = frozenset({"sqlserver"})
-
-SOURCE_TYPE_TABLES: dict[str, dict[str, str]] = {
-    "postgres": POSTGRES,
-    "mysql": MYSQL,
-    "sqlserver": SQLSERVER,
-    "oracle": ORACLE,
-    "spanner": SPANNER,
-}
-
-_TYPE_ARGS = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_ ]*?)\s*(?:\(\s*([^)]*)\))?\s*(\[\])?\s*$")
-
-
-@lru_cache(maxsize=4096)
-def source_type(source: str, native: str) -> str:
-    """Canonical type for a source database's native column type (``numeric(10,2)``,
-    ``varchar(20)``, ``integer[]``, ``TINYINT(1)``...). Unknown types raise ``ValueTypeError``
-    naming the type; canonical names are accepted as they are.
-    """
-    table = SOURCE_TYPE_TABLES.get(source)
-    raw = native.strip()
-    low = raw.lower()
-    if source == "oracle":
-        found = _oracle_type(low)
-        if found is not None:
-            return found
-    if source == "spanner":
-        m_array = _SPANNER_ARRAY.match(low)
-        if m_array:
-            return f"array<{source_type(source, m_array.group(1))}>"
-    if table is not None and source in _VENDOR_NAMES_FIRST:
-        base = low.split("(", 1)[0].strip()
-        if base in table and base not in ("decimal", "numeric"):
-            return table[base]
-    if is_valid_type(low):
-        return low
-    if table is None:
-        raise ValueTypeError(
-            f"no type table for source {source!r}; declare canonical types "
-            f"(one of {', '.join(sorted(SCALAR_TYPES))}, decimal(p,s), array<T>)"
-        )
-    if low in table:
-        return table[low]
-    if low.startswith("_"):  # Postgres internal array names: _int4
-        return f"array<{source_type(source, low[1:])}>"
-    m = _TYPE_ARGS.match(low)
-    if not m:
-        raise ValueTypeError(f"cannot read {source} type {native!r}")
-    base, args, is_array = m.group(1).strip(), m.group(2), m.group(3)
-    if is_array:
-        inner = source_type(source, base + (f"({args})" if args else ""))
-        return f"array<{inner}>"
-    if base in ("numeric", "decimal") and args:
-        parts = [a.strip() for a in args.split(",")]
-        try:
-            p = int(parts[0])
-            s = int(parts[1]) if len(parts) > 1 else 0
-        except ValueError:
-            raise ValueTypeError(f"bad precision in {native!r}") from None
-        return decimal_type(p, s)
-    if base in table:
-        return table[base]
-    raise ValueTypeError(f"unknown {source} type {native!r}")
-
-
-# CockroachDB (names as ``SHOW COLUMNS`` prints them, plus aliases). Changefeed JSON carries no
-# types: declared column types go through this table. ``TIMESTAMP`` is wall-clock time
-# (timestamp_ntz), ``TIMESTAMPTZ`` an instant; ``DECIMAL`` without precision keeps 18 fractional
-# digits; ``BIT``/``VARBIT`` are bit strings ('0101'); ``INTERVAL``, ``INET``, ``ENUM`` and
-# ``TIMETZ`` are kept as text; ``STRING[]``-style arrays go through the generic array handling.
-COCKROACHDB: dict[str, str] = {
-    "int": "bigint",
-    "int8": "bigint",
-    "int64": "bigint",
-    "integer": "bigint",
-    "bigint": "bigint",
-    "int4": "int",
-    "int2": "int",
-    "smallint": "int",
-    "serial": "bigint",
-    "bigserial": "bigint",
-    "float": "double",
-    "float8": "double",
-    "double precision": "double",
-    "real": "float",
-    "float4": "float",
-    "decimal": DEFAULT_DECIMAL,
-    "numeric": DEFAULT_DECIMAL,
-    "dec": DEFAULT_DECIMAL,
-    "bool": "boolean",
-    "boolean": "boolean",
-    "string": "string",
-    "text": "string",
-    "varchar": "string",
-    "character varying": "string",
-    "char": "string",
-    "character": "string",
-    "name": "string",
-    "citext": "string",
-    "bytes": "binary",
-    "bytea": "binary",
-    "blob": "binary",
-    "date": "date",
-    "time": "time",
-    "time without time zone": "time",
-    "timetz": "string",
-    "timestamp": "timestamp_ntz",
-    "timestamp without time zone": "timestamp_ntz",
-    "timestamptz": "timestamp",
-    "timestamp with time zone": "timestamp",
-    "interval": "string",
-    "uuid": "uuid",
-    "json": "json",
-    "jsonb": "json",
-    "inet": "string",
-    "bit": "string",
-    "varbit": "string",
-    "bit varying": "string",
-    "enum": "string",
-    "oid": "bigint",
-    "geometry": "string",
-    "geography": "string",
-    "ltree": "string",
-    "tsvector": "string",
-    "tsquery": "string",
-}
-SOURCE_TYPE_TABLES["cockroachdb"] = COCKROACHDB
-
-
-def cockroachdb_type(native: str) -> str:
-    """Canonical type of a CockroachDB column type. CockroachDB's own names win over canonical
-    names that read differently (``TIMESTAMP`` is wall-clock time, ``INT`` and ``FLOAT`` are
-    64-bit); everything else goes through :func:`source_type`."""
-    low = " ".join(native.strip().lower().split())
-    if low in COCKROACHDB:
-        return COCKROACHDB[low]
-    base = low.split("(", 1)[0].strip()
-    if base in COCKROACHDB and base not in ("decimal", "numeric", "dec") and "[" not in low:
-        return COCKROACHDB[base]
-    if base == "dec":
-        return source_type("cockroachdb", "decimal" + low[3:])
-    return source_type("cockroachdb", native)
