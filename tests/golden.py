@@ -1,8 +1,10 @@
-"""Golden files: expected canonical events. A missing golden file fails its test; files are
-written only by ``pytest --update-goldens`` (then review the diff before committing)."""
+"""Golden files: expected canonical events, and the engine's SQL per plan shape. A missing
+golden file fails its test; files are written only by ``pytest --update-goldens`` (then review
+the diff before committing)."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import orjson
@@ -35,3 +37,21 @@ def check_golden(dialect: str, name: str, lines: list[bytes]) -> None:
             if a.get(field) != e.get(field):
                 problems.append(f"event {i} field {field!r}: {a.get(field)!r} != {e.get(field)!r}")
     assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
+
+
+def check_golden_text(group: str, name: str, text: str, suffix: str = "sql") -> None:
+    """Compare a text with ``golden/<group>/<name>.<suffix>`` line by line (trailing spaces
+    aside); written only by ``pytest --update-goldens``."""
+    path = GOLDEN_DIR / group / f"{name}.{suffix}"
+    actual = [line.rstrip() for line in text.strip("\n").splitlines()]
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(actual) + "\n")
+    if not path.exists():
+        raise AssertionError(
+            f"golden file missing: {path}; write it with `pytest --update-goldens` and review it"
+        )
+    expected = path.read_text().rstrip("\n").splitlines()
+    if actual != expected:
+        diff = difflib.unified_diff(expected, actual, str(path), "built", lineterm="", n=2)
+        raise AssertionError(f"{path.name} differs from what was built:\n" + "\n".join(diff))

@@ -13,6 +13,7 @@ from cdcflow.engine.keys import unambiguous
 from cdcflow.engine.meta import TableMeta, target_name
 from cdcflow.engine.plan import (
     IDENTITY_PROPERTY,
+    TableSettings,
     TableState,
     decide,
     decide_identity,
@@ -34,12 +35,9 @@ def meta(ops: dict[str, int], seen: dict[str, set[str]] | None = None, **kw: obj
 
 def test_new_merge_table_takes_configured_keys_and_all_seen_columns() -> None:
     plan = decide(
-        "users",
-        "users",
-        "merge",
+        TableSettings("users", keys=["id"]),
         meta({"INSERT": 3}, {"id": {"bigint"}, "name": {"string"}}),
         None,
-        configured_keys=["id"],
     )
     assert plan.keys == ("id",) and plan.key_source == "configured"
     assert plan.creates and plan.writes_rows
@@ -51,9 +49,7 @@ def test_new_merge_table_takes_configured_keys_and_all_seen_columns() -> None:
 def test_existing_table_gains_and_widens_columns_and_records_its_keys() -> None:
     state = TableState({"id": "bigint", "n": "int", "_cdc": "struct<...>"}, {})
     plan = decide(
-        "t",
-        "t",
-        "merge",
+        TableSettings("t"),
         meta({"UPDATE": 1}, {"n": {"bigint"}, "extra": {"string"}}, key_sets={("id",)}),
         state,
     )
@@ -73,63 +69,47 @@ def test_keys_come_first_from_configuration_then_the_replica_then_the_events() -
 
 
 def test_a_table_without_keys_rejects_its_row_events_with_a_hint() -> None:
-    plan = decide("orders", "orders", "merge", meta({"INSERT": 2}, {"id": {"bigint"}}), None)
+    plan = decide(TableSettings("orders"), meta({"INSERT": 2}, {"id": {"bigint"}}), None)
     assert plan.keys is None and not plan.writes_rows and not plan.creates
     assert plan.key_problem is not None and "tables.orders.keys" in plan.key_problem
 
 
 def test_schema_only_events_for_a_missing_table_create_nothing() -> None:
-    plan = decide("t", "t", "merge", meta({"DDL": 1}, {"extra": {"int"}}), None)
+    plan = decide(TableSettings("t"), meta({"DDL": 1}, {"extra": {"int"}}), None)
     assert not plan.creates and not plan.writes_rows
 
 
 def test_a_newer_truncate_moves_the_watermark_and_an_older_one_does_not() -> None:
     state = TableState({"id": "bigint"}, {TRUNCATE_PROPERTY: "p05"})
-    newer = decide(
-        "t", "t", "merge", meta({"TRUNCATE": 1}, truncate="p07"), state, configured_keys=["id"]
-    )
+    newer = decide(TableSettings("t", keys=["id"]), meta({"TRUNCATE": 1}, truncate="p07"), state)
     assert newer.truncate == "p07" and newer.watermark == "p07"
     assert newer.properties[TRUNCATE_PROPERTY] == "p07"
     assert newer.writes_rows  # a truncate alone still applies
-    older = decide(
-        "t", "t", "merge", meta({"TRUNCATE": 1}, truncate="p03"), state, configured_keys=["id"]
-    )
+    older = decide(TableSettings("t", keys=["id"]), meta({"TRUNCATE": 1}, truncate="p03"), state)
     assert older.truncate is None and older.watermark == "p05"
 
 
 def test_configured_table_properties_are_planned_only_where_the_table_differs() -> None:
     wanted = {"format-version": "3", "write.target-file-size-bytes": "1048576"}
     new = decide(
-        "t",
-        "t",
-        "merge",
+        TableSettings("t", keys=["id"], table_properties=wanted),
         meta({"INSERT": 1}, {"id": {"bigint"}}),
         None,
-        configured_keys=["id"],
-        table_properties=wanted,
     )
     assert {k: new.properties[k] for k in wanted} == wanted
     # the table has them already (the format version as the catalog reads it): nothing to set
     state = TableState({"id": "bigint"}, {**wanted, KEY_PROPERTY: "id"})
     same = decide(
-        "t",
-        "t",
-        "merge",
+        TableSettings("t", keys=["id"], table_properties=wanted),
         meta({"INSERT": 1}, {"id": {"bigint"}}),
         state,
-        configured_keys=["id"],
-        table_properties=wanted,
     )
     assert not set(wanted) & set(same.properties)
     older = TableState({"id": "bigint"}, {"format-version": "2", KEY_PROPERTY: "id"})
     upgraded = decide(
-        "t",
-        "t",
-        "merge",
+        TableSettings("t", keys=["id"], table_properties={"format-version": "3"}),
         meta({"INSERT": 1}, {"id": {"bigint"}}),
         older,
-        configured_keys=["id"],
-        table_properties={"format-version": "3"},
     )
     assert upgraded.properties["format-version"] == "3"
 
@@ -151,7 +131,11 @@ def test_table_properties_are_strings_and_cdcflows_own_names_are_refused() -> No
 
 def test_changelog_plans_work_on_the_after_image_fields() -> None:
     state = TableState({"a": "string", "_empty": "string"}, {})
-    plan = decide("log", "audit", "append", meta({"INSERT": 1}, {"b": {"int"}}), state)
+    plan = decide(
+        TableSettings("log", name="audit", mode="append"),
+        meta({"INSERT": 1}, {"b": {"int"}}),
+        state,
+    )
     assert plan.mode == "append" and plan.name == "audit" and plan.keys is None
     assert plan.schema.add == {"b": "int"} and plan.writes_rows
 
@@ -174,12 +158,7 @@ def test_sequence_shapes(
 
 def test_shape_decisions_reach_the_plan() -> None:
     plan = decide(
-        "t",
-        "t",
-        "merge",
-        meta({"INSERT": 2}, shapes={"n,n": 2, "s": 1}),
-        None,
-        configured_keys=["id"],
+        TableSettings("t", keys=["id"]), meta({"INSERT": 2}, shapes={"n,n": 2, "s": 1}), None
     )
     assert plan.bad_shapes == frozenset({"s"}) and plan.properties[SHAPE_PROPERTY] == "n,n"
 
@@ -256,7 +235,7 @@ def test_foreign_tables_are_left_out_of_the_plan_and_named_in_the_refusal() -> N
         sub = meta({"INSERT": 3 if db == "db1" else 1}, {c: {t} for c, t in cols.items()})
         m.identities[(db, None, "users")] = sub
         m.ops["INSERT"] = m.ops.get("INSERT", 0) + sub.events
-    plan = decide("users", "users", "merge", m, None, source="crdb", configured_keys=["id"])
+    plan = decide(TableSettings("users", keys=["id"]), m, None, source="crdb")
     assert plan.identity == ("crdb", "db1", None, "users")
     assert plan.foreign == frozenset({("crdb", "db2", None, "users")})
     assert "b" not in plan.schema.types and plan.meta.events == 3
@@ -269,14 +248,14 @@ def test_columns_keep_the_producers_order_not_the_alphabets() -> None:
     from cdcflow.engine.stage import create_replica_columns
 
     seen = {"zeta": {"string"}, "id": {"bigint"}, "alpha": {"int"}}
-    plan = decide("t", "t", "merge", meta({"INSERT": 1}, seen), None, configured_keys=["id"])
+    plan = decide(TableSettings("t", keys=["id"]), meta({"INSERT": 1}, seen), None)
     assert list(plan.schema.types) == ["zeta", "id", "alpha"]
     columns = create_replica_columns(plan, "struct<x:int>")
     assert columns == "`zeta` string, `id` bigint, `alpha` int, _cdc struct<x:int>"
     # a later batch's new column follows the existing ones
     state = TableState({"zeta": "string", "id": "bigint", "alpha": "int"}, {KEY_PROPERTY: "id"})
     later = decide(
-        "t", "t", "merge", meta({"UPDATE": 1}, {"beta": {"int"}, "id": {"bigint"}}), state
+        TableSettings("t"), meta({"UPDATE": 1}, {"beta": {"int"}, "id": {"bigint"}}), state
     )
     assert list(later.schema.types) == ["zeta", "id", "alpha", "beta"]
 
@@ -284,35 +263,32 @@ def test_columns_keep_the_producers_order_not_the_alphabets() -> None:
 def test_scd2_plans_track_the_chosen_columns_and_keep_what_a_truncate_precedes() -> None:
     seen = {"id": {"bigint"}, "name": {"string"}, "city": {"string"}, "note": {"string"}}
     m = meta({"UPDATE": 2, "TRUNCATE": 1}, seen, truncate="p05!")
-    every = decide("u", "u", "scd2", m, None, configured_keys=["id"])
+    every = decide(TableSettings("u", mode="scd2", keys=["id"]), m, None)
     assert every.mode == "scd2" and every.keyed and every.tracked is None
     # history keeps what came before a TRUNCATE: nothing is dropped under a watermark
     assert every.watermark == "" and every.truncate is None
     but_city = decide(
-        "u", "u", "scd2", m, None, configured_keys=["id"], track_history_except=["city"]
+        TableSettings("u", mode="scd2", keys=["id"], track_history_except_columns=["city"]), m, None
     )
     assert but_city.tracked == ("name", "note")
-    only_name = decide("u", "u", "scd2", m, None, configured_keys=["id"], track_history=["name"])
+    only_name = decide(
+        TableSettings("u", mode="scd2", keys=["id"], track_history_columns=["name"]), m, None
+    )
     assert only_name.tracked == ("name",)
     # the validity columns of an existing history table are not data columns
     state = TableState(
         {"id": "bigint", "name": "string", "__START_AT": "string", "__CURRENT": "boolean"}, {}
     )
-    existing = decide("u", "u", "scd2", m, state, configured_keys=["id"])
+    existing = decide(TableSettings("u", mode="scd2", keys=["id"]), m, state)
     assert set(existing.schema.add) == {"city", "note"}
 
 
 def test_except_columns_are_not_written_but_an_ordering_column_keeps_its_type() -> None:
     seen = {"id": {"bigint"}, "v": {"string"}, "op": {"string"}, "n": {"int"}}
     plan = decide(
-        "t",
-        "t",
-        "merge",
+        TableSettings("t", keys=["id"], except_columns=["op", "n", "id"], sequence_by="n"),
         meta({"INSERT": 1}, seen),
         None,
-        configured_keys=["id"],
-        except_columns=["op", "n", "id"],
-        sequence_by="n",
     )
     assert plan.schema.types == {"id": "bigint", "v": "string"}  # a key is always written
     assert (plan.sequence_by, plan.sequence_types) == (("n",), ("int",))
@@ -389,3 +365,39 @@ def test_an_existing_column_widens_to_hold_every_type_it_can_whatever_the_order(
     seen = {"n": {"decimal(14,2)": Seen(1), "decimal(12,2)": Seen(1), "decimal(9,3)": Seen(1)}}
     plan = plan_schema({"n": "decimal(10,2)"}, seen)
     assert plan.widen == {"n": "decimal(14,2)"} and plan.conflicts == {"n": {"decimal(9,3)"}}
+
+
+def test_table_settings_are_built_from_the_configuration_under_the_same_names() -> None:
+    from dataclasses import fields
+
+    from cdcflow.api import table_config
+    from cdcflow.config import TableConfig, load_config
+
+    # every setting but the target is a configuration field of the same name
+    assert {f.name for f in fields(TableSettings)} - set(TableConfig.model_fields) == {"target"}
+    doc = {
+        "keys": ["id"],
+        "deletes": "soft",
+        "except_columns": ["x"],
+        "sequence_by": ["version"],
+        "table_properties": {"format-version": "2"},
+    }
+    cfg = load_config({"sources": [{"name": "s"}], "tables": {"t": doc}}, "test")
+    s = TableSettings.of("t", cfg.table("t"))
+    assert s == TableSettings(
+        "t",
+        keys=("id",),
+        deletes="soft",
+        except_columns=("x",),
+        sequence_by=("version",),
+        table_properties={"format-version": "2"},
+    )
+    assert s.name == "t" and s.soft_deletes and s.columns is None
+    assert TableSettings.of("t", TableConfig(name="r")).name == "r"
+    # the API's table settings are the configuration's
+    api = table_config(
+        keys=["id"], sequence_by="version", stored_as_scd_type=2, track_history_column_list=["n"]
+    )
+    assert TableSettings.of("t", api) == TableSettings(
+        "t", mode="scd2", keys=("id",), sequence_by=("version",), track_history_columns=("n",)
+    )

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from cdcflow.engine.execute import BatchStage
 from cdcflow.engine.meta import batch_meta, with_batch_columns
-from cdcflow.engine.plan import decide
-from cdcflow.engine.stage import BatchStage, TableStats
+from cdcflow.engine.plan import TableSettings, decide
+from cdcflow.engine.stage import TableStats
 from cdcflow.event import spark_schema_ddl
 from cdcflow.sequence import encode
 
@@ -53,12 +54,12 @@ def ev(
     return row
 
 
-def stage(spark: Any, rows: list[dict[str, Any]], **plan_kw: Any) -> tuple[dict, TableStats]:
+def stage(spark: Any, rows: list[dict[str, Any]], **settings: Any) -> tuple[dict, TableStats]:
     df = spark.createDataFrame([tuple(r[f] for f in FIELDS) for r in rows], spark_schema_ddl())
     events = with_batch_columns(df)
     meta = batch_meta(spark, events)
     plans = [
-        decide(t, t, "merge", m, None, **{"configured_keys": ["id"], **plan_kw})
+        decide(TableSettings(t, **{"keys": ("id",), **settings}), m, None)
         for t, m in meta.tables.items()
     ]
     s = BatchStage(spark, events, plans)

@@ -1,5 +1,6 @@
 """What a batch needs from each target table: pure decisions from the batch's metadata, the
-table's current state and the configuration (no Spark).
+table's current state and its settings (:class:`TableSettings`, built once from the
+configuration; no Spark).
 
 For each target a :class:`TablePlan` says how it is written (merge, append or scd2), under which
 keys, which columns it gains or widens, which events the engine rejects (type conflicts,
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
 
 from cdcflow.engine.meta import TableMeta
 from cdcflow.engine.schema import SchemaPlan, plan_schema
@@ -25,8 +27,67 @@ from cdcflow.iceberg.layouts import (
     canonical_from_spark,
 )
 
+if TYPE_CHECKING:
+    from cdcflow.config import TableConfig
+
 Mode = Literal["merge", "append", "scd2"]
 KeySource = Literal["configured", "recorded", "batch", "source", "matched"]
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    if isinstance(value, Mapping):
+        return MappingProxyType(dict(value))
+    return value
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """Every configured setting of one target table that the engine decides with, built once
+    from its configuration (:meth:`of`). A field named like a :class:`~cdcflow.config.
+    TableConfig` field is taken from it: a new setting is added to the configuration model and
+    here, under the same name.
+
+    ``except_columns`` are never written, or only ``columns`` are (key columns always are);
+    ``track_history_columns``/``track_history_except_columns`` choose an scd2 table's tracked
+    columns; ``sequence_by`` names the columns ordering the table's events;
+    ``table_properties``: the configured Iceberg properties, planned where the table's differ.
+    """
+
+    target: str
+    #: the replica's name (the target's unless configured)
+    name: str = ""
+    mode: Mode = "merge"
+    keys: tuple[str, ...] | None = None
+    deletes: Literal["hard", "soft"] = "hard"
+    except_columns: tuple[str, ...] = ()
+    columns: tuple[str, ...] | None = None
+    track_history_columns: tuple[str, ...] | None = None
+    track_history_except_columns: tuple[str, ...] | None = None
+    sequence_by: tuple[str, ...] = ()
+    table_properties: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, _frozen(getattr(self, f.name)))
+        if isinstance(self.sequence_by, str):
+            object.__setattr__(self, "sequence_by", (self.sequence_by,))
+        elif self.sequence_by is None:
+            object.__setattr__(self, "sequence_by", ())
+        if not self.name:
+            object.__setattr__(self, "name", self.target)
+
+    @classmethod
+    def of(cls, target: str, cfg: TableConfig) -> TableSettings:
+        """The settings of ``target`` from its configuration (YAML and API alike)."""
+        given = {f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)}
+        return cls(target=target, **given)
+
+    @property
+    def soft_deletes(self) -> bool:
+        """Whether a delete keeps its row, marked deleted."""
+        return self.deletes == "soft"
 
 
 @dataclass(frozen=True)
@@ -234,33 +295,24 @@ def identity_json(ident: SourceIdentity) -> str:
 
 
 def decide(
-    target: str,
-    name: str,
-    mode: Mode,
+    settings: TableSettings,
     meta: TableMeta,
     state: TableState | None,
     *,
     source: str | None = None,
-    configured_keys: Sequence[str] | None = None,
     source_keys: Sequence[str] | None = None,
     matched_keys: Sequence[str] | None = None,
-    soft_deletes: bool = False,
-    except_columns: Sequence[str] = (),
-    columns: Sequence[str] | None = None,
-    track_history: Sequence[str] | None = None,
-    track_history_except: Sequence[str] | None = None,
-    sequence_by: str | Sequence[str] | None = None,
     truncate_at: str | None = None,
-    table_properties: Mapping[str, str] | None = None,
 ) -> TablePlan:
-    """The plan of one target table for a batch (``source``: the configured source whose
-    events these are; the replica's identity is checked when given). ``except_columns`` are
-    never written, or only ``columns`` are (key columns always are);
-    ``track_history``/``track_history_except`` choose an scd2 table's tracked columns;
-    ``sequence_by`` names the columns ordering the table's events, and ``truncate_at`` is then
-    the batch's newest ``TRUNCATE`` in their order (the producer's sequences do not compare
-    with theirs). ``table_properties``: the configured Iceberg properties, planned where the
-    table's differ."""
+    """The plan of one target table for a batch, from its settings (``source``: the configured
+    source whose events these are; the replica's identity is checked when given;
+    ``source_keys``: that source's keys of the table; ``matched_keys``: key names matched from
+    positional key values). With ``sequence_by``, ``truncate_at`` is the batch's newest
+    ``TRUNCATE`` in the columns' order (the producer's sequences do not compare with
+    theirs)."""
+    target, name, mode = settings.target, settings.name, settings.mode
+    configured_keys = settings.keys
+    table_properties = settings.table_properties
     props = dict(state.properties) if state is not None else {}
     new_props: dict[str, str] = {
         k: v for k, v in (table_properties or {}).items() if props.get(k) != v
@@ -276,7 +328,7 @@ def decide(
         if foreign:
             meta = meta.merged({i[1:] for i in seen if i not in foreign})  # type: ignore[misc]
     bad, shape = decide_shape(props.get(SHAPE_PROPERTY), meta.shapes)
-    order = (sequence_by,) if isinstance(sequence_by, str) else tuple(sequence_by or ())
+    order = settings.sequence_by
     if order:
         # the columns order the events: the producer's sort fields do not matter
         bad, shape = frozenset(), props.get(SHAPE_PROPERTY)
@@ -287,9 +339,9 @@ def decide(
         if mode != "append"
         else (None, None)
     )
-    dropped = set(except_columns)
-    if columns is not None:
-        dropped |= set(meta.seen) - set(columns)
+    dropped = set(settings.except_columns)
+    if settings.columns is not None:
+        dropped |= set(meta.seen) - set(settings.columns)
     dropped -= set(configured_keys or ()) | set(keys or ())
     written = {c: t for c, t in meta.seen.items() if c not in dropped}
     schema = plan_schema(existing_columns(state, mode), written)
@@ -338,16 +390,16 @@ def decide(
     tracked = None
     if mode == "scd2":
         data = [c for c in schema.types if c not in set(keys or ())]
-        if track_history is not None:
-            tracked = tuple(c for c in data if c in set(track_history))
-        elif track_history_except is not None:
-            tracked = tuple(c for c in data if c not in set(track_history_except))
+        if settings.track_history_columns is not None:
+            tracked = tuple(c for c in data if c in set(settings.track_history_columns))
+        elif settings.track_history_except_columns is not None:
+            tracked = tuple(c for c in data if c not in set(settings.track_history_except_columns))
     return TablePlan(
         mode=mode,
         tracked=tracked,
         keys=keys,
         key_source=key_source,
-        soft_deletes=soft_deletes,
+        soft_deletes=settings.soft_deletes,
         watermark=watermark,
         truncate=truncate,
         properties=new_props,

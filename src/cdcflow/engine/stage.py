@@ -1,5 +1,6 @@
 """The batch's SQL: validate, resolve keys, dedup, order and collapse every table at once, then
-one statement per table.
+one statement per table. Plain text from the table plans and the names of the views it reads
+(no Spark here: :mod:`cdcflow.engine.execute` runs it).
 
 Row images are ``map<string,string>`` of wire strings for every table of every dialect, so the
 work that does not depend on a table's columns runs **once for the whole batch**, whatever the
@@ -29,17 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-from cdcflow.engine.deadletters import event_rows
 from cdcflow.engine.history import log_source_sql, winners_sql
 from cdcflow.engine.meta import KEY_VALUES, ROW_OPERATIONS, SHAPE_KEY
 from cdcflow.engine.plan import TablePlan
-from cdcflow.spark.sql import lit, lit_or_null, q, string_array, string_map, view
+from cdcflow.spark.sql import lit, lit_or_null, q, string_array, string_map
 from cdcflow.types.canonical import spark_from_wire, spark_type, storage_type
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 _ROW_OPS = "(" + ", ".join(lit(o) for o in ROW_OPERATIONS) + ")"
 _KEYED_OPS = "(" + ", ".join(lit(o) for o in (*ROW_OPERATIONS, "TRUNCATE")) + ")"
@@ -127,11 +124,12 @@ def encoded_sql(value: str, t: str | None) -> str | None:
     return None
 
 
-def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
-    """The events, with ``sequence`` taken from the columns that order a table's events
+def sequence_sql(plans: Sequence[TablePlan]) -> str | None:
+    """The events' ``sequence`` taken from the columns that order a table's events
     (``sequence_by``, compared in turn: their encodings one after the other): each the
     ``after`` image's value, else the ``before`` image's (deletes); ``NULL`` (rejected as
-    ``SEQUENCE_MISSING``) when the event lacks one or a column's type cannot order events."""
+    ``SEQUENCE_MISSING``) when the event lacks one or a column's type cannot order events.
+    ``None`` when no table is ordered by its columns."""
     branches = []
     for p in plans:
         if not p.sequence_by:
@@ -144,26 +142,19 @@ def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
         encoded = f"concat({', '.join(found)})" if len(found) == len(parts) else None
         branches.append(f"WHEN {lit(p.target)} THEN {encoded or 'CAST(NULL AS string)'}")
     if not branches:
-        return events
-    from pyspark.sql import functions as F
-
-    return events.withColumn(
-        "sequence", F.expr(f"CASE _target {' '.join(branches)} ELSE sequence END")
-    )
+        return None
+    return f"CASE _target {' '.join(branches)} ELSE sequence END"
 
 
-def newest_truncates(
-    spark: SparkSession, events: DataFrame, plans: Sequence[TablePlan]
-) -> dict[str, str]:
+def newest_truncates_sql(events: str, plans: Sequence[TablePlan]) -> str:
     """The newest ``TRUNCATE`` of each table ordered by ``sequence_by`` columns, in their
-    order (one small query, only for batches that hold such a ``TRUNCATE``)."""
+    order (``events``: the view of the events with their ``sequence`` so ordered)."""
     targets = string_array(p.target for p in plans)
-    rows = spark.sql(
-        f"SELECT _target, max(sequence) AS seq FROM {view(sequenced(events, plans), 'trunc')} "
+    return (
+        f"SELECT _target, max(sequence) AS seq FROM {events} "
         f"WHERE operation = 'TRUNCATE' AND error_code IS NULL "
         f"AND array_contains({targets}, _target) GROUP BY _target"
-    ).collect()
-    return {r["_target"]: r["seq"] for r in rows if r["seq"] is not None}
+    )
 
 
 # --------------------------------------------------------------------------- the batch
@@ -188,27 +179,23 @@ class TableStats:
         return self.events - self.winners - self.conflicts
 
 
-class BatchStage:
-    """The SQL of one batch over its events (a view of canonical rows with ``_fp`` and
-    ``_target``), for the given table plans."""
+class StageSql:
+    """The staging statements of one batch for the given table plans: plain SQL text over
+    the views they are given (no Spark; :class:`cdcflow.engine.execute.BatchStage` runs them).
 
-    def __init__(self, spark: SparkSession, events: DataFrame, plans: Sequence[TablePlan]) -> None:
-        self.spark = spark
+    In order: the events (a view of canonical rows with ``_fp`` and ``_target``, their
+    ``sequence`` from :func:`sequence_sql`) are validated (:meth:`validated_sql`); the keyed
+    tables' rows (:meth:`rows_sql`) give the scd2 tables' winners (:meth:`winners_sql`) and,
+    collapsed per key (:meth:`collapsed_sql`) and joined to their tombstones
+    (:meth:`staged_sql`), the merge tables' staged rows; one aggregate counts them all
+    (:meth:`stats_sql`); per table a source view feeds its statement."""
+
+    def __init__(self, plans: Sequence[TablePlan]) -> None:
         self.plans = {p.target: p for p in plans}
         self.merge = [p for p in plans if p.mode == "merge" and p.keys and p.writes_rows]
         self.history = [p for p in plans if p.mode == "scd2" and p.keys and p.writes_rows]
         #: the tables written per key (merge and scd2): key values, key rules, rows
         self.keyed = [*self.merge, *self.history]
-        self.source = view(sequenced(events, plans), "events")
-        self.has_rules = False
-        self.validated = view(self.spark.sql(self.validated_sql()), "validated")
-        self.staged: DataFrame | None = None
-        self.staged_view: str | None = None
-        #: the merge tables' rows before the collapse, and whether tombstones were looked up
-        self.tombstones = False
-        #: scd2 tables: per (table, key, sequence) the winning event (see engine.history)
-        self.winners_view: str | None = None
-        self._checkpoints: list[DataFrame] = []
 
     # ------------------------------------------------------------------ literal maps
 
@@ -234,17 +221,14 @@ class BatchStage:
 
     # ------------------------------------------------------------------ validation
 
-    def validated_sql(self) -> str:
-        """Every event with ``_kv`` (normalised key values, merge tables) and, for events the
-        engine rejects, ``_reject`` (code) and ``_reason`` (message)."""
-        names, types = self._names(), self._types()
-        keyed = string_array(p.target for p in self.keyed)
-        kv = key_values_sql(
-            f"element_at({names}, _target)",
-            f"element_at({types}, _target)",
-            self._key_types(),
-            "(CASE WHEN operation = 'DELETE' THEN before ELSE after END)",
-        )
+    @property
+    def has_rules(self) -> bool:
+        """Whether the engine may reject events of the batch (a rule applies to a table)."""
+        return bool(self._rules())
+
+    def _rules(self) -> list[tuple[str, str, str]]:
+        """The rejection rules of the batch's tables: (condition, code, message) SQL."""
+        names = self._names()
         rules: list[tuple[str, str, str]] = []
         shaped = [p for p in self.plans.values() if p.bad_shapes]
         if shaped:
@@ -326,7 +310,20 @@ class BatchStage:
                 f"element_at({self._replica_names()}, _target))"
             )
             rules.append((cond, "KEY_MISSING", msg))
-        self.has_rules = bool(rules)
+        return rules
+
+    def validated_sql(self, source: str) -> str:
+        """Every event of ``source`` with ``_kv`` (normalised key values, merge tables) and,
+        for events the engine rejects, ``_reject`` (code) and ``_reason`` (message)."""
+        names, types = self._names(), self._types()
+        keyed = string_array(p.target for p in self.keyed)
+        kv = key_values_sql(
+            f"element_at({names}, _target)",
+            f"element_at({types}, _target)",
+            self._key_types(),
+            "(CASE WHEN operation = 'DELETE' THEN before ELSE after END)",
+        )
+        rules = self._rules()
         if rules:
             code = "CASE " + " ".join(f"WHEN {c} THEN {lit(k)}" for c, k, _ in rules) + " END"
             reason = "CASE " + " ".join(f"WHEN {c} THEN {m}" for c, _, m in rules) + " END"
@@ -335,17 +332,17 @@ class BatchStage:
         return (
             f"SELECT *, {code} AS _reject, {reason} AS _reason FROM ("
             f"SELECT *, CASE WHEN array_contains({keyed}, _target) THEN {kv} END AS _kv "
-            f"FROM {self.source})"
+            f"FROM {source})"
         )
 
-    def rejected(self, pipeline: str, batch_id: int) -> DataFrame:
-        """Dead-letter rows of the events the engine rejects."""
-        df = self.spark.sql(f"SELECT * FROM {self.validated} WHERE _reject IS NOT NULL")
-        return event_rows(df, pipeline, batch_id, "_reject", "_reason")
+    @staticmethod
+    def rejected_sql(validated: str) -> str:
+        """The events the engine rejects."""
+        return f"SELECT * FROM {validated} WHERE _reject IS NOT NULL"
 
     # ------------------------------------------------------------------ merge tables
 
-    def rows_sql(self) -> str:
+    def rows_sql(self, validated: str) -> str:
         """One row per applicable event of the merge tables (plus a delete of the old key for
         each primary-key change, from the same scan): target, key, sequence, delivery position,
         image."""
@@ -379,7 +376,7 @@ class BatchStage:
                    sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item,
                    v.op AS _op, partial AND v.op <> 'DELETE' AS _partial, v.a AS _after,
                    v.fp AS _fp, _reject IS NOT NULL AS _bad
-            FROM (SELECT *, {old_kv} AS _okv FROM {self.validated}
+            FROM (SELECT *, {old_kv} AS _okv FROM {validated}
                   WHERE array_contains({keyed}, _target) AND (_reject IS NOT NULL
                     OR (operation IN {_ROW_OPS}
                         AND sequence > coalesce(element_at({marks}, _target), ''))))
@@ -389,9 +386,20 @@ class BatchStage:
               END) e AS v
         """
 
-    def collapsed_sql(self, rows: str) -> str:
+    def winners_sql(self, rows: str, validated: str) -> str:
+        """The scd2 tables' winning event per (table, key, sequence) (see
+        :mod:`cdcflow.engine.history`)."""
+        return winners_sql(rows, validated, [p.target for p in self.history])
+
+    def merge_rows_sql(self, rows: str) -> str:
+        """The rows of the merge tables alone (when scd2 tables share the batch)."""
+        merged = string_array(p.target for p in self.merge)
+        return f"SELECT * FROM {rows} WHERE array_contains({merged}, _target)"
+
+    def collapsed_sql(self, rows: str, tombstones: bool) -> str:
         """Per (table, key): the newest event, the newest full image and sequence (the base),
-        the partial images newer than the base, and the counts.
+        the partial images newer than the base, and the counts (``tombstones``: whether the
+        staged rows look tombstones up, which then count from each key's sequences).
 
         Window functions pick the winners (no row image sits in an aggregation buffer). Only
         when the batch has partial events are the images of a key gathered over its window."""
@@ -423,7 +431,7 @@ class BatchStage:
         # are counted from them (no second scan of the rows)
         seqs = (
             f"collect_set(CASE WHEN NOT _bad THEN _seq END) OVER ({part})"
-            if self.tombstones
+            if tombstones
             else "CAST(NULL AS array<string>)"
         )
         inner = f"""
@@ -495,47 +503,16 @@ class BatchStage:
             FROM (SELECT c.*, {tomb} AS _tomb, {newer} AS _newer FROM {collapsed} c {join})
         """
 
-    def stage(self, tombstones: str | None) -> None:
-        """Build and keep the staged rows of every merge table (``tombstones``: the tombstone
-        table's identifier when it exists) and the winning events of every scd2 table. They
-        are checkpointed locally: every later query of the batch (one per table) starts from
-        them instead of re-analysing the whole plan."""
-        rows = view(self.spark.sql(self.rows_sql()), "rows")
-        if self.history:
-            winners = self.spark.sql(
-                winners_sql(rows, self.validated, [p.target for p in self.history])
-            ).localCheckpoint(eager=True)
-            self._checkpoints.append(winners)
-            self.winners_view = view(winners, "winners")
-        if not self.merge:
-            return
-        if self.history:
-            merged = string_array(p.target for p in self.merge)
-            rows = view(
-                self.spark.sql(f"SELECT * FROM {rows} WHERE array_contains({merged}, _target)"),
-                "rows",
-            )
-        # the collapsed rows are read twice by the tombstone look-up (the batch's keys, then
-        # the rows): kept once (measured: one checkpoint over both costs more than two)
-        self.tombstones = tombstones is not None
-        collapsed = self.spark.sql(self.collapsed_sql(rows)).localCheckpoint(eager=True)
-        self._checkpoints.append(collapsed)
-        staged = self.spark.sql(self.staged_sql(view(collapsed, "collapsed"), tombstones))
-        if tombstones is not None:
-            # the tombstone look-up runs once, not once per table
-            staged = staged.localCheckpoint(eager=True)
-            self._checkpoints.append(staged)
-        self.staged = staged
-        self.staged_view = view(staged, "staged")
-
-    def stats(self) -> dict[str, TableStats]:
-        """Counts of every table, from the staged rows (one small aggregate): events,
+    def stats_sql(self, validated: str, staged: str | None, winners: str | None) -> str | None:
+        """Counts of every table, from the staged rows (``staged``: the merge tables',
+        ``winners``: the scd2 tables', where staged) in one small aggregate: events,
         conflicts, winners, events buried by tombstones or a ``TRUNCATE``, deletes and writes,
-        and rejections by code. Rejections of tables that are not merged (changelogs, tables
-        without keys) are counted over the batch only when a rule other than ``KEY_UNKNOWN``
-        applies to them."""
+        and rejections by code (read by :meth:`stats_of`). Rejections of tables that are not
+        merged (changelogs, tables without keys) are counted over the batch only when a rule
+        other than ``KEY_UNKNOWN`` applies to them. ``None`` when there is nothing to
+        count."""
         parts = []
-        if self.staged_view is not None:
+        if staged is not None:
             # buried: every event of a key whose newest lost to its tombstone, a delete that
             # is its tombstone's own replay
             parts.append(
@@ -545,7 +522,7 @@ class BatchStage:
                 "+ count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, "
                 "count_if(_live AND NOT _exists) AS deletes, "
                 "count_if(_live AND (_exists OR _soft)) AS writes, "
-                f"count_if(_live) AS live FROM {self.staged_view} GROUP BY 1, 2"
+                f"count_if(_live) AS live FROM {staged} GROUP BY 1, 2"
             )
         marked = [p for p in self.merge if p.watermark]
         if marked:
@@ -554,11 +531,11 @@ class BatchStage:
             parts.append(
                 "SELECT _target, CAST(NULL AS string) AS code, 0L AS n, 0L AS conflicts, "
                 "0L AS winners, count(*) AS buried, 0L AS deletes, 0L AS writes, 0L AS live "
-                f"FROM {self.validated} WHERE _reject IS NULL AND operation IN {_ROW_OPS} "
+                f"FROM {validated} WHERE _reject IS NULL AND operation IN {_ROW_OPS} "
                 f"AND array_contains({string_array(p.target for p in marked)}, _target) "
                 f"AND NOT coalesce(sequence > element_at({marks}, _target), false) GROUP BY 1"
             )
-        if self.winners_view is not None:
+        if winners is not None:
             # scd2: no event is stale (late ones become history); deletes and writes are the
             # winning events of each kind
             parts.append(
@@ -566,7 +543,7 @@ class BatchStage:
                 "sum(_n_in) AS n, sum(_nfp - 1) AS conflicts, count(*) AS winners, 0L AS buried, "
                 "count_if(_op IN ('DELETE', 'TRUNCATE')) AS deletes, "
                 "count_if(_op NOT IN ('DELETE', 'TRUNCATE')) AS writes, count(*) AS live "
-                f"FROM {self.winners_view} GROUP BY 1, 2"
+                f"FROM {winners} GROUP BY 1, 2"
             )
         merged = {p.target for p in self.keyed}
         others = [p for t, p in self.plans.items() if t not in merged]
@@ -574,12 +551,17 @@ class BatchStage:
             parts.append(
                 "SELECT _target, _reject AS code, count(*) AS n, 0L AS conflicts, 0L AS winners, "
                 "0L AS buried, 0L AS deletes, 0L AS writes, 0L AS live "
-                f"FROM {self.validated} WHERE _reject IS NOT NULL AND NOT array_contains("
+                f"FROM {validated} WHERE _reject IS NOT NULL AND NOT array_contains("
                 f"{string_array(sorted(merged))}, _target) GROUP BY 1, 2"
             )
+        return " UNION ALL ".join(parts) if parts else None
+
+    def stats_of(self, rows: Iterable[Mapping[str, Any]]) -> dict[str, TableStats]:
+        """The counts of every table from the rows of :meth:`stats_sql`."""
+        merged = {p.target for p in self.keyed}
+        others = [p for t, p in self.plans.items() if t not in merged]
         out: dict[str, TableStats] = {}
         rejected: dict[str, dict[str, int]] = {}
-        rows = self.spark.sql(" UNION ALL ".join(parts)).collect() if parts else []
         counted = set()
         for r in rows:
             if r["code"] is not None:
@@ -613,18 +595,12 @@ class BatchStage:
             )
         return out
 
-    def release(self) -> None:
-        """Drop the batch's staged rows (the blocks of its local checkpoints)."""
-        for df in self._checkpoints:
-            release_checkpoint(df)
-        self._checkpoints.clear()
-        self.staged = None
-
     # ------------------------------------------------------------------ per table
 
-    def merge_source(self, plan: TablePlan) -> str:
-        """Register the typed ``MERGE`` source of one table; returns the view name."""
-        assert self.staged_view is not None and plan.keys is not None
+    @staticmethod
+    def merge_source_sql(staged: str, plan: TablePlan) -> str:
+        """The typed ``MERGE`` source of one table, from the staged rows."""
+        assert plan.keys is not None
         types = plan.schema.types
         data = data_columns(plan)
         keys = [
@@ -657,17 +633,15 @@ class BatchStage:
                 "(k, v) -> v > coalesce(_base_seq, ''))"
             )
             colseqs = f"CASE WHEN size({m}) = 0 THEN NULL ELSE {m} END"
-        return view(
-            self.spark.sql(
-                f"SELECT *, {colseqs} AS _colseqs FROM ("
-                f"SELECT {inner}, _seq, _op, _ts, _id, _fp, _exists, {base} AS _base_seq "
-                f"FROM {self.staged_view} WHERE _target = {lit(plan.target)} AND _live)"
-            ),
-            "source",
+        return (
+            f"SELECT *, {colseqs} AS _colseqs FROM ("
+            f"SELECT {inner}, _seq, _op, _ts, _id, _fp, _exists, {base} AS _base_seq "
+            f"FROM {staged} WHERE _target = {lit(plan.target)} AND _live)"
         )
 
-    def changelog_source(self, plan: TablePlan) -> str:
-        """Register the changelog rows of one append table; returns the view name."""
+    @staticmethod
+    def changelog_source_sql(validated: str, plan: TablePlan) -> str:
+        """The changelog rows of one append table."""
         types = plan.schema.types
 
         def image(name: str) -> str:
@@ -678,9 +652,7 @@ class BatchStage:
             )
             return f"CASE WHEN {name} IS NULL THEN NULL ELSE named_struct({fields}) END"
 
-        return view(
-            self.spark.sql(
-                f"""
+        return f"""
                 SELECT named_struct('operation', operation, 'sequence', sequence,
                                     'source_timestamp', timestamp, 'event_id', id,
                                     'fingerprint', _fp, 'transaction_id', transaction_id,
@@ -688,39 +660,23 @@ class BatchStage:
                        {image("before")} AS before, {image("after")} AS after
                 FROM (SELECT *, row_number() OVER (PARTITION BY id, _fp
                                                    ORDER BY origin, offset, item) AS _rn
-                      FROM {self.validated}
+                      FROM {validated}
                       WHERE _target = {lit(plan.target)} AND _reject IS NULL
                         AND operation IN ('INSERT','UPDATE','UPSERT','SNAPSHOT','DELETE',
                                           'TRUNCATE'))
                 WHERE _rn = 1
                 """
-            ),
-            "changelog",
+
+    def history_log_source_sql(self, winners: str) -> str:
+        """The batch's events of the scd2 tables as history log rows."""
+        return log_source_sql(winners, self._replica_names())
+
+    def deletes_source_sql(self, staged: str) -> str:
+        """The batch's live deletes of hard-delete tables (for the tombstones)."""
+        return (
+            f"SELECT element_at({self._replica_names()}, _target) AS target, _kj AS key, "
+            f"_seq AS seq FROM {staged} WHERE _live AND NOT _exists AND NOT _soft"
         )
-
-    def history_log_source(self) -> str:
-        """Register the batch's events of the scd2 tables as history log rows."""
-        assert self.winners_view is not None
-        return view(self.spark.sql(log_source_sql(self.winners_view, self._replica_names())), "log")
-
-    def deletes_source(self) -> str:
-        """Register the batch's live deletes of hard-delete tables (for the tombstones)."""
-        assert self.staged_view is not None
-        return view(
-            self.spark.sql(
-                f"SELECT element_at({self._replica_names()}, _target) AS target, _kj AS key, "
-                f"_seq AS seq FROM {self.staged_view} WHERE _live AND NOT _exists AND NOT _soft"
-            ),
-            "deletes",
-        )
-
-
-def release_checkpoint(df: DataFrame) -> None:
-    """Free the blocks behind a ``localCheckpoint`` now rather than when the JVM collects
-    garbage (a pipeline that keeps following runs thousands of batches)."""
-    plan = df._jdf.queryExecution().logical()
-    if plan.getClass().getSimpleName() == "LogicalRDD":
-        plan.rdd().unpersist(False)
 
 
 # --------------------------------------------------------------------------- statements

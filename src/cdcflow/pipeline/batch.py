@@ -8,27 +8,27 @@ commits' own snapshot summaries. Table metadata is read once per run and kept up
 run's own DDL. On the first batch of a run (the only one Spark may replay) one look-up in the
 batch history says whether the batch is already done; every other write is idempotent (guarded
 merges, tombstones that only rise) or looked up in its own table (dead letters).
+
+The runner orchestrates: lock → decode → segments and hold → plan → execute → report, with
+one ``BatchContext`` per batch. The plans and their statements are built without Spark
+(:mod:`cdcflow.engine.plan`, :mod:`cdcflow.engine.stage`); ``BatchStage``
+(:mod:`cdcflow.engine.execute`) stages the batch and ``BatchWrites``
+(:mod:`cdcflow.pipeline.writes`) runs the statements that commit.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdcflow.config import MaintenanceConfig, PipelineConfig, SourceConfig, parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
-from cdcflow.engine.history import (
-    create_history_columns,
-    history_merge_sql,
-    log_merge_sql,
-    touched_sql,
-    versions_sql,
-)
+from cdcflow.engine.execute import BatchStage, newest_truncates
 from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.keys import match_keys
 from cdcflow.engine.meta import (
@@ -39,52 +39,32 @@ from cdcflow.engine.meta import (
     target_expr,
     with_batch_columns,
 )
-from cdcflow.engine.plan import Mode, TablePlan, TableState, decide
+from cdcflow.engine.plan import Mode, TablePlan, TableSettings, TableState, decide
 from cdcflow.engine.rules import applied, conditions, marked_sql
 from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.stage import (
-    BatchStage,
     TableStats,
-    changelog_sql,
-    create_changelog_columns,
-    create_replica_columns,
     expire_tombstones_sql,
-    merge_sql,
-    newest_truncates,
-    release_checkpoint,
-    tombstones_sql,
-    truncate_sql,
     typed_text,
 )
-from cdcflow.engine.watermarks import watermarks_sql
 from cdcflow.errors import CdcflowError
 from cdcflow.iceberg.catalog import Catalog, TableInfo
 from cdcflow.iceberg.layouts import (
     BATCHES,
-    CDC_STRUCT,
-    CHANGELOG_STRUCT,
-    DEAD_LETTER_FIELDS,
-    DEAD_LETTERS,
     HELD,
-    HISTORY_FIELDS,
-    HISTORY_LOG,
-    HISTORY_LOG_FIELDS,
-    HISTORY_STRUCT,
     KEY_PROPERTY,
     SEGMENT_FIELDS,
     SEGMENTS,
     TOMBSTONE_FIELDS,
     TOMBSTONES,
-    TRUNCATE_PROPERTY,
-    WATERMARK_FIELDS,
-    WATERMARKS,
     held_fields,
 )
 from cdcflow.iceberg.maintain import MAINTENANCE, MAINTENANCE_FIELDS, Action, Maintainer
-from cdcflow.iceberg.write import Statement, Writer, Written
+from cdcflow.iceberg.write import Writer
 from cdcflow.pipeline.checkpoint import DIRECT
-from cdcflow.pipeline.report import BatchReport, StageClock, TableOutcome
-from cdcflow.spark.sql import lit, q, view
+from cdcflow.pipeline.report import BatchReport
+from cdcflow.pipeline.writes import BatchContext, BatchWork, BatchWrites
+from cdcflow.spark.sql import lit, q
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -160,6 +140,7 @@ class BatchRunner:
         self.namespace = cfg.namespace
         self.internal = cfg.namespace + "__cdcflow"
         self.writer = Writer(self.catalog, self.pipeline_id)
+        self.writes = BatchWrites(cfg, self.catalog, self.writer, self.pipeline_id, record.id)
         self.first_batch = True
         #: what the batch in progress cannot read (a Kafka source past lost offsets)
         self.skipped: dict[str, str] = {}
@@ -171,6 +152,8 @@ class BatchRunner:
         #: the run of the streaming query that gave the last batch
         self.run: str | None = None
         self.reports: list[BatchReport] = []
+        #: the target tables' settings, built once from the configuration
+        self._settings: dict[str, TableSettings] = {}
         self.failure: BaseException | None = None
         # the first batch of a run drops what is past the retention, then every hour: never
         # the way out of a run, when a stop may find the JVM shutting down
@@ -250,8 +233,9 @@ class BatchRunner:
                 return
         self.skipped = self._skipped(spark, batch_id)
         decoded = self._columns(self._frame(df)).persist()
+        ctx = BatchContext(spark, batch_id, check, started)
         try:
-            report = self._process(spark, decoded, batch_id, check, started)
+            report = self._process(ctx, decoded)
         finally:
             decoded.unpersist()
         self.first_batch = False
@@ -440,53 +424,41 @@ class BatchRunner:
 
     # ------------------------------------------------------------------ a batch
 
-    def _process(
-        self, spark: SparkSession, decoded: DataFrame, batch_id: int, check: bool, started: float
-    ) -> BatchReport:
-        clock = StageClock()
+    def _process(self, ctx: BatchContext, decoded: DataFrame) -> BatchReport:
+        spark, clock = ctx.spark, ctx.clock
         meta = BatchMeta()
         with clock.stage("decode"):
             meta.add(aggregate(spark, decoded))
-            empty = self._empty_files(spark, meta.origins, batch_id)
+            empty = self._empty_files(spark, meta.origins, ctx.batch_id)
             if empty is not None:
                 meta.add(aggregate(spark, empty))
                 decoded = decoded.unionByName(empty)
         valid = decoded.where("error_code IS NULL")
         events = valid.where(f"NOT (operation <=> '{SEGMENT}')")
-        dead: list[DataFrame] = []
         if meta.rejected:
-            dead.append(
-                rejected_rows(decoded.where("error_code IS NOT NULL"), self.pipeline_id, batch_id)
-            )
+            rejected = decoded.where("error_code IS NOT NULL")
+            ctx.dead.append(rejected_rows(rejected, self.pipeline_id, ctx.batch_id))
         seg: SegmentResult | None = None
         hold: HoldResult | None = None
         try:
             if meta.segments or self.segment_stage.has_pending(spark):
                 with clock.stage("segments"):
-                    seg, events = self._segments(spark, valid, events, meta, dead, batch_id, check)
+                    seg, events = self._segments(ctx, valid, events, meta)
             if self.hold_stage is not None:
                 with clock.stage("hold"):
-                    hold, events, meta = self._hold(spark, events, meta, batch_id, check)
-            return self._apply(
-                spark, events, meta, dead, seg, hold, batch_id, check, started, clock
-            )
+                    hold, events, meta = self._hold(ctx, events, meta)
+            return self._apply(ctx, events, meta, seg, hold)
         finally:
             if seg is not None:
                 seg.release()
 
     def _segments(
-        self,
-        spark: SparkSession,
-        valid: DataFrame,
-        events: DataFrame,
-        meta: BatchMeta,
-        dead: list[DataFrame],
-        batch_id: int,
-        check: bool,
+        self, ctx: BatchContext, valid: DataFrame, events: DataFrame, meta: BatchMeta
     ) -> tuple[SegmentResult, DataFrame]:
+        spark, batch_id = ctx.spark, ctx.batch_id
         self.catalog.ensure_table(spark, self.internal, SEGMENTS, SEGMENT_FIELDS)
         seg = self.segment_stage.run(
-            spark, valid.where(f"operation = '{SEGMENT}'"), batch_id, check
+            spark, valid.where(f"operation = '{SEGMENT}'"), batch_id, ctx.check
         )
         for st in seg.statements:
             self.writer.run(spark, st, batch_id)
@@ -496,152 +468,106 @@ class BatchRunner:
             meta.add(aggregate(spark, whole))
         if seg.rejected:
             rejected = assembled.where("error_code IS NOT NULL")
-            dead.append(rejected_rows(rejected, self.pipeline_id, batch_id))
+            ctx.dead.append(rejected_rows(rejected, self.pipeline_id, batch_id))
         if seg.dead_groups or seg.late:
-            dead.append(seg.dead)
+            ctx.dead.append(seg.dead)
         return seg, events.unionByName(whole)
 
     def _hold(
-        self, spark: SparkSession, events: DataFrame, meta: BatchMeta, batch_id: int, check: bool
+        self, ctx: BatchContext, events: DataFrame, meta: BatchMeta
     ) -> tuple[HoldResult, DataFrame, BatchMeta]:
         assert self.hold_stage is not None
+        spark = ctx.spark
         if meta.ops.get("RESOLVED"):
-            self._watermarks(spark, events, batch_id)
+            self.writes.watermarks(ctx, events)
         self.catalog.ensure_table(spark, self.internal, HELD, held_fields())
-        hold = self.hold_stage.run(spark, events, batch_id)
+        hold = self.hold_stage.run(spark, events, ctx.batch_id)
         try:
             for st in hold.statements:
-                self.writer.run(spark, st, batch_id)
+                self.writer.run(spark, st, ctx.batch_id)
         finally:
             hold.release()
         released = BatchMeta(segments=meta.segments, rejected=meta.rejected)
         released.add(aggregate(spark, hold.events))
         return hold, hold.events, released
 
-    def _watermarks(self, spark: SparkSession, events: DataFrame, batch_id: int) -> Written:
-        self.catalog.ensure_table(spark, self.internal, WATERMARKS, WATERMARK_FIELDS)
-        ident = self.catalog.ident(self.internal, WATERMARKS)
-        sql = watermarks_sql(spark, ident, events, batch_id, self.source)
-        return self.writer.run(
-            spark, Statement(self.internal, WATERMARKS, "watermarks", sql), batch_id
-        )
-
     # ------------------------------------------------------------------ plan
 
     def plan(self, spark: SparkSession, events: DataFrame, meta: BatchMeta) -> list[TablePlan]:
         """The decisions for every target table of the batch (no writes)."""
-        plans: list[TablePlan] = []
         states: dict[str, TableState | None] = {}
-        pending: list[tuple[str, str, Mode]] = []
+        pending: list[TableSettings] = []
         for target, tmeta in sorted(meta.tables.items()):
             if not set(tmeta.ops) - set(MARKERS):
                 continue
-            tcfg = self.cfg.table(target)
-            name = tcfg.name or target
-            info = self.catalog.info(spark, self.namespace, name)
-            states[target] = _state(info, tcfg.mode)
-            pending.append((target, name, tcfg.mode))
+            settings = self.settings(target)
+            info = self.catalog.info(spark, self.namespace, settings.name)
+            states[target] = _state(info, settings.mode)
+            pending.append(settings)
         matched: dict[str, tuple[str, ...]] = {}
         unnamed = [
-            t
-            for t, name, mode in pending
-            if mode != "append"
-            and meta.tables[t].positional_keys
-            and not meta.tables[t].key_sets
-            and not self.cfg.table(t).keys
-            and not (states[t] and states[t].properties.get(KEY_PROPERTY))  # type: ignore[union-attr]
-            and not self._source_keys(name)
+            s.target
+            for s in pending
+            if s.mode != "append"
+            and meta.tables[s.target].positional_keys
+            and not meta.tables[s.target].key_sets
+            and not s.keys
+            and not (states[s.target] and states[s.target].properties.get(KEY_PROPERTY))  # type: ignore[union-attr]
+            and not self._source_keys(s.name)
         ]
         if unnamed:
             matched = match_keys(spark, events, unnamed)
 
-        def plan_of(target: str, name: str, mode: Mode, truncate_at: str | None) -> TablePlan:
-            tcfg = self.cfg.table(target)
+        def plan_of(settings: TableSettings, truncate_at: str | None) -> TablePlan:
+            target = settings.target
             return decide(
-                target,
-                name,
-                mode,
+                settings,
                 meta.tables[target],
                 states[target],
                 source=self.source,
-                configured_keys=tcfg.keys,
-                source_keys=self._source_keys(name),
+                source_keys=self._source_keys(settings.name),
                 matched_keys=matched.get(target),
-                soft_deletes=tcfg.deletes == "soft",
-                except_columns=tcfg.except_columns,
-                columns=tcfg.columns,
-                track_history=tcfg.track_history_columns,
-                track_history_except=tcfg.track_history_except_columns,
-                sequence_by=tcfg.sequence_by,
                 truncate_at=truncate_at,
-                table_properties=tcfg.table_properties,
             )
 
-        plans = [plan_of(t, name, mode, None) for t, name, mode in pending]
+        plans = [plan_of(s, None) for s in pending]
         ordered = [p for p in plans if p.sequence_by and p.meta.ops.get("TRUNCATE")]
         if ordered:
             # a TRUNCATE of a table ordered by its columns is placed in their order
             found = newest_truncates(spark, events, ordered)
             plans = [
-                plan_of(t, name, mode, found.get(t)) if t in found else p
-                for p, (t, name, mode) in zip(plans, pending, strict=True)
+                plan_of(s, found.get(s.target)) if s.target in found else p
+                for p, s in zip(plans, pending, strict=True)
             ]
         return plans
+
+    def settings(self, target: str) -> TableSettings:
+        """The settings of a target table, built once from the configuration."""
+        found = self._settings.get(target)
+        if found is None:
+            found = self._settings[target] = TableSettings.of(target, self.cfg.table(target))
+        return found
 
     def _source_keys(self, name: str) -> list[str] | None:
         found = self.src.keys.get(name)
         return list(found) if found else None
 
-    def _ddl(self, spark: SparkSession, plan: TablePlan) -> None:
-        """Create or evolve one table as its plan says (the truncate watermark is set after
-        the rows it removes are gone)."""
-        ns, name, schema = self.namespace, plan.name, plan.schema
-        props = {k: v for k, v in plan.properties.items() if k != TRUNCATE_PROPERTY}
-        if plan.mode == "append":
-            if not plan.exists:
-                cols = create_changelog_columns(plan, CHANGELOG_STRUCT)
-                self.catalog.create_table(spark, ns, name, cols, props)
-            elif schema.add or schema.widen or props:
-                self.catalog.alter(
-                    spark, ns, name, schema.add, schema.widen, props, ("before.", "after.")
-                )
-            return
-        if plan.keys is None:
-            if plan.exists and not plan.meta.row_events and (schema.add or schema.widen):
-                self.catalog.alter(spark, ns, name, schema.add, schema.widen)
-            return
-        if not plan.exists:
-            if plan.writes_rows:
-                props[KEY_PROPERTY] = ",".join(plan.keys)
-                if plan.mode == "scd2":
-                    cols = create_history_columns(plan, HISTORY_STRUCT)
-                else:
-                    cols = create_replica_columns(plan, CDC_STRUCT)
-                self.catalog.create_table(spark, ns, name, cols, props)
-            return
-        if schema.add or schema.widen or props:
-            self.catalog.alter(spark, ns, name, schema.add, schema.widen, props)
-
     # ------------------------------------------------------------------ apply
 
     def _apply(
         self,
-        spark: SparkSession,
+        ctx: BatchContext,
         events: DataFrame,
         meta: BatchMeta,
-        dead: list[DataFrame],
         seg: SegmentResult | None,
         hold: HoldResult | None,
-        batch_id: int,
-        check: bool,
-        started: float,
-        clock: StageClock,
     ) -> BatchReport:
+        spark, clock = ctx.spark, ctx.clock
         workers = max(1, self.cfg.parallel_tables)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             with clock.stage("plan"):
                 plans = self.plan(spark, events, meta)
-                for f in [pool.submit(self._ddl, spark, p) for p in plans]:
+                for f in [pool.submit(self.writes.ddl, spark, p) for p in plans]:
                     f.result()
             stage = BatchStage(spark, events, plans) if plans else None
             stats: dict[str, TableStats] = {}
@@ -655,28 +581,16 @@ class BatchRunner:
                             stage.stage(tombs)
                         stats = stage.stats()
                     if any(s.rejected for s in stats.values()):
-                        dead.append(stage.rejected(self.pipeline_id, batch_id))
-                outcomes = self._write(
-                    spark,
-                    pool,
-                    plans,
-                    stage,
-                    stats,
-                    events,
-                    meta,
-                    dead,
-                    hold,
-                    batch_id,
-                    check,
-                    clock,
-                )
+                        ctx.dead.append(stage.rejected(self.pipeline_id, ctx.batch_id))
+                work = BatchWork(events, meta, plans, stage, stats, hold)
+                outcomes = self.writes.write(ctx, pool, work)
             finally:
                 if stage is not None:
                     stage.release()
         dead_n = 0
         with clock.stage("dead_letters"):
-            if dead:
-                dead_n = self._dead_letters(spark, dead, batch_id, check)
+            if ctx.dead:
+                dead_n = self.writes.dead_letters(ctx)
         # every message that gave no event and ends as a dead letter counts as one event
         unread = meta.rejected
         if seg is not None:
@@ -687,7 +601,7 @@ class BatchRunner:
         conflicts = sum(o.conflicts for o in outcomes)
         stale = sum(o.stale for o in outcomes)
         report = BatchReport(
-            batch_id=batch_id,
+            batch_id=ctx.batch_id,
             events=total,
             operations=dict(meta.ops),
             duplicates=duplicates,
@@ -698,7 +612,7 @@ class BatchRunner:
             undelivered=max(0, dead_n - dead_input) if self.cfg.outputs else 0,
             source=self.src.name,
             tables={o.table: o.events for o in outcomes},
-            seconds=time.time() - started,
+            seconds=time.time() - ctx.started,
             outcomes=tuple(outcomes),
             segments=meta.segments,
             reassembled=seg.complete if seg is not None else 0,
@@ -708,221 +622,8 @@ class BatchRunner:
             skipped=dict(self.skipped),
         )
         with clock.stage("history"):
-            self._history(spark, report, started, clock)
+            self.writes.history(ctx, report)
         return BatchReport(**{**report.__dict__, "stages": dict(clock.seconds)})
-
-    def _write(
-        self,
-        spark: SparkSession,
-        pool: ThreadPoolExecutor,
-        plans: Sequence[TablePlan],
-        stage: BatchStage | None,
-        stats: dict[str, TableStats],
-        events: DataFrame,
-        meta: BatchMeta,
-        dead: list[DataFrame],
-        hold: HoldResult | None,
-        batch_id: int,
-        check: bool,
-        clock: StageClock,
-    ) -> list[TableOutcome]:
-        """Every table's writes and the internal tables', concurrently."""
-        phase = time.perf_counter()
-        tables: list[tuple[TablePlan, Future[tuple[TableOutcome, float]]]] = []
-        internal: list[Future[Written]] = []
-        if stage is not None:
-            log: Future[Written] | None = None
-            if stage.winners_view is not None:
-                # submitted first, so it runs before the history tables that wait for it
-                log = pool.submit(self._history_log, spark, stage, batch_id)
-                internal.append(log)
-            for plan in plans:
-                events_of = meta.tables[plan.target].events
-                job = pool.submit(self._table, spark, plan, events_of, stage, stats, batch_id, log)
-                tables.append((plan, job))
-            merged = {p.target for p in stage.merge}
-            if any(s.deletes for t, s in stats.items() if t in merged):
-                internal.append(pool.submit(self._tombstones, spark, stage, batch_id, check))
-        if meta.ops.get("RESOLVED") and hold is None:
-            internal.append(pool.submit(self._watermarks, spark, events, batch_id))
-        outputs: Future[list[DataFrame]] | None = None
-        if self.cfg.outputs:
-            outputs = pool.submit(self._outputs, spark, events, batch_id)
-        outcomes: list[TableOutcome] = []
-        merge_done = internal_done = phase
-        for _plan, future in tables:
-            outcome, finished = future.result()
-            outcomes.append(outcome)
-            merge_done = max(merge_done, finished)
-        for written in internal:
-            written.result()
-            internal_done = max(internal_done, time.perf_counter())
-        if tables:
-            clock.add("merge", merge_done - phase)
-        if internal:
-            clock.add("internal", internal_done - phase)
-        if outputs is not None:
-            dead.extend(outputs.result())
-            clock.add("outputs", time.perf_counter() - phase)
-        return outcomes
-
-    def _table(
-        self,
-        spark: SparkSession,
-        plan: TablePlan,
-        events: int,
-        stage: BatchStage,
-        stats: dict[str, TableStats],
-        batch_id: int,
-        log: Future[Written] | None = None,
-    ) -> tuple[TableOutcome, float]:
-        """One table's statements, in order: a truncate, then the merge (or changelog); for
-        an scd2 table, its versions once the history log holds the batch (``log``).
-        ``events``: the table's events in the batch."""
-        started = time.perf_counter()
-        s = stats.get(plan.target, TableStats())
-        rejected = sum((s.rejected or {}).values())
-        ident = self.catalog.ident(self.namespace, plan.name)
-        stale = 0
-        if plan.mode == "scd2":
-            if plan.keys is not None and s.live and log is not None:
-                log.result()
-                self._versions(spark, plan, stage, batch_id)
-            outcome = TableOutcome(
-                plan.name,
-                "scd2",
-                events,
-                s.duplicates,
-                s.conflicts,
-                0,
-                rejected,
-                time.perf_counter() - started,
-            )
-            return outcome, time.perf_counter()
-        if plan.mode == "append":
-            if plan.meta.events > rejected:
-                sql = changelog_sql(ident, stage.changelog_source(plan))
-                self.writer.run(
-                    spark, Statement(self.namespace, plan.name, "append", sql), batch_id
-                )
-            outcome = TableOutcome(plan.name, "append", events, dead_lettered=rejected)
-            return outcome, time.perf_counter()
-        truncate = plan.truncate if plan.keys is not None else None
-        if truncate is not None and not s.live:
-            sql = truncate_sql(ident, truncate)
-            self.writer.run(spark, Statement(self.namespace, plan.name, "truncate", sql), batch_id)
-        if plan.keys is not None and s.live:
-            # a TRUNCATE with changes after it: one commit (the MERGE deletes the older rows)
-            sql = merge_sql(ident, plan, stage.merge_source(plan), truncate)
-            written = self.writer.run(
-                spark, Statement(self.namespace, plan.name, "merge", sql, report=True), batch_id
-            )
-            # stale: a key's newest events that lost to its tombstone, or that the guarded
-            # MERGE did not write because the replica row was newer (merge-on-read: written
-            # rows are the commit's added records)
-            stale = max(0, s.writes - written.count("added-records"))
-        if truncate is not None:
-            # the watermark after the rows: a crash before it repeats an idempotent statement
-            self.catalog.alter(
-                spark, self.namespace, plan.name, properties={TRUNCATE_PROPERTY: truncate}
-            )
-        outcome = TableOutcome(
-            plan.name,
-            "merge",
-            events,
-            s.duplicates,
-            s.conflicts,
-            stale + s.buried,
-            rejected,
-            time.perf_counter() - started,
-        )
-        return outcome, time.perf_counter()
-
-    def _history_log(self, spark: SparkSession, stage: BatchStage, batch_id: int) -> Written:
-        """Record the batch's events of the scd2 tables (idempotent: a replay adds nothing)."""
-        self.catalog.ensure_table(
-            spark, self.internal, HISTORY_LOG, HISTORY_LOG_FIELDS, partitioned_by="target"
-        )
-        ident = self.catalog.ident(self.internal, HISTORY_LOG)
-        sql = log_merge_sql(ident, stage.history_log_source(), [p.name for p in stage.history])
-        return self.writer.run(spark, Statement(self.internal, HISTORY_LOG, "log", sql), batch_id)
-
-    def _versions(
-        self, spark: SparkSession, plan: TablePlan, stage: BatchStage, batch_id: int
-    ) -> Written:
-        """Recompute the versions of the keys the batch touched and make the history table
-        hold exactly them."""
-        assert stage.winners_view is not None
-        log = self.catalog.ident(self.internal, HISTORY_LOG)
-        touched = touched_sql(stage.winners_view, log, plan, plan.meta.ops.get("TRUNCATE", 0) > 0)
-        versions = spark.sql(versions_sql(log, touched, plan)).localCheckpoint(eager=True)
-        try:
-            ident = self.catalog.ident(self.namespace, plan.name)
-            sql = history_merge_sql(ident, plan, view(versions, "versions"), touched)
-            return self.writer.run(
-                spark, Statement(self.namespace, plan.name, "versions", sql), batch_id
-            )
-        finally:
-            release_checkpoint(versions)
-
-    def _tombstones(
-        self, spark: SparkSession, stage: BatchStage, batch_id: int, check: bool
-    ) -> Written:
-        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_FIELDS)
-        ident = self.catalog.ident(self.internal, TOMBSTONES)
-        sql = tombstones_sql(ident, stage.deletes_source())
-        st = Statement(self.internal, TOMBSTONES, "tombstones", sql, once=True)
-        return self.writer.run(spark, st, batch_id, check)
-
-    def _outputs(self, spark: SparkSession, events: DataFrame, batch_id: int) -> list[DataFrame]:
-        from cdcflow.outputs.stream import emit
-
-        return emit(events, list(self.cfg.outputs), self.pipeline_id, batch_id)
-
-    def _dead_letters(
-        self, spark: SparkSession, dead: list[DataFrame], batch_id: int, check: bool
-    ) -> int:
-        rows = dead[0]
-        for d in dead[1:]:
-            rows = rows.unionByName(d)
-        self.catalog.ensure_table(spark, self.internal, DEAD_LETTERS, DEAD_LETTER_FIELDS)
-        ident = self.catalog.ident(self.internal, DEAD_LETTERS)
-        st = Statement(
-            self.internal,
-            DEAD_LETTERS,
-            "dead_letters",
-            f"INSERT INTO {ident} ({', '.join(q(n) for n, _ in DEAD_LETTER_FIELDS)}) "
-            f"SELECT * FROM {view(rows, 'dlq')}",
-            once=True,
-            report=True,
-        )
-        written = self.writer.run(spark, st, batch_id, check)
-        return written.count("added-records")
-
-    def _history(
-        self, spark: SparkSession, report: BatchReport, started: float, clock: StageClock
-    ) -> None:
-        self.catalog.ensure_table(spark, self.internal, BATCHES, HISTORY_FIELDS)
-        ident = self.catalog.ident(self.internal, BATCHES)
-        ops = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.operations.items())
-        tables = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.tables.items())
-        stages = ", ".join(f"{lit(k)}, CAST({v:.3f} AS double)" for k, v in clock.seconds.items())
-        lost = ", ".join(f"{lit(k)}, {lit(v)}" for k, v in sorted(report.skipped.items()))
-        sql = f"""
-            INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
-                                 duplicates, conflicts, stale, dead_lettered, tables, seconds,
-                                 stages, source, applied, undelivered, skipped)
-            SELECT {lit(self.pipeline_id)}, {report.batch_id},
-              timestamp_millis({int(started * 1000)}), current_timestamp(), {report.events},
-              {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
-              {report.duplicates}, {report.conflicts}, {report.stale}, {report.dead_lettered},
-              {f"map({tables})" if tables else "CAST(map() AS map<string,bigint>)"},
-              {report.seconds:.3f}D,
-              {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"},
-              {lit(self.source)}, {report.applied}, {report.undelivered},
-              {f"map({lost})" if lost else "CAST(map() AS map<string,string>)"}
-        """
-        self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)
 
 
 def _state(info: TableInfo | None, mode: Mode) -> TableState | None:

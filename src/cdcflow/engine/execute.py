@@ -1,0 +1,145 @@
+"""Runs the batch's staging statements (built by :class:`cdcflow.engine.stage.StageSql`):
+registers their views, keeps the staged rows in local checkpoints and collects the counts.
+
+Nothing here builds SQL: each step is one statement of :mod:`cdcflow.engine.stage` over the
+views the steps before it registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from cdcflow.engine.deadletters import event_rows
+from cdcflow.engine.plan import TablePlan
+from cdcflow.engine.stage import StageSql, TableStats, newest_truncates_sql, sequence_sql
+from cdcflow.spark.sql import view
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
+    """The events, with ``sequence`` taken from the columns that order a table's events
+    (see :func:`cdcflow.engine.stage.sequence_sql`)."""
+    expr = sequence_sql(plans)
+    if expr is None:
+        return events
+    from pyspark.sql import functions as F
+
+    return events.withColumn("sequence", F.expr(expr))
+
+
+def newest_truncates(
+    spark: SparkSession, events: DataFrame, plans: Sequence[TablePlan]
+) -> dict[str, str]:
+    """The newest ``TRUNCATE`` of each table ordered by ``sequence_by`` columns, in their
+    order (one small query, only for batches that hold such a ``TRUNCATE``)."""
+    sql = newest_truncates_sql(view(sequenced(events, plans), "trunc"), plans)
+    rows = spark.sql(sql).collect()
+    return {r["_target"]: r["seq"] for r in rows if r["seq"] is not None}
+
+
+def release_checkpoint(df: DataFrame) -> None:
+    """Free the blocks behind a ``localCheckpoint`` now rather than when the JVM collects
+    garbage (a pipeline that keeps following runs thousands of batches)."""
+    plan = df._jdf.queryExecution().logical()
+    if plan.getClass().getSimpleName() == "LogicalRDD":
+        plan.rdd().unpersist(False)
+
+
+class BatchStage:
+    """The staging of one batch over its events (canonical rows with ``_fp`` and
+    ``_target``), for the given table plans: registers the validated events, then (on
+    :meth:`stage`) the staged rows."""
+
+    def __init__(self, spark: SparkSession, events: DataFrame, plans: Sequence[TablePlan]) -> None:
+        self.spark = spark
+        self.sql = StageSql(plans)
+        self.plans = self.sql.plans
+        self.merge = self.sql.merge
+        self.history = self.sql.history
+        self.keyed = self.sql.keyed
+        self.source = view(sequenced(events, plans), "events")
+        self.validated = view(self.spark.sql(self.sql.validated_sql(self.source)), "validated")
+        self.staged: DataFrame | None = None
+        self.staged_view: str | None = None
+        #: scd2 tables: per (table, key, sequence) the winning event (see engine.history)
+        self.winners_view: str | None = None
+        self._checkpoints: list[DataFrame] = []
+
+    @property
+    def has_rules(self) -> bool:
+        """Whether the engine may reject events of the batch."""
+        return self.sql.has_rules
+
+    def rejected(self, pipeline: str, batch_id: int) -> DataFrame:
+        """Dead-letter rows of the events the engine rejects."""
+        df = self.spark.sql(self.sql.rejected_sql(self.validated))
+        return event_rows(df, pipeline, batch_id, "_reject", "_reason")
+
+    def stage(self, tombstones: str | None) -> None:
+        """Build and keep the staged rows of every merge table (``tombstones``: the tombstone
+        table's identifier when it exists) and the winning events of every scd2 table. They
+        are checkpointed locally: every later query of the batch (one per table) starts from
+        them instead of re-analysing the whole plan."""
+        rows = view(self.spark.sql(self.sql.rows_sql(self.validated)), "rows")
+        if self.history:
+            winners = self.spark.sql(self.sql.winners_sql(rows, self.validated)).localCheckpoint(
+                eager=True
+            )
+            self._checkpoints.append(winners)
+            self.winners_view = view(winners, "winners")
+        if not self.merge:
+            return
+        if self.history:
+            rows = view(self.spark.sql(self.sql.merge_rows_sql(rows)), "rows")
+        # the collapsed rows are read twice by the tombstone look-up (the batch's keys, then
+        # the rows): kept once (measured: one checkpoint over both costs more than two)
+        collapsed = self.spark.sql(
+            self.sql.collapsed_sql(rows, tombstones is not None)
+        ).localCheckpoint(eager=True)
+        self._checkpoints.append(collapsed)
+        staged = self.spark.sql(self.sql.staged_sql(view(collapsed, "collapsed"), tombstones))
+        if tombstones is not None:
+            # the tombstone look-up runs once, not once per table
+            staged = staged.localCheckpoint(eager=True)
+            self._checkpoints.append(staged)
+        self.staged = staged
+        self.staged_view = view(staged, "staged")
+
+    def stats(self) -> dict[str, TableStats]:
+        """Counts of every table (one small aggregate, see
+        :meth:`cdcflow.engine.stage.StageSql.stats_sql`)."""
+        sql = self.sql.stats_sql(self.validated, self.staged_view, self.winners_view)
+        rows = self.spark.sql(sql).collect() if sql is not None else []
+        return self.sql.stats_of(r.asDict() for r in rows)
+
+    def release(self) -> None:
+        """Drop the batch's staged rows (the blocks of its local checkpoints)."""
+        for df in self._checkpoints:
+            release_checkpoint(df)
+        self._checkpoints.clear()
+        self.staged = None
+
+    # ------------------------------------------------------------------ per table
+
+    def merge_source(self, plan: TablePlan) -> str:
+        """Register the typed ``MERGE`` source of one table; returns the view name."""
+        assert self.staged_view is not None
+        return view(self.spark.sql(self.sql.merge_source_sql(self.staged_view, plan)), "source")
+
+    def changelog_source(self, plan: TablePlan) -> str:
+        """Register the changelog rows of one append table; returns the view name."""
+        sql = self.sql.changelog_source_sql(self.validated, plan)
+        return view(self.spark.sql(sql), "changelog")
+
+    def history_log_source(self) -> str:
+        """Register the batch's events of the scd2 tables as history log rows."""
+        assert self.winners_view is not None
+        return view(self.spark.sql(self.sql.history_log_source_sql(self.winners_view)), "log")
+
+    def deletes_source(self) -> str:
+        """Register the batch's live deletes of hard-delete tables (for the tombstones)."""
+        assert self.staged_view is not None
+        return view(self.spark.sql(self.sql.deletes_source_sql(self.staged_view)), "deletes")
