@@ -42,7 +42,7 @@ _HEADERS = ("event-id", "operation", "table", "timestamp")
 _SPEC_OPERATIONS = ("INSERT", "UPDATE", "DELETE", "DDL", "BEGIN", "COMMIT")
 #: Operations cdcflow's own unified stream adds to the spec's.
 _EXTRA_OPERATIONS = ("TRUNCATE", "UPSERT", "SNAPSHOT", "RESOLVED")
-_NEEDS_AFTER = frozenset({"INSERT", "UPDATE", "UPSERT", "SNAPSHOT"})
+_NEEDS_AFTER = ROW_OPERATIONS - {"DELETE"}
 _ADD_COLUMN = re.compile(
     r"\bADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\"[^\"]+\"|`[^`]+`|[A-Za-z_][\w$]*)\s+"
     r"(.+?)(?=,\s*ADD\b|;|$)",
@@ -57,7 +57,6 @@ _NOT_COLUMNS = frozenset({"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "INDEX",
 #: Fields of the events :meth:`SavegressDialect.columnar` reads in bulk, and its text fields.
 _BULK_TEXT = ("id", "operation", "table", "schema", "source", "timestamp", "transaction_id")
 _BULK_FIELDS = frozenset({*_BULK_TEXT, "position", "before", "after"})
-_BULK_OPERATIONS = frozenset({"INSERT", "UPDATE", "DELETE", "UPSERT", "SNAPSHOT"})
 _BULK_DAY = (
     r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])-"
     r"(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
@@ -343,7 +342,7 @@ class SavegressDialect(Dialect):
     def columnar(self, data: bytes) -> Columnar | None:
         """Plain events of a JSON-lines file in bulk: the fields of :data:`_BULK_FIELDS` only,
         no ``null`` anywhere in the line (so an absent column is absent), an ``operation``
-        of :data:`_BULK_OPERATIONS`, a Postgres position (``lsn``, ``sequence``), a
+        of :data:`~cdcflow.event.ROW_OPERATIONS`, a Postgres position (``lsn``, ``sequence``), a
         plain UTC ``timestamp`` and values whose wire string is their text. Every other line
         goes through :meth:`decode`."""
         import numpy as np
@@ -397,7 +396,7 @@ class SavegressDialect(Dialect):
         timestamp = texts["timestamp"]
         is_delete = pc.fill_null(pc.equal(op, "DELETE"), False)
         checks = [
-            pc.is_in(op, pa.array(sorted(_BULK_OPERATIONS))),
+            pc.is_in(op, pa.array(sorted(ROW_OPERATIONS))),
             pc.greater(pc.utf8_length(table), 0),
             pc.or_(pc.invert(pc.match_substring(table, ".")), pc.is_valid(schema)),
             pc.if_else(is_delete, pc.is_valid(images["before"]), pc.is_valid(images["after"])),
