@@ -86,7 +86,7 @@ def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_p
     """The process dies right after one commit of a batch (merge, tombstones, dead letters,
     batch history, an scd2 table's history log, then its versions), at a later batch on each
     rerun; the final rerun converges to the oracle and the dead letters are not doubled."""
-    w = generate(7, tables=3, transactions=60)
+    w = generate(7, tables=3, transactions=36)
     res = render_to_landing(w, tmp_path / "landing", seed=7, files=6, duplicates=0.2)
     for f in res.files:  # one bad message per file, so every batch writes dead letters
         f.write_bytes(f.read_bytes() + b"this line is not json\n")
@@ -112,7 +112,7 @@ def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_p
 
 
 def test_sigkill_mid_batch_then_rerun_equals_oracle(spark: Any, tmp_path: Path) -> None:
-    w = generate(99, tables=3, transactions=80)
+    w = generate(99, tables=3, transactions=50)
     res = render_to_landing(w, tmp_path / "landing", seed=99, files=6, duplicates=0.2)
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     config = _config(tmp_path, warehouse, res.options)
@@ -166,7 +166,7 @@ def test_consistency_mode_crash_then_rerun_equals_oracle(spark: Any, tmp_path: P
     """consistency: transactions, with BEGIN/COMMIT markers shuffled over files (so events wait
     for commits delivered in later batches): the process dies right after the held-events commit
     of batch 1; the rerun converges to the oracle with nothing left held."""
-    w = generate(13, tables=3, transactions=50)
+    w = generate(13, tables=3, transactions=36)
     res = render_to_landing(w, tmp_path / "landing", seed=13, files=5, duplicates=0.1, markers=True)
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     config = _config(tmp_path, warehouse, res.options, "crash_hold", consistency="transactions")
