@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,10 +82,18 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One PostgreSQL server for the run (Debian's packages, logical decoding on)."""
+    import tempfile
+
     from cdcflow.testing.services.postgres import Postgres
 
-    with Postgres(tmp_path_factory.mktemp("postgres") / "data") as server:
-        yield server
+    # outside pytest's own temporary root: another pytest session on the machine resets that
+    # root to 0700, and the server's user (postgres, when run as root) must traverse to it
+    root = Path(tempfile.mkdtemp(prefix="cdcflow-postgres-"))
+    try:
+        with Postgres(root / "data") as server:
+            yield server
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
