@@ -23,6 +23,13 @@ pytestmark = pytest.mark.spark
 _n = itertools.count()
 
 
+@pytest.fixture(scope="module")
+def prop_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder under pytest's temporary root for every example (hypothesis runs a test's
+    examples under one function-scoped fixture, so each example makes its own folder in it)."""
+    return tmp_path_factory.mktemp("prop")
+
+
 @pytest.mark.parametrize("dialect", renderer_names())
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
@@ -31,11 +38,11 @@ _n = itertools.count()
     overlap=st.booleans(),
 )
 def test_replicas_equal_the_oracle(
-    spark: Any, dialect: str, seed: int, runs: int, overlap: bool
+    spark: Any, prop_root: Path, dialect: str, seed: int, runs: int, overlap: bool
 ) -> None:
     w = generate(seed, tables=3, transactions=60, features=renderer_features(dialect))
     expected = oracle.apply(w)
-    root = Path(tempfile.mkdtemp(prefix="cdcflow-prop-"))
+    root = Path(tempfile.mkdtemp(prefix="replicas-", dir=prop_root))
     n = len(w.transactions)
     cuts = sorted({0, n, *(n * i // runs for i in range(1, runs))})
     render = renderer(dialect)
@@ -64,13 +71,15 @@ def test_replicas_equal_the_oracle(
     runs=st.integers(min_value=1, max_value=3),
     overlap=st.booleans(),
 )
-def test_histories_equal_the_oracle(spark: Any, seed: int, runs: int, overlap: bool) -> None:
+def test_histories_equal_the_oracle(
+    spark: Any, prop_root: Path, seed: int, runs: int, overlap: bool
+) -> None:
     """scd2 tables of every feature the unified format carries (partial updates, key changes,
     truncates, added columns) under redelivery and several runs: versions equal the oracle's."""
     dialect = "savegress"
     w = generate(seed, tables=2, transactions=50, features=renderer_features(dialect))
     expected = oracle.history(w)
-    root = Path(tempfile.mkdtemp(prefix="cdcflow-prop-scd2-"))
+    root = Path(tempfile.mkdtemp(prefix="histories-", dir=prop_root))
     n = len(w.transactions)
     cuts = sorted({0, n, *(n * i // runs for i in range(1, runs))})
     render = renderer(dialect)
