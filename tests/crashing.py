@@ -2,13 +2,18 @@
 STEP[@BATCH] ARGS…`` runs ``cdcflow ARGS…`` with a step hook that kills the process (exit
 status 137, as SIGKILL would) right after that step is reached — a ledgered commit
 (``merge``, ``dead_letters``…) or a maintenance action (``before:rewrite_data_files``…) — to
-prove that a rerun converges from any point. :func:`install` does the same inside a job of the
-test's own (``tests/api_job.py``)."""
+prove that a rerun converges from any point. ``during:ACTION`` kills it inside a maintenance
+action instead: once the action's procedure has a Spark job running (files being rewritten,
+listed or deleted; a rewrite is not committed yet, an expiry has committed and is deleting
+files); an action that ran no job exits 138 when it ends. :func:`install` does the same inside
+a job of the test's own (``tests/api_job.py``)."""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,9 +23,42 @@ from cdcflow.iceberg import ledger
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: Exit status of a ``during:`` crash whose action ended without running a Spark job.
+NO_JOB = 138
+
+
+def _kill_in_next_job() -> None:
+    """Watch the driver's jobs; exit 137 as soon as one is running."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    assert sc is not None
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if tracker.getActiveJobsIds():
+            sys.stdout.flush()
+            os._exit(137)
+        time.sleep(0.002)
+
+
 def install(spec: str) -> None:
-    """Kill the process once the step ``spec`` (``step`` or ``step@batch``) is reached."""
+    """Kill the process once the step ``spec`` (``step`` or ``step@batch``) is reached, or
+    inside the maintenance action ``during:ACTION`` (see the module's text)."""
     step, _, batch = spec.partition("@")
+    if step.startswith("during:"):
+        action = step.removeprefix("during:")
+
+        def watch(props: Mapping[str, str]) -> None:
+            reached = props.get(ledger.STEP)
+            if reached == f"before:{action}":
+                threading.Thread(target=_kill_in_next_job, daemon=True).start()
+            elif reached == action:
+                sys.stdout.flush()
+                os._exit(NO_JOB)
+
+        ledger.STEP_HOOKS.append(watch)
+        return
 
     def crash(props: Mapping[str, str]) -> None:
         if props.get(ledger.STEP) == step and (not batch or props.get(ledger.BATCH) == batch):

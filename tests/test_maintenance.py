@@ -47,15 +47,15 @@ def test_the_policy_says_what_is_due() -> None:
 
 def test_procedure_calls_name_the_table_and_bounds() -> None:
     assert rewrite_sql("cdc", "ns", "my table") == (
-        "CALL `cdc`.system.rewrite_data_files(table => '`ns`.`my table`', options => "
+        "CALL `cdc`.system.rewrite_data_files(table => '`cdc`.`ns`.`my table`', options => "
         "map('delete-file-threshold', '1', 'min-input-files', '2', 'remove-dangling-deletes', "
         "'true', 'partial-progress.enabled', 'false'))"
     )
     assert expire_sql("cdc", "ns", "t", 0.0, 7) == (
-        "CALL `cdc`.system.expire_snapshots(table => '`ns`.`t`', older_than => TIMESTAMP "
+        "CALL `cdc`.system.expire_snapshots(table => '`cdc`.`ns`.`t`', older_than => TIMESTAMP "
         "'1970-01-01 00:00:00.000000+00:00', retain_last => 7)"
     )
-    assert "remove_orphan_files(table => '`ns`.`t`', older_than => TIMESTAMP '1970-01-02" in (
+    assert "remove_orphan_files(table => '`cdc`.`ns`.`t`', older_than => TIMESTAMP '1970-01-02" in (
         orphans_sql("cdc", "ns", "t", 86400.0)
     )
 
@@ -155,6 +155,15 @@ def test_maintenance_between_batches_keeps_files_and_snapshots_bounded(
     assert shown.exit_code == 0, shown.output
     assert "remove_orphan_files" in shown.output and "rewrite_data_files" in shown.output
     assert "files" in shown.output.splitlines()[0]
+    # and between the batches of the history, as rows of their own
+    listed = CliRunner().invoke(cli, ["history", str(config)])
+    assert listed.exit_code == 0, listed.output
+    lines = listed.output.splitlines()
+    assert lines[0].split()[-4:] == ["slowest", "stage", "or", "action"]
+    upkeep = [ln for ln in lines if ln.startswith("maintenance ")]
+    assert any("rewrite_data_files upkeep." in ln and " files)" in ln for ln in upkeep), upkeep
+    assert any("by hand" in ln and "remove_orphan_files" in ln for ln in upkeep)
+    assert sum(1 for ln in lines[1:] if not ln.startswith("maintenance ")) == 8
     with pytest.raises(ConfigError, match="no replica 'nope'"):
         with Pipeline(cfg, spark) as pipeline:
             pipeline.maintain(["nope"])
@@ -173,33 +182,51 @@ def _run(config: Path, crash_after: str) -> int:
 
 @pytest.mark.services
 @pytest.mark.spark
-def test_a_crash_before_and_after_each_maintenance_action_then_rerun_equals_the_oracle(
+def test_a_crash_during_and_right_after_each_maintenance_action_then_rerun_equals_the_oracle(
     spark: Any, tmp_path: Path
 ) -> None:
-    """Killed right after a rewrite, an expiry and an orphan removal (at a later round each
-    time); the rerun converges, no batch is in the history twice, and dead letters replay
-    after their snapshots expired."""
+    """A ``consistency: transactions`` pipeline with a maintenance round after every batch
+    (snapshots expire down to two) is killed inside an orphan removal, a rewrite and an expiry
+    (a Spark job of the procedure running), and right after each, at a later round each time:
+    the rerun converges to the oracle with no transaction left held, no batch is in the
+    history twice, and dead letters replay after their snapshots expired."""
     from cdcflow.config import load_config_file
     from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters
 
     w = generate(32, tables=2, transactions=100)
-    res = render_to_landing(w, tmp_path / "landing", seed=32, files=10, duplicates=0.1)
+    res = render_to_landing(
+        w, tmp_path / "landing", seed=32, files=10, duplicates=0.1, markers=True
+    )
     first = sorted(res.files)[0]
     first.write_bytes(first.read_bytes() + b"this line is not json\n")
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     config = pipeline_config(
-        tmp_path, warehouse, res.options, namespace="upkeep_crash", maintenance=POLICY
+        tmp_path,
+        warehouse,
+        res.options,
+        namespace="upkeep_crash",
+        consistency="transactions",
+        maintenance={**POLICY, "every_batches": 1},
     )
     for step in (
-        "remove_orphan_files",  # first: a table's orphans are removed once a day
+        # orphans first: a table's orphans are removed once a day, and a removal cut short
+        # does not count
+        "during:remove_orphan_files",
+        "remove_orphan_files",
+        "during:rewrite_data_files",
         "rewrite_data_files",
+        "during:expire_snapshots",
         "expire_snapshots",
     ):
         assert _run(config, step) == 137, step
     cfg = load_config_file(config)
     assert Pipeline(cfg, spark).run().failure is None
     _check(spark, w, "upkeep_crash")
+    waiting = spark.sql(
+        "SELECT count(*) AS n FROM cdc.upkeep_crash__cdcflow.held WHERE released_batch IS NULL"
+    ).collect()[0]["n"]
+    assert waiting == 0
     dead = spark.sql("SELECT count(*) AS n FROM cdc.upkeep_crash__cdcflow.dead_letters")
     assert dead.collect()[0]["n"] == 1  # the bad line, once
     hist = spark.sql(
@@ -214,36 +241,3 @@ def test_a_crash_before_and_after_each_maintenance_action_then_rerun_equals_the_
     assert sum(replayed.claimed.values()) == 1  # the bad line, dead-lettered again
     assert replayed.dead_lettered == 1
     _check(spark, w, "upkeep_crash")
-
-
-@pytest.mark.services
-@pytest.mark.spark
-def test_consistency_transactions_after_every_batch_expires_snapshots(
-    spark: Any, tmp_path: Path
-) -> None:
-    """``consistency: transactions`` with commits delivered batches after their events, every
-    batch followed by a round that keeps one snapshot: killed right after an expiry, then
-    rerun → the oracle, nothing left held."""
-    from cdcflow.config import load_config_file
-    from cdcflow.pipeline.query import Pipeline
-
-    w = generate(33, tables=2, transactions=30)
-    res = render_to_landing(w, tmp_path / "landing", seed=33, files=4, markers=True)
-    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
-    policy = {**POLICY, "every_batches": 1, "keep_snapshots": 1}
-    config = pipeline_config(
-        tmp_path,
-        warehouse,
-        res.options,
-        namespace="upkeep_hold",
-        consistency="transactions",
-        maintenance=policy,
-    )
-    assert _run(config, "expire_snapshots") == 137
-    cfg = load_config_file(config)
-    assert Pipeline(cfg, spark).run().failure is None
-    _check(spark, w, "upkeep_hold")
-    waiting = spark.sql(
-        "SELECT count(*) AS n FROM cdc.upkeep_hold__cdcflow.held WHERE released_batch IS NULL"
-    ).collect()[0]["n"]
-    assert waiting == 0

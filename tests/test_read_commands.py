@@ -157,7 +157,7 @@ def _check_history(lines: list[str], output: str) -> None:
         "conflicts",
         "dead-lettered",
         "seconds",
-        "slowest stage",
+        "slowest stage or action",
     ]
     assert [r.split()[:2] for r in rows] == [["main", "1"], ["main", "0"]]
 

@@ -28,8 +28,12 @@ _CUT = 60
 #: Driver JVM options for a command that lives a few seconds: the quick (C1) compiler only and
 #: a serial collector start the JVM and plan the first queries about twice as fast (a
 #: pipeline that runs for long gains from the optimising compiler and keeps the defaults).
+#: The compiled-code cache keeps its usual 240 MB (C1 alone reserves 48 MB, which a long
+#: command can fill, after which the JVM stops compiling).
 SHORT_LIVED_JVM: dict[str, str] = {
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": (
+        "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC"
+    ),
 }
 
 
@@ -212,13 +216,16 @@ def _rows_or_json(df: DataFrame, empty: str, output: str, full: bool) -> list[Ro
     "--maintenance",
     "upkeep",
     is_flag=True,
-    help="Show the maintenance actions instead: table, action, seconds, files, bytes and "
+    help="Show the maintenance actions only: table, action, seconds, files, bytes and "
     "snapshots before → after.",
 )
 @_common
 def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) -> None:
-    """Show the batch history of a pipeline: counts, and the seconds each stage took (with
-    --maintenance: the maintenance actions)."""
+    """Show the batch history of a pipeline: counts, the seconds each stage took, and the
+    maintenance actions between the batches (JSON output: the batches only; with
+    --maintenance: the maintenance actions only)."""
+    from pyspark.sql.functions import col
+
     from cdcflow.pipeline.results import history, maintenance
 
     cfg, spark = _session(config)
@@ -258,28 +265,46 @@ def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) 
         "conflicts",
         "dead-lettered",
         "seconds",
-        "slowest stage",
+        "slowest stage or action",
     ]
-    rows = []
+    listed: list[tuple[Any, tuple[Any, ...]]] = []
     for r in found:
         d = r.asDict()
         stages = d.get("stages") or {}
         slowest = max(stages.items(), key=lambda kv: kv[1]) if stages else None
-        rows.append(
-            (
-                d.get("source") or d["pipeline"],
-                d["batch_id"],
-                d["started_at"],
-                d["events"],
-                d.get("applied"),
-                d["duplicates"],
-                d["stale"],
-                d["conflicts"],
-                d["dead_lettered"],
-                round(d["seconds"], 1),
-                f"{slowest[0]} {slowest[1]:.1f}s" if slowest else "",
-            )
+        row = (
+            d.get("source") or d["pipeline"],
+            d["batch_id"],
+            d["started_at"],
+            d["events"],
+            d.get("applied"),
+            d["duplicates"],
+            d["stale"],
+            d["conflicts"],
+            d["dead_lettered"],
+            round(d["seconds"], 1),
+            f"{slowest[0]} {slowest[1]:.1f}s" if slowest else "",
         )
+        listed.append((d["started_at"], row))
+    # the maintenance actions of the same span, listed by time with the batches they followed
+    oldest = min(d for d, _ in listed)
+    for a in maintenance(cfg, spark).where(col("at") >= oldest).collect():
+        change = (
+            f"{a['snapshots_before']} → {a['snapshots_after']} snapshots"
+            if a["action"] == "expire_snapshots"
+            else f"{a['files_before']} → {a['files_after']} files"
+        )
+        row = (
+            "maintenance",
+            a["batch_id"] if a["batch_id"] >= 0 else "by hand",
+            a["at"],
+            *([None] * 6),
+            round(a["seconds"], 1),
+            f"{a['action']} {a['namespace']}.{a['table']} ({change})",
+        )
+        listed.append((a["at"], row))
+    listed.sort(key=lambda t: t[0], reverse=True)
+    rows = [row for _, row in listed]
     emit(columns, rows, output, full)
 
 

@@ -121,38 +121,42 @@ def due(
     return Plan(rewrite=rewrite, expire=figures.snapshots > policy.keep_snapshots, orphans=orphans)
 
 
-def table_arg(namespace: str, name: str) -> str:
-    """A table as a procedure's ``table`` argument (a quoted multi-part name in a string)."""
-    return lit(f"{q(namespace)}.{q(name)}")
+def table_arg(catalog: str, namespace: str, name: str) -> str:
+    """A table as a procedure's ``table`` argument (a quoted multi-part name in a string),
+    named with its catalog: a name without one sends Iceberg looking for a catalog named
+    like the namespace first, which it reports with a warning and a stack trace."""
+    return lit(f"{q(catalog)}.{q(namespace)}.{q(name)}")
+
+
+def call_sql(catalog: str, procedure: str, namespace: str, name: str, arguments: str) -> str:
+    """``CALL`` of one of the catalog's Iceberg procedures on one table."""
+    table = table_arg(catalog, namespace, name)
+    return f"CALL {q(catalog)}.system.{procedure}(table => {table}, {arguments})"
 
 
 def rewrite_sql(catalog: str, namespace: str, name: str) -> str:
     """Bin-pack small data files and fold delete files in (every data file with a delete
     file is rewritten); deletes no data file needs any more go too."""
-    return (
-        f"CALL {q(catalog)}.system.rewrite_data_files(table => {table_arg(namespace, name)}, "
+    options = (
         "options => map('delete-file-threshold', '1', 'min-input-files', '2', "
-        "'remove-dangling-deletes', 'true', 'partial-progress.enabled', 'false'))"
+        "'remove-dangling-deletes', 'true', 'partial-progress.enabled', 'false')"
     )
+    return call_sql(catalog, "rewrite_data_files", namespace, name, options)
 
 
 def expire_sql(catalog: str, namespace: str, name: str, older_than: float, keep: int) -> str:
     """Expire snapshots older than ``older_than`` (epoch seconds), the newest ``keep`` kept."""
     at = dt.datetime.fromtimestamp(older_than, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    return (
-        f"CALL {q(catalog)}.system.expire_snapshots(table => {table_arg(namespace, name)}, "
-        f"older_than => TIMESTAMP {lit(at + '+00:00')}, retain_last => {int(keep)})"
-    )
+    bounds = f"older_than => TIMESTAMP {lit(at + '+00:00')}, retain_last => {int(keep)}"
+    return call_sql(catalog, "expire_snapshots", namespace, name, bounds)
 
 
 def orphans_sql(catalog: str, namespace: str, name: str, older_than: float) -> str:
     """Remove files under the table's location that no snapshot references, older than
     ``older_than`` (epoch seconds)."""
     at = dt.datetime.fromtimestamp(older_than, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    return (
-        f"CALL {q(catalog)}.system.remove_orphan_files(table => {table_arg(namespace, name)}, "
-        f"older_than => TIMESTAMP {lit(at + '+00:00')})"
-    )
+    bound = f"older_than => TIMESTAMP {lit(at + '+00:00')}"
+    return call_sql(catalog, "remove_orphan_files", namespace, name, bound)
 
 
 def figures(table: Any) -> TableFigures:

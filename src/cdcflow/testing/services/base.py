@@ -21,7 +21,15 @@ from cdcflow.errors import CdcflowError
 #: Environment variable naming the services cache.
 CACHE_ENV = "CDCFLOW_SERVICES_CACHE"
 #: A small JVM that starts fast and leaves the cores to the tests.
-SMALL_JVM = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1", "-Xss512k")
+#: (the compiled-code cache at the usual 240 MB: C1 alone reserves 48 MB, which a broker or
+#: Kafka Connect with its connectors fills, and the JVM then stops compiling).
+SMALL_JVM = (
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:CICompilerCount=1",
+    "-XX:ReservedCodeCacheSize=240m",
+    "-Xss512k",
+)
 
 
 class ServiceError(CdcflowError):
