@@ -50,14 +50,14 @@ if __name__ == "__main__":
 
     from cdcflow.spark.session import SparkSettings, build_session
     from tests.crashing import install
-    from tests.processes import SHORT_RUN_CONF
+    from tests.processes import run_conf
 
     if os.environ.get("CDCFLOW_TEST_CRASH_AT"):
         install(os.environ["CDCFLOW_TEST_CRASH_AT"])
     config_path, source, warehouse = sys.argv[1:4]
     session = build_session(
         SparkSettings(
-            master="local[2]", warehouse=warehouse, shuffle_partitions=2, conf=SHORT_RUN_CONF
+            master="local[2]", warehouse=warehouse, shuffle_partitions=2, conf=run_conf(make=False)
         )
     )
     run(session, config_path, source)

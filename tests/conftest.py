@@ -18,6 +18,9 @@ settings.register_profile("explore", derandomize=False, database=None)
 settings.load_profile(os.environ.get("CDCFLOW_HYPOTHESIS", "suite"))
 
 
+_ARCHIVE_DIR = pytest.StashKey[str]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-goldens",
@@ -27,9 +30,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    import tempfile
+
     from tests import golden
+    from tests.processes import ARCHIVE_ENV
 
     golden.UPDATE = bool(config.getoption("--update-goldens"))
+    # the class archive of the session's cdcflow processes (tests/processes.py), made by the
+    # first test that starts one
+    if ARCHIVE_ENV not in os.environ:
+        folder = tempfile.mkdtemp(prefix="cdcflow-jvm-")
+        os.environ[ARCHIVE_ENV] = str(Path(folder) / "classes.jsa")
+        config.stash[_ARCHIVE_DIR] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_ARCHIVE_DIR, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 #: Fixtures that start a server; a test using one is marked ``services`` (as is a scenario run

@@ -22,7 +22,7 @@ from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.renderers import renderer, renderer_features
 from cdcflow.testing.workload import generate
-from tests.processes import SHORT_RUN_CONF
+from tests.processes import run_conf
 from tests.scenario import config, ev, land, rows
 
 pytestmark = pytest.mark.spark
@@ -48,7 +48,7 @@ def test_two_pipelines_write_one_rest_catalog_at_the_same_time(
             "checkpoint": str(root / "checkpoint"),
             "namespace": f"both_{dialect}",
             "catalog": {"name": "rest", "type": "rest", "uri": rest_catalog.uri},
-            "spark": {"master": "local[1]", "shuffle_partitions": 2, "conf": SHORT_RUN_CONF},
+            "spark": {"master": "local[1]", "shuffle_partitions": 2, "conf": run_conf()},
             "sources": [
                 {
                     "name": "s",
