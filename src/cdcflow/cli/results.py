@@ -226,6 +226,7 @@ def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) 
     --maintenance: the maintenance actions only)."""
     from pyspark.sql.functions import col
 
+    from cdcflow.iceberg.maintain import change_text
     from cdcflow.pipeline.results import history, maintenance
 
     cfg, spark = _session(config)
@@ -289,10 +290,10 @@ def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) 
     # the maintenance actions of the same span, listed by time with the batches they followed
     oldest = min(d for d, _ in listed)
     for a in maintenance(cfg, spark).where(col("at") >= oldest).collect():
-        change = (
-            f"{a['snapshots_before']} → {a['snapshots_after']} snapshots"
-            if a["action"] == "expire_snapshots"
-            else f"{a['files_before']} → {a['files_after']} files"
+        change = change_text(
+            a["action"],
+            (a["files_before"], a["files_after"]),
+            (a["snapshots_before"], a["snapshots_after"]),
         )
         row = (
             "maintenance",

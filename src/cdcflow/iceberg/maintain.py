@@ -78,11 +78,17 @@ class Action:
 
     def line(self) -> str:
         """The action as the progress line shows it."""
-        if self.action == "expire_snapshots":
-            change = f"{self.before.snapshots} → {self.after.snapshots} snapshots"
-        else:
-            change = f"{self.before.files} → {self.after.files} files"
+        files = (self.before.files, self.after.files)
+        change = change_text(self.action, files, (self.before.snapshots, self.after.snapshots))
         return f"{self.action} {self.table} ({change}, {self.seconds:.1f}s)"
+
+
+def change_text(action: str, files: tuple[int, int], snapshots: tuple[int, int]) -> str:
+    """What an action changed, as the progress line and ``cdcflow history`` say it: snapshots
+    before → after for an expiry, files for the others."""
+    if action == "expire_snapshots":
+        return f"{snapshots[0]} → {snapshots[1]} snapshots"
+    return f"{files[0]} → {files[1]} files"
 
 
 @dataclass(frozen=True)
