@@ -22,13 +22,16 @@
     here, vs the hand-written job reading the same offsets with Spark's Kafka source.
 (k') Kafka, 100 tables: the shape of (e) read from a topic.
 (m) soak: 100 batches (``BENCH_SOAK_BATCHES``) of 1,000 events over 10 tables in one
-    ``--follow`` run: batch time per tenth of the run, files, snapshots, read cost, storage.
+    ``--follow`` run: the median batch time of the last tenth (at most 100 batches) over the
+    first after a warm-up; every tenth, one replica's files, snapshots, metadata and storage
+    bytes and a full read of it; at the end the replicas against the oracle. Its figures go to
+    ``soak`` in bench.json, or ``soak_off`` with ``BENCH_MAINTENANCE=off``.
 ``BENCH_FORMAT=3`` makes every table format 3 (deletion vectors), cdcflow's and the
 hand-written jobs' alike; ``BENCH_MAINTENANCE=off`` turns cdcflow's maintenance off.
 
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png``. Sizes scale with the
 environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench PART...`` runs some cases
-(decode, e2e, growth, receiver, many, small, parallel, history, kafka); the others' figures
+(decode, e2e, growth, receiver, many, small, parallel, history, kafka, soak); the others' figures
 in bench.json are kept.
 """
 
@@ -733,29 +736,9 @@ def bench_kafka(spark: Any, root: Path) -> dict[str, Any]:
     return {"one_table": one, "many_tables": many}
 
 
-def bench_soak(spark: Any, root: Path, batches: int, tables: int, events: int) -> dict[str, Any]:
-    """(m) months in miniature: ``batches`` batches of ``events`` events over ``tables`` tables
-    in one ``--follow`` run; the median batch time per tenth of the run, then what one table
-    became (data and delete files, snapshots) and the cost of counting its rows."""
-    files = root / "soak_files"
-    landing = root / "soak_landing"
-    landing.mkdir(parents=True)
-    keys = 200
-    lsn = write_tables(files / "0000.jsonl", tables * keys, tables, keys, 1, 1, inserts_only=True)
-    cfg = _multi_cfg(root, "bench_soak", landing, tables)
-    follow = _Follow(spark, cfg)
-    seconds: list[float] = []
-    try:
-        follow.batch(_copier(files / "0000.jsonl", landing))
-        for b in range(1, batches + 1):
-            path = files / f"{b:04d}.jsonl"
-            lsn = write_tables(path, events, tables, keys, seed=100 + b, first_lsn=lsn)
-            took, _ = follow.batch(_copier(path, landing))
-            seconds.append(took)
-    finally:
-        follow.stop()
-    tenth = max(1, batches // 10)
-    medians = [statistics.median(seconds[i : i + tenth]) for i in range(0, len(seconds), tenth)]
+def _soak_state(spark: Any, root: Path, batch: int) -> dict[str, Any]:
+    """One replica of the soak (``t000``) and the warehouse after ``batch`` batches: data and
+    delete files, snapshots, its metadata and storage bytes, and a full read of it (timed)."""
     ident = "cdc.bench_soak.t000"
     counts = spark.sql(
         f"SELECT content, count(*) AS n FROM {ident}.files GROUP BY content"
@@ -763,32 +746,139 @@ def bench_soak(spark: Any, root: Path, batches: int, tables: int, events: int) -
     by_content = {int(r["content"]): int(r["n"]) for r in counts}
     snapshots = spark.sql(f"SELECT count(*) AS n FROM {ident}.snapshots").collect()[0]["n"]
     t = time.perf_counter()
-    rows = spark.sql(f"SELECT count(*) AS n FROM {ident}").collect()[0]["n"]
-    count_s = time.perf_counter() - t
-    size = sum(f.stat().st_size for f in (root / "warehouse").rglob("*") if f.is_file())
+    read = spark.sql(f"SELECT * FROM {ident}").toPandas()
+    read_s = time.perf_counter() - t
+
+    def size(folder: Path) -> int:
+        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+    table = root / "warehouse" / "bench_soak" / "t000"
+    return {
+        "batch": batch,
+        "table_rows": len(read),
+        "data_files": by_content.get(0, 0),
+        "delete_files": by_content.get(1, 0) + by_content.get(2, 0),
+        "snapshots": int(snapshots),
+        "metadata_bytes": size(table / "metadata"),
+        "table_bytes": size(table),
+        "warehouse_bytes": size(root / "warehouse"),
+        "read_seconds": read_s,
+    }
+
+
+def _soak_state_line(s: dict[str, Any], seconds: list[float]) -> str:
+    recent = statistics.median(seconds[-10:]) if seconds else 0.0
+    return (
+        f"    soak at batch {s['batch']}: median of the last 10 batches {recent:.1f}s; t000 "
+        f"{s['table_rows']:,} rows in {s['data_files']} data + {s['delete_files']} delete "
+        f"files, {s['snapshots']} snapshots, metadata {s['metadata_bytes'] / 1e6:.1f} MB, "
+        f"table {s['table_bytes'] / 1e6:.1f} MB, full read {s['read_seconds']:.2f}s; "
+        f"warehouse {s['warehouse_bytes'] / 1e6:.0f} MB"
+    )
+
+
+def _soak_differing(spark: Any, files: list[Path], tables: int) -> int:
+    """Rows in which the replicas and the oracle differ, both ways, over all tables. The
+    oracle: every soak file at once, the newest event per key by its LSN read as a number
+    (the files hold each key's events in LSN order), deletes dropped."""
+    lsn = (
+        "CAST(conv(split(e.position.lsn, '/')[0], 16, 10) AS bigint) * 4294967296 + "
+        "CAST(conv(split(e.position.lsn, '/')[1], 16, 10) AS bigint)"
+    )
+    spark.read.text([str(f) for f in files]).selectExpr(
+        f"from_json(value, '{BASELINE_SCHEMA}') AS e"
+    ).selectExpr(
+        "e.`table` AS tbl",
+        "coalesce(e.after.id, e.before.id) AS id",
+        "e.operation AS op",
+        "e.after.name AS name",
+        "e.after.qty AS qty",
+        "CAST(e.after.price AS decimal(10,2)) AS price",
+        "CAST(e.after.updated_at AS timestamp) AS updated_at",
+        f"row_number() OVER (PARTITION BY e.`table`, coalesce(e.after.id, e.before.id) "
+        f"ORDER BY {lsn} DESC) AS rn",
+    ).where("rn = 1 AND op <> 'DELETE'").createOrReplaceTempView("bench_soak_oracle")
+    columns = "id, name, qty, price, updated_at"
+    differing = 0
+    for t in range(tables):
+        ours = f"SELECT {columns} FROM cdc.bench_soak.t{t:03d}"
+        oracle = f"SELECT {columns} FROM bench_soak_oracle WHERE tbl = 't{t:03d}'"
+        for one, other in ((ours, oracle), (oracle, ours)):
+            query = f"SELECT count(*) AS n FROM ({one} EXCEPT ALL {other})"
+            differing += spark.sql(query).collect()[0]["n"]
+    return int(differing)
+
+
+def bench_soak(spark: Any, root: Path, batches: int, tables: int, events: int) -> dict[str, Any]:
+    """(m) months in miniature: ``batches`` batches of ``events`` events over ``tables`` tables
+    in one ``--follow`` run. Batch times (each batch's trigger, maintenance included); every
+    tenth of the run (at most every 100 batches) what one replica and the warehouse are (see
+    :func:`_soak_state`); at the end the median of the last ``window`` batches over the first
+    ``window`` after a warm-up of 10 (``window`` = 100, or a tenth of a shorter run), and the
+    replicas against the oracle."""
+    files = root / "soak_files"
+    landing = root / "soak_landing"
+    landing.mkdir(parents=True)
+    keys = 200
+    lsn = write_tables(files / "0000.jsonl", tables * keys, tables, keys, 1, 1, inserts_only=True)
+    paths = [files / "0000.jsonl"]
+    cfg = _multi_cfg(root, "bench_soak", landing, tables)
+    every = max(1, min(100, batches // 10))
+    warmup = min(10, batches // 10)
+    follow = _Follow(spark, cfg)
+    seconds: list[float] = []
+    states: list[dict[str, Any]] = []
+    try:
+        follow.batch(_copier(paths[0], landing))
+        for b in range(1, batches + 1):
+            paths.append(files / f"{b:04d}.jsonl")
+            lsn = write_tables(paths[-1], events, tables, keys, seed=100 + b, first_lsn=lsn)
+            took, _ = follow.batch(_copier(paths[-1], landing))
+            seconds.append(took)
+            if b % every == 0 or b == batches:
+                states.append(_soak_state(spark, root, b))
+                print(_soak_state_line(states[-1], seconds), flush=True)
+    finally:
+        follow.stop()
+    window = every
+    first = statistics.median(seconds[warmup : warmup + window])
+    last = statistics.median(seconds[-window:])
+    medians = [statistics.median(seconds[i : i + every]) for i in range(0, len(seconds), every)]
     return {
         "batches": batches,
         "tables": tables,
         "events_per_batch": events,
-        "median_seconds_per_tenth": medians,
-        "growth": medians[-1] / medians[0] if medians and medians[0] else None,
-        "table_rows": int(rows),
-        "data_files": by_content.get(0, 0),
-        "delete_files": by_content.get(1, 0) + by_content.get(2, 0),
-        "snapshots": int(snapshots),
-        "count_seconds": count_s,
-        "warehouse_bytes": size,
+        "maintenance": os.environ.get("BENCH_MAINTENANCE", "on"),
+        "window": window,
+        "first_window_median_seconds": first,
+        "last_window_median_seconds": last,
+        "growth": last / first if first else None,
+        "first_window_mean_seconds": statistics.mean(seconds[warmup : warmup + window]),
+        "last_window_mean_seconds": statistics.mean(seconds[-window:]),
+        "median_seconds_per_window": medians,
+        "states": states,
+        "total_seconds": sum(seconds),
+        "rows_differing_from_oracle": _soak_differing(spark, paths, tables),
     }
 
 
 def _soak_line(r: dict[str, Any]) -> str:
-    tenths = ", ".join(f"{m:.1f}" for m in r["median_seconds_per_tenth"])
+    windows = ", ".join(f"{m:.1f}" for m in r["median_seconds_per_window"])
+    start, end = r["states"][0], r["states"][-1]
     return (
         f"(m) soak, {r['batches']} batches of {r['events_per_batch']:,} events over "
-        f"{r['tables']} tables: median s/batch per tenth [{tenths}] (last/first "
-        f"{r['growth']:.2f}×); one table: {r['table_rows']:,} rows in {r['data_files']} data "
-        f"files + {r['delete_files']} delete files, {r['snapshots']} snapshots, count(*) "
-        f"{r['count_seconds']:.2f}s; warehouse {r['warehouse_bytes'] / 1e6:.0f} MB"
+        f"{r['tables']} tables, maintenance {r['maintenance']}: median s/batch of the last "
+        f"{r['window']} over the first {r['window']} {r['last_window_median_seconds']:.1f}/"
+        f"{r['first_window_median_seconds']:.1f}s = {r['growth']:.2f}× (means "
+        f"{r['last_window_mean_seconds']:.1f}/{r['first_window_mean_seconds']:.1f}s; medians per "
+        f"{r['window']}: "
+        f"[{windows}]); t000 at batch {start['batch']} → {end['batch']}: files "
+        f"{start['data_files']}+{start['delete_files']} → {end['data_files']}+"
+        f"{end['delete_files']}, snapshots {start['snapshots']} → {end['snapshots']}, metadata "
+        f"{start['metadata_bytes'] / 1e6:.1f} → {end['metadata_bytes'] / 1e6:.1f} MB, full read "
+        f"{start['read_seconds']:.2f} → {end['read_seconds']:.2f}s; warehouse "
+        f"{start['warehouse_bytes'] / 1e6:.0f} → {end['warehouse_bytes'] / 1e6:.0f} MB; rows "
+        f"differing from the oracle: {r['rows_differing_from_oracle']}"
     )
 
 
@@ -1390,7 +1480,8 @@ def _run_spark_parts(spark: Any, root: Path, chosen: set[str], results: dict[str
         results["kafka"] = bench_kafka(spark, root)
     if "soak" in chosen:
         batches = int(os.environ.get("BENCH_SOAK_BATCHES", "100"))
-        m = results["soak"] = bench_soak(spark, root, batches, 10, int(1_000 * SCALE))
+        key = "soak" if os.environ.get("BENCH_MAINTENANCE", "on") == "on" else "soak_off"
+        m = results[key] = bench_soak(spark, root, batches, 10, int(1_000 * SCALE))
         print(_soak_line(m), flush=True)
     if "parallel" in chosen:
         print("(g) the steady batch of (e) by parallel_tables:", flush=True)
