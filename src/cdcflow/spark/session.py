@@ -397,9 +397,17 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     return spark
 
 
-#: JVM loggers whose warnings are expected and carry a stack trace: Hadoop's process helper
-#: interrupted while a stopping query's threads end.
-_QUIET_JVM = ("org.apache.hadoop.util.Shell",)
+#: JVM loggers whose warnings are expected: Hadoop's process helper interrupted while a
+#: stopping query's threads end (with a stack trace); every release of a batch's local
+#: checkpoint ("RDD … was locally checkpointed, its lineage has been truncated"); a
+#: ``--follow`` batch longer than ``follow_interval`` ("Current batch is falling behind",
+#: Spark 4's package, then Spark 3.5's), which the progress line's seconds already say.
+_QUIET_JVM = (
+    "org.apache.hadoop.util.Shell",
+    "org.apache.spark.rdd.MapPartitionsRDD",
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor",
+)
 
 
 #: The loggers of a streaming query's execution (Spark 4's package, then Spark 3.5's): a batch
