@@ -32,15 +32,19 @@ def test_the_policy_says_what_is_due() -> None:
     policy = MaintenanceConfig(rewrite_delete_files=10, rewrite_data_files=30, keep_snapshots=5)
     quiet = TableFigures(data_files=4, delete_files=3, snapshots=5)
     assert not due(policy, quiet, orphans_removed_at=1000.0, now=1000.0).anything
-    deletes = TableFigures(data_files=4, delete_files=10, snapshots=6)
-    plan = due(policy, deletes, orphans_removed_at=1000.0, now=1000.0)
+    deletes = TableFigures(data_files=4, delete_files=10, snapshots=6, oldest=900.0)
+    plan = due(policy, deletes, orphans_removed_at=1000.0, now=1000.0 + 3600)
     assert (plan.rewrite, plan.expire, plan.orphans) == (True, True, False)
+    # snapshots beyond keep_snapshots, none older than the retention (1h): nothing to expire
+    young = TableFigures(data_files=4, delete_files=0, snapshots=60, oldest=900.0)
+    assert not due(policy, young, 1000.0, 900.0 + 3599).expire
+    assert due(policy, young, 1000.0, 900.0 + 3601).expire
     assert due(policy, TableFigures(data_files=30), 1000.0, 1000.0).rewrite
     # orphans: once per interval, and first on a table never cleaned
     assert due(policy, quiet, None, 1000.0).orphans
     assert due(policy, quiet, 1000.0, 1000.0 + 86400).orphans
     # by hand: whatever can be done
-    forced = due(policy, TableFigures(data_files=2, delete_files=0, snapshots=2), 1000.0, 1.0, True)
+    forced = due(policy, TableFigures(data_files=2, snapshots=2, oldest=0.0), 1000.0, 1.0, True)
     assert (forced.rewrite, forced.expire, forced.orphans) == (True, False, True)
     assert not due(policy, TableFigures(data_files=1), 1000.0, 1.0, True).rewrite
 
