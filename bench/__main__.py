@@ -777,6 +777,17 @@ def _soak_state_line(s: dict[str, Any], seconds: list[float]) -> str:
     )
 
 
+def _maintenance_seconds(report: Any) -> dict[str, float]:
+    """Seconds of each kind of maintenance action after a batch, from its progress lines
+    (``rewrite_data_files t000 (41 → 1 files, 0.9s)``)."""
+    out: dict[str, float] = {}
+    for line in getattr(report, "maintenance", ()) or ():
+        action = line.split(" ", 1)[0]
+        took = line.rsplit(", ", 1)[-1].rstrip(")s")
+        out[action] = out.get(action, 0.0) + float(took)
+    return out
+
+
 def _soak_differing(spark: Any, files: list[Path], tables: int) -> int:
     """Rows in which the replicas and the oracle differ, both ways, over all tables. The
     oracle: every soak file at once, the newest event per key by its LSN read as a number
@@ -827,17 +838,22 @@ def bench_soak(spark: Any, root: Path, batches: int, tables: int, events: int) -
     warmup = min(10, batches // 10)
     follow = _Follow(spark, cfg)
     seconds: list[float] = []
+    rounds: list[dict[str, float]] = []  # per batch: seconds of each maintenance action
     states: list[dict[str, Any]] = []
     try:
         follow.batch(_copier(paths[0], landing))
         for b in range(1, batches + 1):
             paths.append(files / f"{b:04d}.jsonl")
             lsn = write_tables(paths[-1], events, tables, keys, seed=100 + b, first_lsn=lsn)
-            took, _ = follow.batch(_copier(paths[-1], landing))
+            took, report = follow.batch(_copier(paths[-1], landing))
             seconds.append(took)
+            rounds.append(_maintenance_seconds(report))
             if b % every == 0 or b == batches:
                 states.append(_soak_state(spark, root, b))
+                recent = [r for r in rounds[-every:] if r]
                 print(_soak_state_line(states[-1], seconds), flush=True)
+                if recent:
+                    print(f"      maintenance rounds since the last line: {recent}", flush=True)
     finally:
         follow.stop()
     window = every
@@ -858,6 +874,7 @@ def bench_soak(spark: Any, root: Path, batches: int, tables: int, events: int) -
         "median_seconds_per_window": medians,
         "states": states,
         "total_seconds": sum(seconds),
+        "maintenance_rounds": [{"batch": b + 1, **r} for b, r in enumerate(rounds) if r],
         "rows_differing_from_oracle": _soak_differing(spark, paths, tables),
     }
 

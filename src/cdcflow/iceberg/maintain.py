@@ -114,8 +114,9 @@ def due(
     forced: bool = False,
 ) -> Plan:
     """What the policy asks of a table with these figures (``forced``: maintenance run by
-    hand — any delete file or two data files are enough to rewrite, snapshots beyond
-    ``keep_snapshots`` expire, orphans go whatever the interval)."""
+    hand — any delete file or two data files are enough to rewrite, orphans go whatever the
+    interval). Snapshots expire, in both, when some beyond ``keep_snapshots`` exist and the
+    oldest is older than the retention."""
     if forced:
         rewrite = figures.delete_files > 0 or figures.data_files > 1
         orphans = True
