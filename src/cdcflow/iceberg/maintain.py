@@ -130,7 +130,7 @@ def due(
     # an expiry is due only when it can expire something: more snapshots than the newest
     # ``keep_snapshots`` and one of them older than the retention (Iceberg's procedure reads
     # the manifests of every snapshot it keeps, so a call that expires nothing is not free:
-    # 0.5–2 s per table with a few hundred snapshots, measured)
+    # 0.5–2 s per table with 80–440 snapshots, measured over a 10-table soak)
     cutoff = now - policy.snapshot_retention_seconds
     old = figures.oldest is not None and figures.oldest < cutoff
     expire = figures.snapshots > policy.keep_snapshots and old
