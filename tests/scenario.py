@@ -4,7 +4,6 @@ run against the session-scoped SparkSession."""
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import orjson
 
 from cdcflow.config import PipelineConfig, load_config
 from cdcflow.pipeline.query import Pipeline
+from cdcflow.testing.landing import land as landed
 
 _files = itertools.count()
 
@@ -41,19 +41,14 @@ def ev(
 
 
 def land(landing: Path, messages: list[dict[str, Any]] | bytes) -> Path:
-    """Write one landing file atomically (temp name, then rename)."""
-    landing.mkdir(parents=True, exist_ok=True)
+    """Land one file of messages (see :mod:`cdcflow.testing.landing`)."""
     n = next(_files)
     data = (
         messages
         if isinstance(messages, bytes)
         else b"\n".join(orjson.dumps(m) for m in messages) + b"\n"
     )
-    tmp = landing / f"_tmp-{n}"
-    tmp.write_bytes(data)
-    final = landing / f"{n:06d}.jsonl"
-    os.replace(tmp, final)
-    return final
+    return landed(landing / f"{n:06d}.jsonl", data)
 
 
 def config(root: Path, name: str, **overrides: Any) -> PipelineConfig:

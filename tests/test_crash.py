@@ -14,6 +14,7 @@ import pytest
 
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, history_shape, read_replica
+from cdcflow.testing.landing import append, land
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.workload import generate
@@ -89,7 +90,7 @@ def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_p
     w = generate(7, tables=3, transactions=36)
     res = render_to_landing(w, tmp_path / "landing", seed=7, files=6, duplicates=0.2)
     for f in res.files:  # one bad message per file, so every batch writes dead letters
-        f.write_bytes(f.read_bytes() + b"this line is not json\n")
+        append(f, b"this line is not json\n")
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     history = sorted(w.tables)[0]
     config = _config(
@@ -147,7 +148,7 @@ def test_crash_around_split_message_reassembly_then_rerun_equals_oracle(
     landing = tmp_path / "landing"
     landing.mkdir()
     for n, lines in enumerate(files):
-        (landing / f"{n:03d}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+        land(landing / f"{n:03d}.jsonl", b"\n".join(lines) + b"\n")
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     config = _config(tmp_path, warehouse, res.options, "crash_seg", dialect="sqlserver_ces")
     # (a crash after a merge is the first test's)

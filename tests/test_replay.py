@@ -20,6 +20,7 @@ from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.replay import DeadLetterFilter, list_dead_letters, replay_dead_letters
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.landing import append
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import Workload, generate
 from tests.crashing import ROOT, command
@@ -36,7 +37,7 @@ def _write_config(
 def _landing(root: Path, seed: int) -> tuple[Workload, dict[str, list[str]], dict[str, Any]]:
     w = generate(seed, tables=2, transactions=30)
     res = render_to_landing(w, root / "landing", seed=seed, files=3, duplicates=0.2)
-    res.files[0].write_bytes(res.files[0].read_bytes() + b"this line is not json\n")
+    append(res.files[0], b"this line is not json\n")
     keys = {t: list(k) for t, k in res.options.table_keys.items()}
     return w, keys, {t: dict(c) for t, c in res.options.column_types.items()}
 

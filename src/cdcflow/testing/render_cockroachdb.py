@@ -41,7 +41,6 @@ emits nothing for them.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import random
 import zlib
 from collections.abc import Mapping
@@ -53,6 +52,7 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
+from cdcflow.testing.landing import land
 from cdcflow.testing.render_savegress import RenderResult
 from cdcflow.testing.workload import Change, Workload
 
@@ -385,14 +385,6 @@ def name_timestamp(at: tuple[int, int]) -> str:
     return f"{base.strftime('%Y%m%d%H%M%S')}{nanos:09d}{logical:010d}"
 
 
-def _write(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f"_tmp-{path.name}"
-    tmp.write_bytes(data)
-    os.replace(tmp, path)  # atomic: the pipeline never sees a partial file
-    return path
-
-
 def _lines(docs: list[Any]) -> bytes:
     return b"".join(orjson.dumps(d) + b"\n" for d in docs)
 
@@ -458,11 +450,9 @@ def render(
         if data_files:
             again = rng.choice(data_files)
             written.append(
-                _write(
-                    again.with_name(f"{again.stem}-redelivered{again.suffix}"), again.read_bytes()
-                )
+                land(again.with_name(f"{again.stem}-redelivered{again.suffix}"), again.read_bytes())
                 if not _is_cloud(again)
-                else _write(_cloud_again(again, seed), again.read_bytes())
+                else land(_cloud_again(again, seed), again.read_bytes())
             )
     return RenderResult(files=written, options=decode_options(workload), messages=total)
 
@@ -516,7 +506,7 @@ def _write_chunk(
         if rng is not None and rng.random() < 0.3:
             folder = folder / ts[8:10]
         name = f"{ts}-{uniquer}-1-{seed % 100}-{counter:08d}-{table}-1.ndjson"
-        return _write(folder / name, _lines([m.doc for m in chunk]))
+        return land(folder / name, _lines([m.doc for m in chunk]))
     if feed == "webhook":
         bodies: list[Any] = []
         size = 1 if rng is None else rng.randrange(1, 5)
@@ -526,7 +516,7 @@ def _write_chunk(
             if rng is not None and rng.random() < 0.2:
                 del body["length"]
             bodies.append(body)
-        return _write(landing / f"webhook-{seed}-{counter:05d}.ndjson", _lines(bodies))
+        return land(landing / f"webhook-{seed}-{counter:05d}.ndjson", _lines(bodies))
     if feed == "kafka":
         records = []
         for i, m in enumerate(chunk):
@@ -540,8 +530,8 @@ def _write_chunk(
                     "value": None if m.doc is None else orjson.dumps(m.doc).decode(),
                 }
             )
-        return _write(landing / f"kafka-{seed}-{counter:05d}.jsonl", _lines(records))
-    return _write(landing / f"enriched-{seed}-{counter:05d}.ndjson", _lines([m.doc for m in chunk]))
+        return land(landing / f"kafka-{seed}-{counter:05d}.jsonl", _lines(records))
+    return land(landing / f"enriched-{seed}-{counter:05d}.ndjson", _lines([m.doc for m in chunk]))
 
 
 def _write_resolved(
@@ -559,10 +549,10 @@ def _write_resolved(
     if "cloudstorage" in per_feed:
         ts = name_timestamp(at)
         content = b"" if faults and rng.random() < 0.5 else orjson.dumps({"resolved": resolved})
-        out.append(_write(landing / f"{ts[:4]}-{ts[4:6]}-{ts[6:8]}" / f"{ts}.RESOLVED", content))
+        out.append(land(landing / f"{ts[:4]}-{ts[4:6]}-{ts[6:8]}" / f"{ts}.RESOLVED", content))
     if "webhook" in per_feed:
         out.append(
-            _write(landing / f"webhook-{seed}-resolved.ndjson", _lines([{"resolved": resolved}]))
+            land(landing / f"webhook-{seed}-resolved.ndjson", _lines([{"resolved": resolved}]))
         )
     records = []
     for table in sorted(per_feed.get("kafka", {})):
@@ -578,7 +568,7 @@ def _write_resolved(
                 }
             )
     if records:
-        out.append(_write(landing / f"kafka-{seed}-resolved.jsonl", _lines(records)))
+        out.append(land(landing / f"kafka-{seed}-resolved.jsonl", _lines(records)))
     return out
 
 
@@ -608,7 +598,7 @@ def render_transport(
             writer.writerow([_csv_text(row[c], workload.tables[table].columns[c]) for c in cols])
             rows_written += 1
         name = f"{ts[:4]}-{ts[4:6]}-{ts[6:8]}/{ts}-{seed:016x}-1-1-{n:08d}-{table}-1.csv"
-        files.append(_write(landing / name, out.getvalue().encode()))
+        files.append(land(landing / name, out.getvalue().encode()))
     opts = decode_options(workload)
     options = DialectOptions(
         table_keys=opts.table_keys,

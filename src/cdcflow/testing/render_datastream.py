@@ -64,7 +64,6 @@ import base64
 import datetime as dt
 import hashlib
 import io
-import os
 import random
 import re
 import uuid
@@ -78,6 +77,7 @@ import orjson
 
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.testing import oracle
+from cdcflow.testing.landing import land
 from cdcflow.testing.render_savegress import PG_TYPES, RenderResult, pg_lsn
 from cdcflow.testing.render_sqlserver_ces import MSSQL_TYPES, mssql_lsn
 from cdcflow.testing.workload import Change, Workload
@@ -647,14 +647,6 @@ def _folder(landing: Path, doc: Mapping[str, Any]) -> Path:
     return landing / str(doc["object"]) / ts.strftime("%Y/%m/%d/%H/%M")
 
 
-def _write(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f"_tmp-{path.name}"
-    tmp.write_bytes(data)
-    os.replace(tmp, path)  # atomic: the pipeline never sees a partial file
-    return path
-
-
 def _by_columns(events: list[Rendered]) -> list[list[Rendered]]:
     """Events grouped by the columns they carry (one Avro writer schema each), in order of
     first appearance."""
@@ -710,7 +702,7 @@ def render(
                     key = str(same[0].doc["schema_key"])[:16]
                     codec = rng.choice(("null", "deflate"))
                     data = avro_file(workload, same, codec=codec)
-                    path = _write(folder / f"{key}_{method}_{seed}_{i}_{j}_{k}.avro", data)
+                    path = land(folder / f"{key}_{method}_{seed}_{i}_{j}_{k}.avro", data)
                     written.append(path)
                     contents.append((path, data))
                 continue
@@ -720,10 +712,10 @@ def render(
                 data = orjson.dumps(docs)  # one JSON array
             else:
                 data = b"\n".join(orjson.dumps(d) for d in docs) + b"\n"
-            path = _write(folder / f"{name}.jsonl", data)
+            path = land(folder / f"{name}.jsonl", data)
             written.append(path)
             contents.append((path, data))
     if faults and contents:
         path, data = rng.choice(contents)
-        written.append(_write(path.with_name(f"{path.stem}_redelivered{path.suffix}"), data))
+        written.append(land(path.with_name(f"{path.stem}_redelivered{path.suffix}"), data))
     return RenderResult(files=written, options=decode_options(workload), messages=len(events))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import os
 import random
 from decimal import Decimal
 from pathlib import Path
@@ -28,6 +27,7 @@ import orjson
 
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.testing import oracle
+from cdcflow.testing.landing import land
 from cdcflow.testing.render_savegress import RenderResult
 from cdcflow.testing.workload import Change, Workload
 
@@ -343,9 +343,6 @@ def render(
             elif value is not None:
                 lines.append(orjson.dumps(value))
         name = f"debezium-{seed}-{len(list(landing.glob('*.jsonl'))):04d}.jsonl"
-        tmp = landing / f"_tmp-{name}"
-        tmp.write_bytes(b"\n".join(lines) + b"\n")
-        os.replace(tmp, landing / name)  # atomic: the pipeline never sees a partial file
-        written.append(landing / name)
+        written.append(land(landing / name, b"\n".join(lines) + b"\n"))
     messages = sum(1 for _, _, v in records if v is not None)
     return RenderResult(files=written, options=decode_options(workload), messages=messages)

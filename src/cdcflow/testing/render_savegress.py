@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import os
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
+from cdcflow.testing.landing import land
 from cdcflow.testing.workload import Change, Workload
 
 PG_TYPES: dict[str, str] = {
@@ -187,10 +187,7 @@ def _write(landing: Path, lines: list[bytes], seed: int) -> Path:
     _counter[0] += 1
     existing = len(list(landing.glob("*.jsonl")))
     name = f"{existing:06d}-{seed}-{_counter[0]}.jsonl"
-    tmp = landing / f"_tmp-{name}"
-    tmp.write_bytes(b"\n".join(lines) + b"\n")
-    os.replace(tmp, landing / name)  # atomic: the pipeline never sees a partial file
-    return landing / name
+    return land(landing / name, b"\n".join(lines) + b"\n")
 
 
 def render_to_landing(
@@ -296,7 +293,5 @@ def render_transport(
             messages.append(event_to_proto(doc))
         except ValueTypeError:
             continue
-    landing.mkdir(parents=True, exist_ok=True)
-    path = landing / f"events-{seed}.pb"
-    path.write_bytes(write_delimited(messages))
+    path = land(landing / f"events-{seed}.pb", write_delimited(messages))
     return RenderResult(files=[path], options=decode_options(workload), messages=len(messages))

@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import io
-import os
 import random
 from collections.abc import Mapping
 from decimal import Decimal
@@ -37,6 +36,7 @@ import orjson
 
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.sqlserver_ces import CLOUDEVENT_AVRO_SCHEMA, DATA_AVRO_SCHEMA
+from cdcflow.testing.landing import land
 from cdcflow.testing.render_savegress import RenderResult
 from cdcflow.testing.workload import Change, Workload
 from cdcflow.transports.eventhubs import CAPTURE_SCHEMA
@@ -317,10 +317,7 @@ def _write(landing: Path, data: bytes, seed: int, n: int, ext: str = "jsonl") ->
     landing.mkdir(parents=True, exist_ok=True)
     existing = len([p for p in landing.iterdir() if not p.name.startswith(("_", "."))])
     name = f"{existing:06d}-{seed}-{n}.{ext}"
-    tmp = landing / f"_tmp-{name}"
-    tmp.write_bytes(data)
-    os.replace(tmp, landing / name)
-    return landing / name
+    return land(landing / name, data)
 
 
 def render(
