@@ -3,9 +3,10 @@ STEP[@BATCH] ARGS…`` runs ``cdcflow ARGS…`` with a step hook that kills the 
 status 137, as SIGKILL would) right after that step is reached — a ledgered commit
 (``merge``, ``dead_letters``…) or a maintenance action (``before:rewrite_data_files``…) — to
 prove that a rerun converges from any point. ``during:ACTION`` kills it inside a maintenance
-action instead: once the action's procedure has a Spark job running (files being rewritten,
-listed or deleted; a rewrite is not committed yet, an expiry has committed and is deleting
-files); an action that ran no job exits 138 when it ends. :func:`install` does the same inside
+action instead: once the action has a Spark job running (a rewrite's files being written,
+not committed yet; an orphan removal listing or deleting) or a file of the table is gone (an
+expiry, which runs in the driver, has committed and is deleting the files it expired); an
+action that did neither exits 138 when it ends. :func:`install` does the same inside
 a job of the test's own (``tests/api_job.py``)."""
 
 from __future__ import annotations
@@ -27,16 +28,24 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_JOB = 138
 
 
-def _kill_in_next_job() -> None:
-    """Watch the driver's jobs; exit 137 as soon as one is running."""
+def _files(location: str) -> list[Path]:
+    root = Path(location.removeprefix("file:"))
+    return [Path(d, f) for d, _, names in os.walk(root) for f in names]
+
+
+def _kill_inside(location: str) -> None:
+    """Watch the driver's jobs and the table's files; exit 137 as soon as a job is running
+    or a file the table had is gone (an action that runs in the driver has committed and is
+    deleting what it replaced)."""
     from pyspark import SparkContext
 
     sc = SparkContext._active_spark_context
     assert sc is not None
     tracker = sc.statusTracker()
+    had = _files(location) if location else []
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        if tracker.getActiveJobsIds():
+        if tracker.getActiveJobsIds() or not all(f.exists() for f in had):
             sys.stdout.flush()
             os._exit(137)
         time.sleep(0.002)
@@ -52,7 +61,8 @@ def install(spec: str) -> None:
         def watch(props: Mapping[str, str]) -> None:
             reached = props.get(ledger.STEP)
             if reached == f"before:{action}":
-                threading.Thread(target=_kill_in_next_job, daemon=True).start()
+                where = props.get(ledger.LOCATION, "")
+                threading.Thread(target=_kill_inside, args=(where,), daemon=True).start()
             elif reached == action:
                 sys.stdout.flush()
                 os._exit(NO_JOB)

@@ -14,12 +14,12 @@ from cdcflow.errors import ConfigError
 from cdcflow.iceberg.maintain import (
     TableFigures,
     due,
-    expire_sql,
     orphans_sql,
     rewrite_sql,
 )
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.landing import append
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import generate
 from tests.crashing import ROOT, command
@@ -54,10 +54,6 @@ def test_procedure_calls_name_the_table_and_bounds() -> None:
         "CALL `cdc`.system.rewrite_data_files(table => '`cdc`.`ns`.`my table`', options => "
         "map('delete-file-threshold', '1', 'min-input-files', '2', 'remove-dangling-deletes', "
         "'true', 'partial-progress.enabled', 'false'))"
-    )
-    assert expire_sql("cdc", "ns", "t", 0.0, 7) == (
-        "CALL `cdc`.system.expire_snapshots(table => '`cdc`.`ns`.`t`', older_than => TIMESTAMP "
-        "'1970-01-01 00:00:00.000000+00:00', retain_last => 7)"
     )
     assert "remove_orphan_files(table => '`cdc`.`ns`.`t`', older_than => TIMESTAMP '1970-01-02" in (
         orphans_sql("cdc", "ns", "t", 86400.0)
@@ -137,6 +133,12 @@ def test_maintenance_between_batches_keeps_files_and_snapshots_bounded(
         snaps = spark.sql(f"SELECT count(*) AS n FROM cdc.upkeep.{name}.snapshots").collect()
         # the kept snapshots, and those of the batches since the last round
         assert snaps[0]["n"] <= POLICY["keep_snapshots"] + 2 * 2, name
+        # and the expired snapshots' own files went with them: the manifest lists on disk
+        # are those of the snapshots kept
+        lists = spark.sql(f"SELECT manifest_list FROM cdc.upkeep.{name}.snapshots").collect()
+        kept = {Path(r["manifest_list"].removeprefix("file:")) for r in lists}
+        folder = next(iter(kept)).parent
+        assert set(folder.glob("snap-*.avro")) == kept, name
     # by hand: everything that can be done, then nothing is left to rewrite
     with Pipeline(cfg, spark) as pipeline:
         done = pipeline.maintain()
@@ -190,8 +192,9 @@ def test_a_crash_during_and_right_after_each_maintenance_action_then_rerun_equal
     spark: Any, tmp_path: Path
 ) -> None:
     """A ``consistency: transactions`` pipeline with a maintenance round after every batch
-    (snapshots expire down to two) is killed inside an orphan removal, a rewrite and an expiry
-    (a Spark job of the procedure running), and right after each, at a later round each time:
+    (snapshots expire down to two) is killed inside an orphan removal and a rewrite (a Spark
+    job of the procedure running) and an expiry (committed, deleting the files it expired),
+    and right after each, at a later round each time:
     the rerun converges to the oracle with no transaction left held, no batch is in the
     history twice, and dead letters replay after their snapshots expired."""
     from cdcflow.config import load_config_file
@@ -203,7 +206,7 @@ def test_a_crash_during_and_right_after_each_maintenance_action_then_rerun_equal
         w, tmp_path / "landing", seed=32, files=10, duplicates=0.1, markers=True
     )
     first = sorted(res.files)[0]
-    first.write_bytes(first.read_bytes() + b"this line is not json\n")
+    append(first, b"this line is not json\n")
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     config = pipeline_config(
         tmp_path,

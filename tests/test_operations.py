@@ -16,7 +16,7 @@ from cdcflow.config import PipelineConfig, load_config
 from cdcflow.errors import ConfigError
 from cdcflow.pipeline.query import Pipeline, SourceMissing
 from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.compare import diff_table, history_shape, read_replica
 from cdcflow.testing.renderers import renderer, renderer_features
 from cdcflow.testing.workload import Workload, generate
 from tests.scenario import ev, land
@@ -81,6 +81,53 @@ def test_two_sources_with_the_same_table_names_write_two_exact_replicas(
     _assert_replicas(spark, w_ds, "two_src", "mysql__")
     names = {r["tableName"] for r in spark.sql("SHOW TABLES IN cdc.two_src").collect()}
     assert not names & set(w_crdb.tables)  # no replica under a bare, shared name
+
+
+def _cdcflow_views(spark: Any) -> set[str]:
+    return {
+        t.name
+        for t in spark.catalog.listTables()
+        if t.isTemporary and t.name.startswith("cdcflow_")
+    }
+
+
+def test_batches_leave_no_temporary_view_behind(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch names a few dozen temporary views (one per staged step and table, some in the
+    pool writing tables in parallel) in its streaming query's session, which lives as long
+    as the query — months for ``--follow``; each view holds its plan, so every batch must
+    drop its own."""
+    from cdcflow.pipeline.batch import BatchRunner
+
+    sessions: list[Any] = []
+    batch = BatchRunner._batch
+
+    def watched(self: BatchRunner, df: Any, batch_id: int) -> None:
+        sessions.append(df.sparkSession)
+        batch(self, df, batch_id)
+        # inside the batch's own scope, its views are there
+        assert _cdcflow_views(df.sparkSession)
+
+    monkeypatch.setattr(BatchRunner, "_batch", watched)
+    w = generate(41, tables=3, transactions=40)
+    res = renderer("savegress")(w, tmp_path / "landing", seed=41, faults=True)
+    cfg = _config(
+        tmp_path,
+        "views",
+        [_source("s", tmp_path / "landing", "savegress", res.options, max_files_per_batch=2)],
+        parallel_tables=3,
+        tables={"default": {"mode": "scd2"}},
+    )
+    result = Pipeline(cfg, spark).run()
+    assert result.failure is None and len(result.reports) >= 2
+    assert sessions and not any(_cdcflow_views(s) for s in sessions)
+    versions = oracle.history(w)
+    for name, table in w.tables.items():
+        cols = [*table.columns, "__START_AT", "__END_AT"]
+        got = history_shape(read_replica(spark, f"cdc.views.{name}", cols), table.key)
+        d = diff_table(name, versions[name], got, [*table.columns, oracle.VERSION, oracle.ENDS])
+        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
 
 
 def test_two_databases_under_one_replica_name_are_refused_naming_both(

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 PIPELINE = "cdcflow.pipeline"
 BATCH = "cdcflow.batch"
 STEP = "cdcflow.step"
+#: With a maintenance action's ``before:`` step: the location of the table it is about to change.
+LOCATION = "cdcflow.location"
 
 _LOCK = threading.Lock()
 _THREAD_LOCAL: Any = None

@@ -7,7 +7,9 @@ files bin-packed, delete files folded in, deletes left dangling removed); snapsh
 the retention go (the newest ``keep_snapshots`` always stay, and with them every snapshot of
 the batch a crash could replay: maintenance runs only after a batch has fully committed);
 files no snapshot references, older than ``orphan_age``, are removed at most once per
-``orphan_interval``. Each action is an Iceberg procedure: one atomic commit, or none.
+``orphan_interval``. Each action is one atomic Iceberg commit, or none: the rewrite and the
+orphan removal are Iceberg's Spark procedures, the expiry Iceberg's API in the driver (see
+:func:`expire`).
 
 Figures come from the current snapshot's summary and the table's metadata (through the JVM,
 never a Spark job).
@@ -21,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cdcflow.errors import CdcflowError
 from cdcflow.iceberg import ledger
 from cdcflow.spark.sql import lit, q
 
@@ -160,11 +163,16 @@ def rewrite_sql(catalog: str, namespace: str, name: str) -> str:
     return call_sql(catalog, "rewrite_data_files", namespace, name, options)
 
 
-def expire_sql(catalog: str, namespace: str, name: str, older_than: float, keep: int) -> str:
-    """Expire snapshots older than ``older_than`` (epoch seconds), the newest ``keep`` kept."""
-    at = dt.datetime.fromtimestamp(older_than, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    bounds = f"older_than => TIMESTAMP {lit(at + '+00:00')}, retain_last => {int(keep)}"
-    return call_sql(catalog, "expire_snapshots", namespace, name, bounds)
+def expire(table: Any, older_than: float, keep: int) -> None:
+    """Expire the snapshots of ``table`` (a JVM ``Table``) older than ``older_than`` (epoch
+    seconds), the newest ``keep`` kept, with Iceberg's own API in the driver: one metadata
+    commit, then the files that only expired snapshots referenced are deleted — found from
+    the expired snapshots' manifests alone while the table has one branch. Iceberg's
+    ``expire_snapshots`` procedure does the same with Spark jobs over the manifests of every
+    snapshot it keeps: 2.8–6.0 s per table with 240–300 snapshots kept, against 0.11–0.15 s
+    this way (measured side by side on two tables of 300 commits)."""
+    millis = int(older_than * 1000)
+    table.expireSnapshots().expireOlderThan(millis).retainLast(int(keep)).commit()
 
 
 def orphans_sql(catalog: str, namespace: str, name: str, older_than: float) -> str:
@@ -241,29 +249,44 @@ class Maintainer:
         out: list[Action] = []
         cat = self.catalog.name
         if plan.rewrite:
-            out.append(
-                self._call(
-                    spark, namespace, name, "rewrite_data_files", rewrite_sql(cat, namespace, name)
-                )
-            )
+            sql = rewrite_sql(cat, namespace, name)
+            out.append(self._do(spark, namespace, name, "rewrite_data_files", _call(spark, sql)))
         if plan.expire:
             older = now - policy.snapshot_retention_seconds
-            sql = expire_sql(cat, namespace, name, older, policy.keep_snapshots)
-            out.append(self._call(spark, namespace, name, "expire_snapshots", sql))
+            keep = policy.keep_snapshots
+            out.append(
+                self._do(
+                    spark, namespace, name, "expire_snapshots", lambda t: expire(t, older, keep)
+                )
+            )
         if plan.orphans:
             sql = orphans_sql(cat, namespace, name, now - policy.orphan_age_seconds)
-            out.append(self._call(spark, namespace, name, "remove_orphan_files", sql))
+            out.append(self._do(spark, namespace, name, "remove_orphan_files", _call(spark, sql)))
             self.catalog.alter(spark, namespace, name, properties={ORPHANS_PROPERTY: f"{now:.0f}"})
         return out
 
-    def _call(
-        self, spark: SparkSession, namespace: str, name: str, action: str, sql: str
+    def _do(
+        self,
+        spark: SparkSession,
+        namespace: str,
+        name: str,
+        action: str,
+        run: Callable[[Any], object],
     ) -> Action:
-        before = figures(self.catalog.load(spark, namespace, name))
+        """Run one action (``run`` gets the JVM table), timed, with the figures around it."""
+        table = self.catalog.load(spark, namespace, name)
+        if table is None:  # under the run's lock, between this round's own actions
+            raise CdcflowError(f"table {namespace}.{name} went away during its maintenance")
+        before = figures(table)
         started = time.perf_counter()
-        ledger.step_reached({ledger.STEP: f"before:{action}"})
-        spark.sql(sql).collect()  # a procedure's result: a row of counts
+        ledger.step_reached({ledger.STEP: f"before:{action}", ledger.LOCATION: table.location()})
+        run(table)
         ledger.step_reached({ledger.STEP: action})
         seconds = time.perf_counter() - started
         after = figures(self.catalog.load(spark, namespace, name))
         return Action(namespace, name, action, seconds, before, after)
+
+
+def _call(spark: SparkSession, sql: str) -> Callable[[Any], object]:
+    """An action that is one ``CALL`` of a procedure (its result, a row of counts, unused)."""
+    return lambda _table: spark.sql(sql).collect()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -64,7 +63,7 @@ from cdcflow.iceberg.write import Writer
 from cdcflow.pipeline.checkpoint import DIRECT
 from cdcflow.pipeline.report import BatchReport
 from cdcflow.pipeline.writes import BatchContext, BatchWork, BatchWrites
-from cdcflow.spark.sql import lit, q
+from cdcflow.spark.sql import ScopedPool, lit, q, views_dropped
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -199,7 +198,8 @@ class BatchRunner:
         try:
             if self.shared.stopping.is_set():
                 raise StopRequested(f"batch {batch_id} of source {self.source} left for later")
-            self._batch(df, batch_id)
+            with views_dropped(df.sparkSession):
+                self._batch(df, batch_id)
         except StopRequested:
             raise
         except BaseException as e:
@@ -564,7 +564,7 @@ class BatchRunner:
     ) -> BatchReport:
         spark, clock = ctx.spark, ctx.clock
         workers = max(1, self.cfg.parallel_tables)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with ScopedPool(max_workers=workers) as pool:
             with clock.stage("plan"):
                 plans = self.plan(spark, events, meta)
                 for f in [pool.submit(self.writes.ddl, spark, p) for p in plans]:

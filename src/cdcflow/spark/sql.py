@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import threading
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
 
 
 def q(name: str) -> str:
@@ -41,13 +46,59 @@ def string_map(entries: Mapping[str, str], value_type: str = "string") -> str:
 
 _counter = itertools.count()
 _lock = threading.Lock()
+#: The names given out inside the innermost :func:`views_dropped` block, if any.
+_scope: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "cdcflow_views", default=None
+)
 
 
 def view_name(prefix: str) -> str:
-    """A unique temporary view name (tables of a batch are written concurrently)."""
+    """A unique temporary view name (tables of a batch are written concurrently); inside a
+    :func:`views_dropped` block, the view is dropped when the block ends."""
     with _lock:
         n = next(_counter)
-    return f"cdcflow_{prefix}_{n}"
+        name = f"cdcflow_{prefix}_{n}"
+        names = _scope.get()
+        if names is not None:
+            names.append(name)
+    return name
+
+
+@contextmanager
+def views_dropped(spark: SparkSession) -> Iterator[None]:
+    """Drop the temporary views named inside the block (in this thread, or in tasks of a
+    :class:`ScopedPool` it started) when it ends. A temporary view keeps its plan — the
+    tables, files and checkpointed data it reads — for the life of the session, and a batch
+    names a few dozen: over months of batches they would fill the driver's heap. Statements
+    already analyzed keep working; a view is only needed while its statements are built."""
+    names: list[str] = []
+    token = _scope.set(names)
+    try:
+        yield
+    except BaseException:
+        _scope.reset(token)
+        try:  # the block's own error is the one to see; the session may be stopping
+            _drop(spark, names)
+        except Exception:  # a stopped session has no views left to drop
+            pass
+        raise
+    _scope.reset(token)
+    _drop(spark, names)
+
+
+def _drop(spark: SparkSession, names: list[str]) -> None:
+    with _lock:
+        done = list(names)
+    for name in done:
+        spark.catalog.dropTempView(name)
+
+
+class ScopedPool(ThreadPoolExecutor):
+    """A thread pool whose tasks run in the caller's context, so the temporary views they
+    name belong to the caller's :func:`views_dropped` block."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
 def view(df: DataFrame, prefix: str) -> str:
