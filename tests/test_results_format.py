@@ -140,3 +140,33 @@ def test_timestamps_print_in_utc_whatever_the_local_time_zone(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_run_keeps_totals_of_every_batch_and_only_the_recent_reports() -> None:
+    """A ``--follow`` run reports a batch every few seconds for months: its result counts
+    every batch, event and dead letter, and keeps only the most recent reports in memory."""
+    from cdcflow.pipeline.query import RunResult
+    from cdcflow.pipeline.report import BatchReport, Reports
+
+    def report(n: int) -> BatchReport:
+        return BatchReport(
+            batch_id=n,
+            events=10,
+            operations={"u": 10},
+            duplicates=0,
+            conflicts=0,
+            stale=0,
+            dead_lettered=n % 2,
+            tables={"t": 10},
+            seconds=1.0,
+            undelivered=1 if n == 7 else 0,
+        )
+
+    reports = Reports(keep=5)
+    for n in range(12):
+        reports.add(report(n))
+    assert [r.batch_id for r in reports] == [7, 8, 9, 10, 11] and reports[-1].batch_id == 11
+    assert (len(reports), reports.batches, reports.events) == (5, 12, 120)
+    result = RunResult(reports=reports)
+    assert (result.events, result.dead_lettered) == (120, 6 + 1)
+    assert result.summary().startswith("done: 12 batch(es), 120 events, 7 dead-lettered")

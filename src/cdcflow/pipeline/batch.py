@@ -61,7 +61,7 @@ from cdcflow.iceberg.layouts import (
 from cdcflow.iceberg.maintain import MAINTENANCE, MAINTENANCE_FIELDS, Action, Maintainer
 from cdcflow.iceberg.write import Writer
 from cdcflow.pipeline.checkpoint import DIRECT
-from cdcflow.pipeline.report import BatchReport
+from cdcflow.pipeline.report import BatchReport, Reports
 from cdcflow.pipeline.writes import BatchContext, BatchWork, BatchWrites
 from cdcflow.spark.sql import ScopedPool, lit, q, views_dropped
 
@@ -102,7 +102,7 @@ class Shared:
     catalog: Catalog
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
-    reports: list[BatchReport] = field(default_factory=list)
+    reports: Reports = field(default_factory=Reports)
 
 
 class BatchRunner:
@@ -150,7 +150,7 @@ class BatchRunner:
         self.since_maintenance = 0
         #: the run of the streaming query that gave the last batch
         self.run: str | None = None
-        self.reports: list[BatchReport] = []
+        self.reports = Reports()
         #: the target tables' settings, built once from the configuration
         self._settings: dict[str, TableSettings] = {}
         self.failure: BaseException | None = None
@@ -246,8 +246,8 @@ class BatchRunner:
             if actions:
                 lines = tuple(a.line() for a in actions)
                 report = BatchReport(**{**report.__dict__, "maintenance": lines})
-        self.reports.append(report)
-        self.shared.reports.append(report)
+        self.reports.add(report)
+        self.shared.reports.add(report)
         if time.time() - self.last_expiry > min(EXPIRY_INTERVAL, self.cfg.retention_seconds):
             self.expire(spark)
         if self.on_report:

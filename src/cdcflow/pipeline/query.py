@@ -25,7 +25,7 @@ from cdcflow.iceberg.catalog import Catalog
 from cdcflow.pipeline import results
 from cdcflow.pipeline.batch import BatchRunner, Shared, source_options
 from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
-from cdcflow.pipeline.report import BatchReport
+from cdcflow.pipeline.report import BatchReport, Reports
 from cdcflow.spark.errors import DEBUG_HINT, first_line
 
 if TYPE_CHECKING:
@@ -135,21 +135,21 @@ class SourceMissing(ConfigError):
 
 @dataclass
 class RunResult:
-    """What a run did: the batch reports of every source, and whether it ended on a
-    failure (the exception) or was stopped."""
+    """What a run did: the batch reports of every source (totals over all, the most recent
+    reports themselves), and whether it ended on a failure (the exception) or was stopped."""
 
-    reports: list[BatchReport] = field(default_factory=list)
+    reports: Reports = field(default_factory=Reports)
     failure: BaseException | None = None
     stopped: bool = False
 
     @property
     def events(self) -> int:
-        return sum(r.events for r in self.reports)
+        return self.reports.events
 
     @property
     def dead_lettered(self) -> int:
         """Dead letters the run wrote (undelivered events included)."""
-        return sum(r.dead_lettered + r.undelivered for r in self.reports)
+        return self.reports.dead_lettered
 
     @property
     def exit_status(self) -> int:
@@ -161,7 +161,7 @@ class RunResult:
     def summary(self) -> str:
         """The final line of a run."""
         head = (
-            f"done: {len(self.reports)} batch(es), {self.events:,} events, "
+            f"done: {self.reports.batches} batch(es), {self.events:,} events, "
             f"{self.dead_lettered:,} dead-lettered"
         )
         if self.failure is not None:
@@ -552,7 +552,7 @@ class Pipeline:
                 result.failure = self._failure(ended)
         finally:
             if self.shared is not None:
-                result.reports.extend(self.shared.reports)
+                result.reports = self.shared.reports
             if self.stopping:
                 # the JVM may be shutting down with this process (a signal to its whole
                 # process group): what is left to ask of it may fail, and nothing is lost

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -94,6 +95,39 @@ class BatchReport:
             return None
         name = max(self.stages, key=lambda k: self.stages[k])
         return name, self.stages[name]
+
+
+#: Batch reports a run keeps in memory: the most recent (a ``--follow`` run lasts months, a
+#: batch every few seconds; every batch is in the batch history table, ``cdcflow history``).
+RECENT_REPORTS = 1_000
+
+
+class Reports:
+    """The reports of batches in the order they finished: totals over all of them, and the
+    most recent :data:`RECENT_REPORTS` themselves (iterating, indexing and ``len`` see
+    those)."""
+
+    def __init__(self, keep: int = RECENT_REPORTS) -> None:
+        self.recent: deque[BatchReport] = deque(maxlen=keep)
+        #: batches reported, events in them, dead letters written (undelivered events too)
+        self.batches = 0
+        self.events = 0
+        self.dead_lettered = 0
+
+    def add(self, report: BatchReport) -> None:
+        self.recent.append(report)
+        self.batches += 1
+        self.events += report.events
+        self.dead_lettered += report.dead_lettered + report.undelivered
+
+    def __iter__(self) -> Iterator[BatchReport]:
+        return iter(self.recent)
+
+    def __len__(self) -> int:
+        return len(self.recent)
+
+    def __getitem__(self, i: int) -> BatchReport:
+        return self.recent[i]
 
 
 class StageClock:
