@@ -214,22 +214,20 @@ class BatchMeta:
 
 
 def aggregate(spark: SparkSession, frame: DataFrame) -> list[Row]:
-    """The metadata aggregate of a decoded frame (with :func:`with_batch_columns`): one query,
-    grouped by types map first so each map comes with its events and newest sequence."""
+    """The metadata aggregate of a decoded frame (with :func:`with_batch_columns`): one query
+    of one grouping, a row per table, operation, identity and distinct ``types`` map, each
+    with its events and newest sequence (:meth:`BatchMeta.add` folds the rows, so a table
+    whose events carry several ``types`` maps comes in several rows)."""
     return spark.sql(
-        "SELECT _target, operation, _rejected, shape, database, schema, `table`, "
-        "sum(n) AS n, max(has_partial) AS has_partial, "
-        "collect_list(named_struct('types', _types, 'n', n, 'newest', max_seq)) AS type_sets, "
-        "array_distinct(flatten(collect_list(key_sets))) AS key_sets, max(max_seq) AS max_seq, "
-        "max(positional_keys) AS positional_keys, "
-        "array_distinct(flatten(collect_list(origins))) AS origins FROM ("
         "SELECT _target, operation, error_code IS NOT NULL AS _rejected, "
-        f"metadata[{lit(SHAPE_KEY)}] AS shape, database, schema, `table`, "
-        "to_json(types) AS _types, count(*) AS n, max(partial) AS has_partial, "
-        "collect_set(array_sort(map_keys(key))) AS key_sets, max(sequence) AS max_seq, "
+        f"metadata[{lit(SHAPE_KEY)}] AS shape, database, schema, `table`, count(*) AS n, "
+        "max(partial) AS has_partial, "
+        "array(named_struct('types', to_json(types), 'n', count(*), 'newest', max(sequence))) "
+        "AS type_sets, collect_set(array_sort(map_keys(key))) AS key_sets, "
+        "max(sequence) AS max_seq, "
         f"max(key IS NULL AND metadata[{lit(KEY_VALUES)}] IS NOT NULL) AS positional_keys, "
         f"collect_set(origin) AS origins FROM {view(frame, 'meta')} "
-        "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8) GROUP BY 1, 2, 3, 4, 5, 6, 7"
+        "GROUP BY 1, 2, 3, 4, 5, 6, 7, to_json(types)"
     ).collect()
 
 
