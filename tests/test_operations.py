@@ -130,6 +130,44 @@ def test_batches_leave_no_temporary_view_behind(
         assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
 
 
+def test_the_pipelines_own_stream_is_checked_once_and_others_batches_each_time(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The canonical types of a stream the pipeline decodes itself are checked by its decoder:
+    its batches are not checked again (a regular expression per type of every event, in
+    Spark's interpreter). Frames given to one's own ``foreachBatch`` still are."""
+    import cdcflow.decode.spark as decode_spark
+
+    checked: list[int] = []
+    check = decode_spark._types_checked
+
+    def counted(frame: Any) -> Any:
+        checked.append(1)
+        return check(frame)
+
+    monkeypatch.setattr(decode_spark, "_types_checked", counted)
+    w = generate(43, tables=2, transactions=20)
+    res = renderer("savegress")(w, tmp_path / "landing", seed=43)
+    cfg = _config(
+        tmp_path,
+        "checked",
+        [_source("s", tmp_path / "landing", "savegress", res.options, max_files_per_batch=2)],
+    )
+    pipe = Pipeline(cfg, spark)
+    result = pipe.run()
+    assert result.failure is None and len(result.reports) >= 2
+    assert checked == []
+    raw = decode_spark.read_raw(spark, str(tmp_path / "landing"), streaming=False)
+    frame = decode_spark.decode_dataframe(raw, "savegress", res.options)
+    own = Pipeline(cfg, spark)
+    own.open()
+    try:
+        assert own.foreach_batch()._frame(frame) is not frame
+    finally:
+        own.close()
+    assert checked == [1]
+
+
 def test_two_databases_under_one_replica_name_are_refused_naming_both(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -119,12 +119,17 @@ class BatchRunner:
         replay: bool = False,
         checkpoint: str | None = None,
         owner: Checkpoint | None = None,
+        checked: bool = False,
     ) -> None:
         """``replay``: the batches are replayed dead letters (late events by nature): no
         split-message segments are judged and no transaction is held back. ``checkpoint``:
         Spark's checkpoint of the source's query, when known. ``owner``: the pipeline's
-        checkpoint, which records the streaming query that applies the source."""
+        checkpoint, which records the streaming query that applies the source. ``checked``:
+        the batches are frames of the pipeline's own stream, whose canonical events are
+        already decoded and checked (:meth:`cdcflow.pipeline.query.Pipeline.stream`), and
+        are taken as they are."""
         self.cfg = cfg
+        self.checked = checked
         #: Spark's checkpoint of the source's query (its file log names zero-byte files).
         self.checkpoint = checkpoint
         self.owner = owner
@@ -358,11 +363,12 @@ class BatchRunner:
 
     def _frame(self, df: DataFrame) -> DataFrame:
         """The decoded frame of a batch: raw messages decoded with the source's dialect,
-        canonical events given the decoded frame's columns."""
+        canonical events given the decoded frame's columns (and their types checked, unless
+        the pipeline's own stream did)."""
         from cdcflow.decode.spark import decode_dataframe, decoded_frame, is_decoded
 
         if is_decoded(df):
-            return decoded_frame(df)
+            return df if self.checked else decoded_frame(df)
         return decode_dataframe(df, self.src.dialect, source_options(self.src), self.source)
 
     def _columns(self, df: DataFrame) -> DataFrame:

@@ -265,13 +265,15 @@ class Pipeline:
         source: str | None = None,
         on_report: Callable[[BatchReport], None] | None = None,
         checkpoint: str | None = None,
+        checked: bool = False,
     ) -> BatchRunner:
         """The ``foreachBatch`` function that applies one source's micro-batches (the sole
         source unless named): ``fn(df, batch_id)`` with ``df`` holding raw messages, decoded
         rows or canonical events. A batch id already committed changes nothing, so Spark's
         replay of a batch after a crash is safe. ``checkpoint``: the query's checkpoint
         location when it is not :meth:`checkpoint_location` (it names the zero-byte files of
-        ``binaryFile`` streams)."""
+        ``binaryFile`` streams). ``checked``: the function applies the pipeline's own stream
+        (:meth:`stream`), whose frames it takes as they are."""
         src, record = self._source(source)
         assert self.shared is not None
         runner = BatchRunner(
@@ -283,6 +285,7 @@ class Pipeline:
             adaptive=self._adaptive(),
             checkpoint=checkpoint,
             owner=self.checkpoint,
+            checked=checked,
         )
         self.runners.append(runner)
         return runner
@@ -409,7 +412,7 @@ class Pipeline:
             for src in self.cfg.sources:
                 _, record = self._sources[src.name]
                 location = self.checkpoint.query_path(record)
-                runner = self.foreach_batch(src.name, on_report, checkpoint=location)
+                runner = self.foreach_batch(src.name, on_report, checkpoint=location, checked=True)
                 launch = self._launcher(src, record, given.get(src.name), runner, location, follow)
                 self._launchers.append(launch)
                 self.queries.append(launch())
