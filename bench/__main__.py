@@ -64,6 +64,9 @@ SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
 #: The tables' Iceberg format version, cdcflow's and the hand-written jobs' alike
 #: (``BENCH_FORMAT=3``: deletion vectors).
 FORMAT = os.environ.get("BENCH_FORMAT", "2")
+#: Steady batches timed per shape (the median counts), after a first load and a warm batch:
+#: both sides keep getting faster over their first few batches as the JVM compiles.
+STEADY_BATCHES = int(os.environ.get("BENCH_STEADY_BATCHES", "3"))
 
 
 def _lsn(n: int) -> str:
@@ -527,8 +530,10 @@ def bench_shape(
     mode: str = "merge",
 ) -> dict[str, Any]:
     """One batch of ``events`` events over ``tables`` existing tables: inside a running
-    ``--follow`` pipeline (steady state), as the batch of a new run (scheduled use), and the
-    hand-written per-table pipeline over the same files (warm, tables existing). ``mode``:
+    ``--follow`` pipeline (steady state: the median of :data:`STEADY_BATCHES` batches after a
+    warm one), as the batch of a new run (scheduled use), and the hand-written per-table
+    pipeline over the same files (warm, tables existing, the median of the same batches).
+    ``mode``:
     the tables' mode (``scd2``: history tables, against the hand-written SCD2 MERGE)."""
     from cdcflow.pipeline.query import Pipeline
 
@@ -537,7 +542,7 @@ def bench_shape(
     n_load = max(events, tables * keys)
     lsn = write_tables(files / "0.jsonl", n_load, tables, keys, 1, 1, inserts_only=True)
     batches = []
-    for b in range(1, 4):
+    for b in range(1, 3 + STEADY_BATCHES):
         path = files / f"{b}.jsonl"
         lsn = write_tables(path, events, tables, keys, seed=b + 10, first_lsn=lsn)
         batches.append(path)
@@ -548,14 +553,17 @@ def bench_shape(
     landing.mkdir(parents=True)
     cfg = _multi_cfg(root, f"bench_{label}", landing, tables, mode=mode)
     follow = _Follow(spark, cfg)
+    steady = batches[1:-1]
     try:
         load_s, _ = follow.batch(land(files / "0.jsonl"))
         warm_s, _ = follow.batch(land(batches[0]))
-        steady_s, report = follow.batch(land(batches[1]))
+        timed = [follow.batch(land(path)) for path in steady]
         steady_work = follow.work
     finally:
         follow.stop()
-    shutil.copy(batches[2], landing / batches[2].name)
+    steady_s = statistics.median(s for s, _ in timed)
+    report = timed[-1][1]
+    shutil.copy(batches[-1], landing / batches[-1].name)
     t = time.perf_counter()
     new_reports = Pipeline(cfg, spark).run().reports
     new_run_s = time.perf_counter() - t
@@ -565,15 +573,20 @@ def bench_shape(
     hand = handwritten_history if mode == "scd2" else handwritten_tables
     hand(spark, [files / "0.jsonl"], hand_ns, tables)
     hand(spark, [batches[0]], hand_ns, tables)  # warm
-    t = time.perf_counter()
-    hand(spark, [batches[1]], hand_ns, tables)
-    hand_s = time.perf_counter() - t
+    hand_times = []
+    for path in steady:
+        t = time.perf_counter()
+        hand(spark, [path], hand_ns, tables)
+        hand_times.append(time.perf_counter() - t)
+    hand_s = statistics.median(hand_times)
     return {
         "mode": mode,
         "tables": tables,
         "events": events,
         "hand_written_seconds": hand_s,
         "ours_steady_seconds": steady_s,
+        "ours_steady_batches_seconds": [s for s, _ in timed],
+        "hand_written_batches_seconds": hand_times,
         "ours_new_run_seconds": new_run_s,
         "ours_warmup_batch_seconds": warm_s,
         "ours_first_load_seconds": load_s,
