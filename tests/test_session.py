@@ -75,6 +75,18 @@ def test_under_spark_submit_the_submitted_master_and_keys_win() -> None:
     assert "spark.jars" not in session_plan(_settings(), {**_SUBMITTED, "spark.jars": ""}).conf
 
 
+def test_the_session_keeps_a_batchs_compiled_code_for_the_next(tmp_path: Path) -> None:
+    """A batch runs ≈ 70 pieces of generated code; Spark keeps 100 compiled ones, so each
+    batch compiled the last one's again. cdcflow's sessions keep more, under spark-submit too
+    unless the submission says otherwise."""
+    jar = tmp_path / ICEBERG_JAR
+    jar.write_bytes(b"")
+    key = "spark.sql.codegen.cache.maxEntries"
+    assert int(session_plan(_settings(str(jar)), None).conf[key]) >= 1000
+    assert int(session_plan(_settings(), _SUBMITTED).conf[key]) >= 1000
+    assert key not in session_plan(_settings(), {**_SUBMITTED, key: "50"}).conf
+
+
 def test_under_spark_submit_iceberg_joins_the_submitted_sql_extensions() -> None:
     other = "io.delta.sql.DeltaSparkSessionExtension"
     plan = session_plan(_settings(), {**_SUBMITTED, "spark.sql.extensions": other})
