@@ -13,8 +13,10 @@
     durable events/s of its gRPC endpoint (streams of ``CDCEvent`` messages, bearer token) vs
     a minimal grpcio server that only writes each stream to a file, same clients and calls.
 (e) many tables: one batch of 20,000 events over 100 existing tables, in a running ``--follow``
-    pipeline (steady state) and as the batch of a new run, vs the hand-written per-table
-    pipeline (parse once, then per table ``row_number`` + one ``MERGE``, sequential, warm).
+    pipeline (steady state: the median of three batches) and as the batch of a
+    new run, vs the hand-written per-table pipeline (parse once, then per table ``row_number``
+    + one ``MERGE``, sequential, warm, the median of the same three batches); the steady
+    batch's Spark jobs and SQL executions. Both sides are warmed by two batches first.
 (f) small continuous batches: the same for one table.
 (g) parallel_tables: the steady batch of (e) with 1, 2 and 4 tables written at a time.
 (h) history: the steady batch of (f) into an scd2 table vs a hand-written SCD2 MERGE.
@@ -64,9 +66,11 @@ SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
 #: The tables' Iceberg format version, cdcflow's and the hand-written jobs' alike
 #: (``BENCH_FORMAT=3``: deletion vectors).
 FORMAT = os.environ.get("BENCH_FORMAT", "2")
-#: Steady batches timed per shape (the median counts), after a first load and a warm batch:
-#: both sides keep getting faster over their first few batches as the JVM compiles.
+#: Steady batches timed per shape (the median counts), after a first load and
+#: :data:`WARM_BATCHES` batches: both sides get faster over their first few batches as the JVM
+#: compiles (cdcflow, 20,000 events into one table: 4.7, 4.1, 3.2 s over its 2nd to 4th batch).
 STEADY_BATCHES = int(os.environ.get("BENCH_STEADY_BATCHES", "3"))
+WARM_BATCHES = 2
 
 
 def _lsn(n: int) -> str:
@@ -530,8 +534,8 @@ def bench_shape(
     mode: str = "merge",
 ) -> dict[str, Any]:
     """One batch of ``events`` events over ``tables`` existing tables: inside a running
-    ``--follow`` pipeline (steady state: the median of :data:`STEADY_BATCHES` batches after a
-    warm one), as the batch of a new run (scheduled use), and the hand-written per-table
+    ``--follow`` pipeline (steady state: the median of :data:`STEADY_BATCHES` batches after
+    :data:`WARM_BATCHES`), as the batch of a new run (scheduled use), and the hand-written per-table
     pipeline over the same files (warm, tables existing, the median of the same batches).
     ``mode``:
     the tables' mode (``scd2``: history tables, against the hand-written SCD2 MERGE)."""
@@ -542,7 +546,7 @@ def bench_shape(
     n_load = max(events, tables * keys)
     lsn = write_tables(files / "0.jsonl", n_load, tables, keys, 1, 1, inserts_only=True)
     batches = []
-    for b in range(1, 3 + STEADY_BATCHES):
+    for b in range(1, 2 + WARM_BATCHES + STEADY_BATCHES):
         path = files / f"{b}.jsonl"
         lsn = write_tables(path, events, tables, keys, seed=b + 10, first_lsn=lsn)
         batches.append(path)
@@ -553,10 +557,10 @@ def bench_shape(
     landing.mkdir(parents=True)
     cfg = _multi_cfg(root, f"bench_{label}", landing, tables, mode=mode)
     follow = _Follow(spark, cfg)
-    steady = batches[1:-1]
+    warm, steady = batches[:WARM_BATCHES], batches[WARM_BATCHES:-1]
     try:
         load_s, _ = follow.batch(land(files / "0.jsonl"))
-        warm_s, _ = follow.batch(land(batches[0]))
+        warm_s = [follow.batch(land(path))[0] for path in warm][-1]
         timed = [follow.batch(land(path)) for path in steady]
         steady_work = follow.work
     finally:
@@ -572,7 +576,8 @@ def bench_shape(
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS cdc.{hand_ns}")
     hand = handwritten_history if mode == "scd2" else handwritten_tables
     hand(spark, [files / "0.jsonl"], hand_ns, tables)
-    hand(spark, [batches[0]], hand_ns, tables)  # warm
+    for path in warm:
+        hand(spark, [path], hand_ns, tables)
     hand_times = []
     for path in steady:
         t = time.perf_counter()
