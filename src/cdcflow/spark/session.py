@@ -160,9 +160,9 @@ def spark_conf(
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # a batch compiles ≈ 70 classes of generated code (a MERGE alone ≈ 20) and Spark keeps
-        # 100: each batch evicted the last one's and compiled them all again, ≈ 0.7 s a batch
-        # of one table; kept, a steady batch compiles ≈ 6 (static: applies when the session
-        # starts)
+        # 100: each batch evicted the last one's and compiled them all again (≈ 70 × 10 ms in
+        # a batch of one table); kept, a steady batch compiles ≈ 6 (static: applies when the
+        # session starts)
         CODEGEN_CACHE: str(CODEGEN_CACHE_ENTRIES),
     }
     conf.update(catalog_conf(settings))
