@@ -156,13 +156,13 @@ def bench_decode(spark: Any, root: Path, n: int) -> dict[str, float]:
 
     def baseline() -> None:
         df = spark.read.text(str(folder)).selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
-        df.selectExpr("sum(xxhash64(e.*)) AS h").collect()
+        df.selectExpr("bit_xor(xxhash64(e.*)) AS h").collect()
 
     def ours(image: str) -> None:
         opts = DialectOptions(table_keys={"items": ("id",)}, column_types=TYPES)
         df = decode_dataframe(read_raw(spark, str(folder), streaming=False), "savegress", opts)
         df.selectExpr(
-            f"sum(xxhash64(id, sequence, operation, {image}(after), {image}(before), "
+            f"bit_xor(xxhash64(id, sequence, operation, {image}(after), {image}(before), "
             "timestamp)) AS h"
         ).collect()
 
