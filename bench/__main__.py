@@ -212,8 +212,18 @@ def _pipeline_cfg(root: Path, name: str, landing: Path) -> Any:
     )
 
 
+#: A PostgreSQL LSN (``16/B374D848``) as the number it stands for: as text ``0/FFFF`` sorts
+#: after ``0/10000``
+LSN_NUMBER = (
+    "CAST(conv(split(e.position.lsn, '/')[0], 16, 10) AS bigint) * 4294967296 + "
+    "CAST(conv(split(e.position.lsn, '/')[1], 16, 10) AS bigint)"
+)
+
+
 def handwritten(spark: Any, folder: Path, table: str) -> None:
-    """The minimal pipeline people write by hand: dedup by row_number, one MERGE, no guards."""
+    """The minimal pipeline people write by hand: dedup by row_number, one MERGE, no guards.
+    Its events are ordered by the LSN's number (the (b) files span LSNs of several hex
+    widths, where ordering by the text would keep older events)."""
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} (id bigint, name string, qty bigint, "
         "price decimal(10,2), updated_at timestamp) USING iceberg "
@@ -222,12 +232,12 @@ def handwritten(spark: Any, folder: Path, table: str) -> None:
     )
     src = spark.read.text(str(folder)).selectExpr(f"from_json(value, '{BASELINE_SCHEMA}') AS e")
     src.createOrReplaceTempView("bench_raw")
-    spark.sql("""
+    spark.sql(f"""
         SELECT coalesce(e.after.id, e.before.id) AS id, e.operation AS op, e.after.name AS name,
                e.after.qty AS qty, CAST(e.after.price AS decimal(10,2)) AS price,
                CAST(e.after.updated_at AS timestamp) AS updated_at,
                row_number() OVER (PARTITION BY coalesce(e.after.id, e.before.id)
-                                  ORDER BY e.position.lsn DESC) AS rn
+                                  ORDER BY {LSN_NUMBER} DESC) AS rn
         FROM bench_raw
     """).where("rn = 1").createOrReplaceTempView("bench_latest")
     spark.sql(f"""
@@ -252,9 +262,10 @@ def bench_end_to_end(spark: Any, root: Path, n: int) -> dict[str, float]:
     t = time.perf_counter()
     Pipeline(cfg, spark).run()
     t_ours = time.perf_counter() - t
+    ours = "SELECT id, name, qty, price, updated_at FROM cdc.bench_e2e.items"
+    hand = "SELECT id, name, qty, price, updated_at FROM cdc.bench_hand.items"
     same = spark.sql(
-        "SELECT count(*) AS n FROM (SELECT id, name, qty, price, updated_at FROM "
-        "cdc.bench_e2e.items EXCEPT SELECT * FROM cdc.bench_hand.items)"
+        f"SELECT count(*) AS n FROM (({ours} EXCEPT {hand}) UNION ALL ({hand} EXCEPT {ours}))"
     ).collect()[0]["n"]
     return {
         "events": n,
@@ -810,10 +821,7 @@ def _soak_differing(spark: Any, files: list[Path], tables: int) -> int:
     """Rows in which the replicas and the oracle differ, both ways, over all tables. The
     oracle: every soak file at once, the newest event per key by its LSN read as a number
     (the files hold each key's events in LSN order), deletes dropped."""
-    lsn = (
-        "CAST(conv(split(e.position.lsn, '/')[0], 16, 10) AS bigint) * 4294967296 + "
-        "CAST(conv(split(e.position.lsn, '/')[1], 16, 10) AS bigint)"
-    )
+    lsn = LSN_NUMBER
     spark.read.text([str(f) for f in files]).selectExpr(
         f"from_json(value, '{BASELINE_SCHEMA}') AS e"
     ).selectExpr(
