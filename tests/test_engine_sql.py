@@ -151,7 +151,8 @@ def test_a_changelog_and_a_table_ordered_by_its_columns() -> None:
 
 
 def test_the_statements_are_built_without_spark(tmp_path: Path) -> None:
-    """The SQL builders import and run with pyspark unimportable (no SparkSession, no JVM)."""
+    """The SQL builders and the batch's plan import and run with pyspark unimportable (no
+    SparkSession, no JVM)."""
     script = """
 import sys
 sys.modules["pyspark"] = None  # any import of pyspark now fails
@@ -160,6 +161,12 @@ from cdcflow.engine.plan import TableSettings, decide
 plan = decide(TableSettings("t", keys=("id",)), meta({"INSERT": 1}, {"id": "bigint"}), None)
 text = batch_sql([plan], tombstones=True)
 assert "MERGE INTO" in text and "cdcflow_" not in text  # only the views it was given
+from cdcflow.engine.stage import TableStats
+from cdcflow.engine.steps import batch_plan, table_ddl
+assert table_ddl(plan).creates
+stats = {"t": TableStats(live=1, deletes=1)}
+steps = batch_plan([plan], stats, logged=False, watermarks=False)
+assert steps.lines() == ["tombstones", "merge:t"]
 assert sys.modules["pyspark"] is None
 print("built", len(text))
 """

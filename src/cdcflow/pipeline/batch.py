@@ -46,6 +46,7 @@ from cdcflow.engine.stage import (
     expire_tombstones_sql,
     typed_text,
 )
+from cdcflow.engine.steps import batch_plan, table_ddl
 from cdcflow.errors import CdcflowError
 from cdcflow.iceberg.catalog import Catalog, TableInfo
 from cdcflow.iceberg.layouts import (
@@ -573,7 +574,8 @@ class BatchRunner:
         with ScopedPool(max_workers=workers) as pool:
             with clock.stage("plan"):
                 plans = self.plan(spark, events, meta)
-                for f in [pool.submit(self.writes.ddl, spark, p) for p in plans]:
+                ddls = [d for d in (table_ddl(p) for p in plans) if d is not None]
+                for f in [pool.submit(self.writes.ddl, spark, d) for d in ddls]:
                     f.result()
             stage = BatchStage(spark, events, plans) if plans else None
             stats: dict[str, TableStats] = {}
@@ -588,7 +590,13 @@ class BatchRunner:
                         stats = stage.stats()
                     if any(s.rejected for s in stats.values()):
                         ctx.dead.append(stage.rejected(self.pipeline_id, ctx.batch_id))
-                work = BatchWork(events, meta, plans, stage, stats, hold)
+                steps = batch_plan(
+                    plans,
+                    stats,
+                    logged=stage is not None and stage.winners_view is not None,
+                    watermarks=bool(meta.ops.get("RESOLVED")) and hold is None,
+                )
+                work = BatchWork(events, meta, plans, stage, stats, hold, steps)
                 outcomes = self.writes.write(ctx, pool, work)
             finally:
                 if stage is not None:

@@ -1,10 +1,11 @@
 """A batch's writes: what the engine decided, run by the Iceberg layer.
 
-:class:`BatchWrites` runs every statement of a batch once it is planned and staged: each
-table's DDL, then its statements (a truncate, the guarded ``MERGE`` or changelog, an scd2
-table's versions after the history log), ``parallel_tables`` at a time on the batch's pool,
-each under the commit ledger (:mod:`cdcflow.iceberg.write`), and the internal tables'
-(tombstones, watermarks, dead letters, the batch history). The statements' text comes from
+:class:`BatchWrites` executes what :mod:`cdcflow.engine.steps` decided: each table's DDL
+before the batch is staged, then the batch's plan — each table's steps (a truncate, the
+guarded ``MERGE`` or changelog, the truncate watermark, an scd2 table's versions after the
+history log) ``parallel_tables`` at a time on the batch's pool, each under the commit ledger
+(:mod:`cdcflow.iceberg.write`), and the internal tables' (history log, tombstones,
+watermarks), then the dead letters and the batch history. The statements' text comes from
 :mod:`cdcflow.engine.stage` and :mod:`cdcflow.engine.history`; nothing here decides.
 """
 
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING
 from cdcflow.config import PipelineConfig
 from cdcflow.engine.execute import BatchStage, release_checkpoint
 from cdcflow.engine.history import (
-    create_history_columns,
     history_merge_sql,
     log_merge_sql,
     touched_sql,
@@ -31,25 +31,20 @@ from cdcflow.engine.plan import TablePlan
 from cdcflow.engine.stage import (
     TableStats,
     changelog_sql,
-    create_changelog_columns,
-    create_replica_columns,
     merge_sql,
     tombstones_sql,
     truncate_sql,
 )
+from cdcflow.engine.steps import BatchPlan, Step, TableDdl
 from cdcflow.engine.watermarks import watermarks_sql
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.iceberg.layouts import (
     BATCHES,
-    CDC_STRUCT,
-    CHANGELOG_STRUCT,
     DEAD_LETTER_FIELDS,
     DEAD_LETTERS,
     HISTORY_FIELDS,
     HISTORY_LOG,
     HISTORY_LOG_FIELDS,
-    HISTORY_STRUCT,
-    KEY_PROPERTY,
     TOMBSTONE_FIELDS,
     TOMBSTONES,
     TRUNCATE_PROPERTY,
@@ -82,7 +77,8 @@ class BatchContext:
 @dataclass(frozen=True)
 class BatchWork:
     """What the batch writes once planned and staged: its events and their metadata, the
-    tables' plans, the staged rows and their counts, and the consistency hold's result."""
+    tables' plans, the staged rows and their counts, the consistency hold's result and the
+    steps that write them (:func:`cdcflow.engine.steps.batch_plan`)."""
 
     events: DataFrame
     meta: BatchMeta
@@ -90,6 +86,7 @@ class BatchWork:
     stage: BatchStage | None
     stats: Mapping[str, TableStats]
     hold: HoldResult | None
+    steps: BatchPlan
 
 
 class BatchWrites:
@@ -107,35 +104,14 @@ class BatchWrites:
         self.namespace = cfg.namespace
         self.internal = cfg.namespace + "__cdcflow"
 
-    def ddl(self, spark: SparkSession, plan: TablePlan) -> None:
-        """Create or evolve one table as its plan says (the truncate watermark is set after
-        the rows it removes are gone)."""
-        ns, name, schema = self.namespace, plan.name, plan.schema
-        props = {k: v for k, v in plan.properties.items() if k != TRUNCATE_PROPERTY}
-        if plan.mode == "append":
-            if not plan.exists:
-                cols = create_changelog_columns(plan, CHANGELOG_STRUCT)
-                self.catalog.create_table(spark, ns, name, cols, props)
-            elif schema.add or schema.widen or props:
-                self.catalog.alter(
-                    spark, ns, name, schema.add, schema.widen, props, ("before.", "after.")
-                )
-            return
-        if plan.keys is None:
-            if plan.exists and not plan.meta.row_events and (schema.add or schema.widen):
-                self.catalog.alter(spark, ns, name, schema.add, schema.widen)
-            return
-        if not plan.exists:
-            if plan.writes_rows:
-                props[KEY_PROPERTY] = ",".join(plan.keys)
-                if plan.mode == "scd2":
-                    cols = create_history_columns(plan, HISTORY_STRUCT)
-                else:
-                    cols = create_replica_columns(plan, CDC_STRUCT)
-                self.catalog.create_table(spark, ns, name, cols, props)
-            return
-        if schema.add or schema.widen or props:
-            self.catalog.alter(spark, ns, name, schema.add, schema.widen, props)
+    def ddl(self, spark: SparkSession, ddl: TableDdl) -> None:
+        """Create or alter one table (:func:`cdcflow.engine.steps.table_ddl`)."""
+        if ddl.columns is not None:
+            self.catalog.create_table(spark, self.namespace, ddl.name, ddl.columns, ddl.properties)
+        else:
+            self.catalog.alter(
+                spark, self.namespace, ddl.name, ddl.add, ddl.widen, ddl.properties, ddl.prefixes
+            )
 
     def watermarks(self, ctx: BatchContext, events: DataFrame) -> Written:
         spark = ctx.spark
@@ -149,116 +125,130 @@ class BatchWrites:
     def write(
         self, ctx: BatchContext, pool: ThreadPoolExecutor, work: BatchWork
     ) -> list[TableOutcome]:
-        """Every table's writes and the internal tables', concurrently."""
+        """Execute the batch's plan (:class:`cdcflow.engine.steps.BatchPlan`): every table's
+        steps in their order and the internal tables', concurrently; a step waits for those it
+        names in ``after``."""
         phase = time.perf_counter()
-        stage, meta = work.stage, work.meta
-        tables: list[tuple[TablePlan, Future[tuple[TableOutcome, float]]]] = []
-        internal: list[Future[Written]] = []
-        if stage is not None:
-            log: Future[Written] | None = None
-            if stage.winners_view is not None:
-                # submitted first, so it runs before the history tables that wait for it
-                log = pool.submit(self.history_log, ctx, stage)
-                internal.append(log)
-            for plan in work.plans:
-                job = pool.submit(self.table, ctx, work, plan, log)
-                tables.append((plan, job))
-            merged = {p.target for p in stage.merge}
-            if any(s.deletes for t, s in work.stats.items() if t in merged):
-                internal.append(pool.submit(self.tombstones, ctx, stage))
-        if meta.ops.get("RESOLVED") and work.hold is None:
-            internal.append(pool.submit(self.watermarks, ctx, work.events))
+        steps = work.steps
+        awaited = {name for s in steps.steps for name in s.after}
+        started: dict[str, Future[Written | None]] = {}
+        # the internal steps others wait for start first, so a table's task never waits for a
+        # step queued behind it on the pool
+        first = [s for s in steps.internal if s.name in awaited]
+        for step in first:
+            started[step.name] = pool.submit(self.internal_step, ctx, work, step)
+        tables = [
+            pool.submit(self.table, ctx, work, plan, steps.tables.get(plan.target, ()), started)
+            for plan in work.plans
+        ]
+        for step in steps.internal:
+            if step.name not in started:
+                started[step.name] = pool.submit(self.internal_step, ctx, work, step)
         outputs: Future[list[DataFrame]] | None = None
         if self.cfg.outputs:
             outputs = pool.submit(self.outputs, ctx, work.events)
         outcomes: list[TableOutcome] = []
         merge_done = internal_done = phase
-        for _plan, future in tables:
+        for future in tables:
             outcome, finished = future.result()
             outcomes.append(outcome)
             merge_done = max(merge_done, finished)
-        for written in internal:
-            written.result()
+        for step in steps.internal:
+            started[step.name].result()
             internal_done = max(internal_done, time.perf_counter())
         if tables:
             ctx.clock.add("merge", merge_done - phase)
-        if internal:
+        if steps.internal:
             ctx.clock.add("internal", internal_done - phase)
         if outputs is not None:
             ctx.dead.extend(outputs.result())
             ctx.clock.add("outputs", time.perf_counter() - phase)
         return outcomes
 
+    def internal_step(self, ctx: BatchContext, work: BatchWork, step: Step) -> Written:
+        """One internal table's step: the history log, the tombstones or the watermarks."""
+        if step.kind == "watermarks":
+            return self.watermarks(ctx, work.events)
+        assert work.stage is not None
+        if step.kind == "log":
+            return self.history_log(ctx, work.stage)
+        if step.kind == "tombstones":
+            return self.tombstones(ctx, work.stage)
+        raise ValueError(f"not an internal step: {step.name}")
+
     def table(
         self,
         ctx: BatchContext,
         work: BatchWork,
         plan: TablePlan,
-        log: Future[Written] | None = None,
+        steps: Sequence[Step],
+        started: Mapping[str, Future[Written | None]],
     ) -> tuple[TableOutcome, float]:
-        """One table's statements, in order: a truncate, then the merge (or changelog); for
-        an scd2 table, its versions once the history log holds the batch (``log``)."""
-        started = time.perf_counter()
-        spark, batch_id, stage = ctx.spark, ctx.batch_id, work.stage
-        assert stage is not None
-        events = work.meta.tables[plan.target].events
+        """One table's steps, in order (each once those it waits for are done), and what the
+        batch did to the table."""
+        began = time.perf_counter()
+        merged: Written | None = None
+        for step in steps:
+            for name in step.after:
+                started[name].result()
+            written = self.table_step(ctx, work, plan, step)
+            if step.kind == "merge":
+                merged = written
         s = work.stats.get(plan.target, TableStats())
+        events = work.meta.tables[plan.target].events
         rejected = sum((s.rejected or {}).values())
-        ident = self.catalog.ident(self.namespace, plan.name)
-        stale = 0
-        if plan.mode == "scd2":
-            if plan.keys is not None and s.live and log is not None:
-                log.result()
-                self.versions(ctx, plan, stage)
-            outcome = TableOutcome(
-                plan.name,
-                "scd2",
-                events,
-                s.duplicates,
-                s.conflicts,
-                0,
-                rejected,
-                time.perf_counter() - started,
-            )
-            return outcome, time.perf_counter()
+        seconds = time.perf_counter() - began
         if plan.mode == "append":
-            if plan.meta.events > rejected:
-                sql = changelog_sql(ident, stage.changelog_source(plan))
-                self.writer.run(
-                    spark, Statement(self.namespace, plan.name, "append", sql), batch_id
-                )
             outcome = TableOutcome(plan.name, "append", events, dead_lettered=rejected)
-            return outcome, time.perf_counter()
-        truncate = plan.truncate if plan.keys is not None else None
-        if truncate is not None and not s.live:
-            sql = truncate_sql(ident, truncate)
-            self.writer.run(spark, Statement(self.namespace, plan.name, "truncate", sql), batch_id)
-        if plan.keys is not None and s.live:
-            # a TRUNCATE with changes after it: one commit (the MERGE deletes the older rows)
-            sql = merge_sql(ident, plan, stage.merge_source(plan), truncate)
-            written = self.writer.run(
-                spark, Statement(self.namespace, plan.name, "merge", sql, report=True), batch_id
+        elif plan.mode == "scd2":
+            outcome = TableOutcome(
+                plan.name, "scd2", events, s.duplicates, s.conflicts, 0, rejected, seconds
             )
+        else:
             # stale: a key's newest events that lost to its tombstone, or that the guarded
             # MERGE did not write because the replica row was newer (merge-on-read: written
             # rows are the commit's added records)
-            stale = max(0, s.writes - written.count("added-records"))
-        if truncate is not None:
-            # the watermark after the rows: a crash before it repeats an idempotent statement
-            self.catalog.alter(
-                spark, self.namespace, plan.name, properties={TRUNCATE_PROPERTY: truncate}
+            stale = max(0, s.writes - merged.count("added-records")) if merged else 0
+            outcome = TableOutcome(
+                plan.name,
+                "merge",
+                events,
+                s.duplicates,
+                s.conflicts,
+                stale + s.buried,
+                rejected,
+                seconds,
             )
-        outcome = TableOutcome(
-            plan.name,
-            "merge",
-            events,
-            s.duplicates,
-            s.conflicts,
-            stale + s.buried,
-            rejected,
-            time.perf_counter() - started,
-        )
         return outcome, time.perf_counter()
+
+    def table_step(
+        self, ctx: BatchContext, work: BatchWork, plan: TablePlan, step: Step
+    ) -> Written | None:
+        """Run one step of a table's plan (``None``: a step that commits no statement)."""
+        spark, batch_id, stage = ctx.spark, ctx.batch_id, work.stage
+        assert stage is not None
+        ident = self.catalog.ident(self.namespace, plan.name)
+        if step.kind == "versions":
+            return self.versions(ctx, plan, stage)
+        if step.kind == "mark_truncate":
+            assert plan.truncate is not None
+            self.catalog.alter(
+                spark, self.namespace, plan.name, properties={TRUNCATE_PROPERTY: plan.truncate}
+            )
+            return None
+        if step.kind == "changelog":
+            sql = changelog_sql(ident, stage.changelog_source(plan))
+            st = Statement(self.namespace, plan.name, "append", sql)
+        elif step.kind == "truncate":
+            assert plan.truncate is not None
+            sql = truncate_sql(ident, plan.truncate)
+            st = Statement(self.namespace, plan.name, "truncate", sql)
+        elif step.kind == "merge":
+            sql = merge_sql(ident, plan, stage.merge_source(plan), plan.truncate)
+            st = Statement(self.namespace, plan.name, "merge", sql, report=True)
+        else:
+            raise ValueError(f"not a table step: {step.name}")
+        return self.writer.run(spark, st, batch_id)
 
     def history_log(self, ctx: BatchContext, stage: BatchStage) -> Written:
         """Record the batch's events of the scd2 tables (idempotent: a replay adds nothing)."""
