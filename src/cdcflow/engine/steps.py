@@ -37,9 +37,6 @@ StepKind = Literal[
     "truncate", "merge", "mark_truncate", "changelog", "versions", "log", "tombstones", "watermarks"
 ]
 
-#: the internal steps, in the order they are started (a step others wait for comes first)
-INTERNAL_ORDER: tuple[StepKind, ...] = ("log", "tombstones", "watermarks")
-
 
 @dataclass(frozen=True)
 class Step:
@@ -59,7 +56,7 @@ class Step:
 @dataclass(frozen=True)
 class BatchPlan:
     """The writes of one staged batch: each table's steps in the order they run, and the
-    internal tables' steps (see :data:`INTERNAL_ORDER`)."""
+    internal tables' steps (the history log, tombstones, watermarks, in that order)."""
 
     tables: Mapping[str, tuple[Step, ...]] = field(default_factory=dict)
     internal: tuple[Step, ...] = ()
