@@ -20,6 +20,7 @@ HISTORY_TABLES = (
     "h8_schema",
     "h9_pk",
     "h10_bad",
+    "h11_after_delete",
 )
 
 
@@ -157,6 +158,16 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
             # partial events carry the previous version's columns
             ev("INSERT", "h6_partial", 10, after={"id": 1, "a": "a10", "b": "b10"}),
             ev("UPDATE", "h6_partial", 30, after={"id": 1, "b": "b30"}, partial=True),
+            # late events after a delete (run 2 brings 40 for both keys): recomputed from
+            # the delete, carrying from the events after it, the versions before it kept
+            ev("INSERT", "h11_after_delete", 10, after={"id": 1, "a": "a10", "b": "b10"}),
+            ev("DELETE", "h11_after_delete", 20, before={"id": 1}),
+            ev("INSERT", "h11_after_delete", 30, after={"id": 1, "a": "a30", "b": "b30"}),
+            ev("UPDATE", "h11_after_delete", 50, after={"id": 1, "b": "b50"}, partial=True),
+            ev("INSERT", "h11_after_delete", 10, after={"id": 2, "a": "x", "b": "y"}),
+            ev("DELETE", "h11_after_delete", 20, before={"id": 2}),
+            ev("INSERT", "h11_after_delete", 30, after={"id": 2, "a": "c", "b": "c"}),
+            ev("UPDATE", "h11_after_delete", 50, after={"id": 2, "a": "d", "b": "d"}),
         ],
         [
             ev("UPDATE", "h1_dup", 20, after={"id": 1, "v": "b2"}),
@@ -181,6 +192,9 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
             ev("UPDATE", "h5_truncate", 15, after={"id": 1, "v": "late"}),
             ev("UPDATE", "h6_partial", 20, after={"id": 1, "a": "a20"}, partial=True),
             ev("UPDATE", "h8_schema", 20, after={"id": 1, "v": "b", "extra": 7}),
+            ev("UPDATE", "h11_after_delete", 40, after={"id": 1, "a": "a40"}, partial=True),
+            # the values of 50 arrive at 40: 50 changes nothing any more, its version goes
+            ev("UPDATE", "h11_after_delete", 40, after={"id": 2, "a": "d", "b": "d"}),
         ]
     ]
     run1 = [*run1, *history1, databricks_example("dbx_users"), databricks_example("dbx_users_city")]

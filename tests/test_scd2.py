@@ -5,12 +5,13 @@ exactly."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdcflow.sequence import decode
-from tests.scenario import rows
+from tests.scenario import config, ev, land, rows, run
 from tests.scenario_world import snapshot
 
 pytestmark = pytest.mark.spark
@@ -23,8 +24,13 @@ def at(seq: int) -> tuple[int, ...]:
 
 def versions(spark: Any, cfg: Any, table: str, *cols: str) -> list[tuple]:
     """(key, values…, start, end, current) per version, sorted."""
+    return versions_of(rows(spark, cfg, table), *cols)
+
+
+def versions_of(table_rows: list[dict[str, Any]], *cols: str) -> list[tuple]:
+    """(key, values…, start, end, current) per row of a history table, sorted."""
     out = []
-    for r in rows(spark, cfg, table):
+    for r in table_rows:
         end = decode(r["__END_AT"]) if r["__END_AT"] is not None else None
         out.append(
             (
@@ -87,6 +93,48 @@ def test_partial_events_carry_the_previous_values(spark: Any, world: dict) -> No
         (1, "a10", "b10", at(10), at(20), False),
         (1, "a20", "b10", at(20), at(30), False),
         (1, "a20", "b30", at(30), None, True),
+    ]
+
+
+def test_late_events_after_a_delete_recompute_from_it(spark: Any, world: dict) -> None:
+    # run 2's events at 40 follow each key's delete at 20: the versions after the delete are
+    # recomputed (the partial at 40 carries b from 30; key 2's event at 40 holds the values of
+    # its event at 50, so the version that started at 50 is gone) and the versions before the
+    # delete stay; as run 2 left them (run 3 redelivers every event, which recomputes all)
+    # and at the end
+    expected = [
+        (1, "a10", "b10", at(10), at(20), False),
+        (1, "a30", "b30", at(30), at(40), False),
+        (1, "a40", "b30", at(40), at(50), False),
+        (1, "a40", "b50", at(50), None, True),
+        (2, "c", "c", at(30), at(40), False),
+        (2, "d", "d", at(40), None, True),
+        (2, "x", "y", at(10), at(20), False),
+    ]
+    assert versions_of(world["history"]["h11_after_delete"], "a", "b") == expected
+    assert versions(spark, world["cfg"], "h11_after_delete", "a", "b") == expected
+
+
+def test_a_version_starting_at_the_batchs_earliest_event_can_go(spark: Any, tmp_path: Path) -> None:
+    # a different copy at 20, delivered in a later run, holds the values of 10: the version
+    # that started at 20 (the earliest sequence of that run) goes
+    cfg = config(tmp_path, "scd2_gone", keys={"g": ["id"]}, tables={"g": {"mode": "scd2"}})
+    landing = tmp_path / "landing"
+    land(
+        landing,
+        [
+            ev("INSERT", "g", 10, after={"id": 1, "v": "a"}),
+            ev("UPDATE", "g", 20, after={"id": 1, "v": "b"}),
+            ev("UPDATE", "g", 30, after={"id": 1, "v": "c"}),
+        ],
+    )
+    run(spark, cfg)
+    assert len(versions(spark, cfg, "g", "v")) == 3
+    land(landing, [ev("UPDATE", "g", 20, after={"id": 1, "v": "a"})])
+    run(spark, cfg)
+    assert versions(spark, cfg, "g", "v") == [
+        (1, "a", at(10), at(30), False),
+        (1, "c", at(30), None, True),
     ]
 
 

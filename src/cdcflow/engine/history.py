@@ -4,7 +4,9 @@ A history cannot be kept exact by patching versions with each batch's events alo
 event may split an interval, a late partial event changes what the next versions carry, a
 late delete closes a version early. So every applied event of an ``scd2`` table is kept in
 one internal log (``history_log``: replica name, key, sequence, operation, image), and the
-versions of the keys a batch touches are recomputed from all their events in sequence order:
+versions of the keys a batch touches are recomputed from their events in sequence order (all
+of them, or those after the key's last delete before the batch's earliest event of it: see
+:func:`versions_sql`):
 
 1. per (table, key, sequence) the latest delivered copy wins (the log keeps one event per
    sequence; a different copy delivered later replaces it, counted as a conflict);
@@ -102,16 +104,17 @@ def log_merge_sql(ident: str, source: str, names: Sequence[str]) -> str:
 
 
 def touched_sql(winners: str, log: str, plan: TablePlan, truncated: bool) -> str:
-    """The keys (as key JSON) whose versions the batch changes: its keys, or every key of the
-    table when a ``TRUNCATE`` arrived."""
+    """The keys (as key JSON) whose versions the batch changes, each with the earliest
+    sequence the batch brings for it (``m``): its keys, or every key of the table with no
+    ``m`` (recomputed whole) when a ``TRUNCATE`` arrived."""
     if truncated:
         return (
-            f"SELECT DISTINCT key FROM {log} WHERE target = {lit(plan.name)} "
-            f"AND key <> {lit(TRUNCATE_KEY)}"
+            f"SELECT DISTINCT key, CAST(NULL AS string) AS m FROM {log} "
+            f"WHERE target = {lit(plan.name)} AND key <> {lit(TRUNCATE_KEY)}"
         )
     return (
-        f"SELECT DISTINCT _kj AS key FROM {winners} WHERE _target = {lit(plan.target)} "
-        f"AND NOT _bad AND _kj <> {lit(TRUNCATE_KEY)}"
+        f"SELECT _kj AS key, min(_seq) AS m FROM {winners} WHERE _target = {lit(plan.target)} "
+        f"AND NOT _bad AND _kj <> {lit(TRUNCATE_KEY)} GROUP BY _kj"
     )
 
 
@@ -126,8 +129,16 @@ def _key_columns(plan: TablePlan, key_json: str) -> list[str]:
 
 
 def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
-    """Every version of the touched keys, typed as the history table's columns (keys, data
-    columns, validity columns, ``_cdc``)."""
+    """The versions of the touched keys that the batch can change, typed as the history
+    table's columns (keys, data columns, validity columns, ``_cdc``).
+
+    A key's versions are recomputed from its last ``DELETE`` or ``TRUNCATE`` before the
+    earliest sequence the batch brings for it (``m`` of :func:`touched_sql`), or from its
+    first event when there is none: a close ends a life, and nothing after it depends on
+    the events before it (a version starts only at a row event; the first row event of a
+    life always opens one and carries nothing from before). The versions before that close
+    end at it and cannot change, so the work per key follows its events since its last
+    delete rather than its whole history."""
     assert plan.keys is not None
     name = lit(plan.name)
     data = data_columns(plan)
@@ -180,18 +191,24 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
                                       UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS _life,
                            op NOT IN {_CLOSES} AS _row
                     FROM (
-                      SELECT e.* FROM (
-                        SELECT l.key, l.seq, l.op, l.partial, l.image, l.ts, l.id, l.fp
-                        FROM {log} l LEFT SEMI JOIN ({touched}) k ON l.key = k.key
-                        WHERE l.target = {name}) e
-                      LEFT ANTI JOIN (SELECT seq FROM {log} WHERE target = {name}
-                                      AND key = {lit(TRUNCATE_KEY)}) x ON e.seq = x.seq
-                      UNION ALL
-                      SELECT k.key, x.seq, 'TRUNCATE', false, CAST(NULL AS map<string,string>),
-                             x.ts, x.id, x.fp
-                      FROM ({touched}) k CROSS JOIN (
-                        SELECT seq, ts, id, fp FROM {log}
-                        WHERE target = {name} AND key = {lit(TRUNCATE_KEY)}) x)))))
+                      SELECT * FROM (
+                        SELECT *, max(CASE WHEN op IN {_CLOSES} AND seq < _m THEN seq END)
+                                    OVER (PARTITION BY key) AS _since
+                        FROM (
+                          SELECT e.* FROM (
+                            SELECT l.key, l.seq, l.op, l.partial, l.image, l.ts, l.id, l.fp,
+                                   k.m AS _m
+                            FROM {log} l JOIN ({touched}) k ON l.key = k.key
+                            WHERE l.target = {name}) e
+                          LEFT ANTI JOIN (SELECT seq FROM {log} WHERE target = {name}
+                                          AND key = {lit(TRUNCATE_KEY)}) x ON e.seq = x.seq
+                          UNION ALL
+                          SELECT k.key, x.seq, 'TRUNCATE', false,
+                                 CAST(NULL AS map<string,string>), x.ts, x.id, x.fp, k.m
+                          FROM ({touched}) k CROSS JOIN (
+                            SELECT seq, ts, id, fp FROM {log}
+                            WHERE target = {name} AND key = {lit(TRUNCATE_KEY)}) x))
+                      WHERE _since IS NULL OR seq > _since)))))
             GROUP BY key, _vid))
         WHERE _version
     """
@@ -199,7 +216,10 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
 
 def history_merge_sql(ident: str, plan: TablePlan, versions: str, touched: str) -> str:
     """Make the history of the touched keys equal to their recomputed versions: insert new
-    versions, rewrite changed ones, delete the ones that no longer exist."""
+    versions, rewrite changed ones, delete the ones that no longer exist. A version that
+    starts before the batch's earliest sequence for its key is recomputed with the same
+    start (the events up to it did not change), so only versions starting at or after it
+    can be gone."""
     assert plan.keys is not None
     keys = list(plan.keys)
     data = data_columns(plan)
@@ -225,13 +245,14 @@ def history_merge_sql(ident: str, plan: TablePlan, versions: str, touched: str) 
     )
     key_on = " AND ".join(f"h.{q(k)} = k.{q(k)}" for k in keys)
     version_on = " AND ".join(f"h.{q(k)} = v.{q(k)}" for k in keys)
-    typed_touched = f"SELECT {', '.join(_key_columns(plan, 'key'))} FROM ({touched})"
+    typed_touched = f"SELECT {', '.join(_key_columns(plan, 'key'))}, m FROM ({touched})"
     return f"""
         MERGE INTO {ident} t USING (
           SELECT *, false AS _drop FROM {versions}
           UNION ALL
           SELECT {gone_cols}, true AS _drop
-          FROM {ident} h LEFT SEMI JOIN ({typed_touched}) k ON {key_on}
+          FROM {ident} h LEFT SEMI JOIN ({typed_touched}) k
+            ON {key_on} AND (k.m IS NULL OR h.__START_AT >= k.m)
           LEFT ANTI JOIN {versions} v ON {version_on} AND h.__START_AT = v.__START_AT
         ) s
         ON {on}

@@ -127,18 +127,24 @@ SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, _vals.c0
                                       UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS _life,
                            op NOT IN ('DELETE', 'TRUNCATE') AS _row
                     FROM (
-                      SELECT e.* FROM (
-                        SELECT l.key, l.seq, l.op, l.partial, l.image, l.ts, l.id, l.fp
-                        FROM cat.`shop__cdcflow`.`history_log` l LEFT SEMI JOIN (SELECT DISTINCT _kj AS key FROM winners WHERE _target = 'customers' AND NOT _bad AND _kj <> '*') k ON l.key = k.key
-                        WHERE l.target = 'customers') e
-                      LEFT ANTI JOIN (SELECT seq FROM cat.`shop__cdcflow`.`history_log` WHERE target = 'customers'
-                                      AND key = '*') x ON e.seq = x.seq
-                      UNION ALL
-                      SELECT k.key, x.seq, 'TRUNCATE', false, CAST(NULL AS map<string,string>),
-                             x.ts, x.id, x.fp
-                      FROM (SELECT DISTINCT _kj AS key FROM winners WHERE _target = 'customers' AND NOT _bad AND _kj <> '*') k CROSS JOIN (
-                        SELECT seq, ts, id, fp FROM cat.`shop__cdcflow`.`history_log`
-                        WHERE target = 'customers' AND key = '*') x)))))
+                      SELECT * FROM (
+                        SELECT *, max(CASE WHEN op IN ('DELETE', 'TRUNCATE') AND seq < _m THEN seq END)
+                                    OVER (PARTITION BY key) AS _since
+                        FROM (
+                          SELECT e.* FROM (
+                            SELECT l.key, l.seq, l.op, l.partial, l.image, l.ts, l.id, l.fp,
+                                   k.m AS _m
+                            FROM cat.`shop__cdcflow`.`history_log` l JOIN (SELECT _kj AS key, min(_seq) AS m FROM winners WHERE _target = 'customers' AND NOT _bad AND _kj <> '*' GROUP BY _kj) k ON l.key = k.key
+                            WHERE l.target = 'customers') e
+                          LEFT ANTI JOIN (SELECT seq FROM cat.`shop__cdcflow`.`history_log` WHERE target = 'customers'
+                                          AND key = '*') x ON e.seq = x.seq
+                          UNION ALL
+                          SELECT k.key, x.seq, 'TRUNCATE', false,
+                                 CAST(NULL AS map<string,string>), x.ts, x.id, x.fp, k.m
+                          FROM (SELECT _kj AS key, min(_seq) AS m FROM winners WHERE _target = 'customers' AND NOT _bad AND _kj <> '*' GROUP BY _kj) k CROSS JOIN (
+                            SELECT seq, ts, id, fp FROM cat.`shop__cdcflow`.`history_log`
+                            WHERE target = 'customers' AND key = '*') x))
+                      WHERE _since IS NULL OR seq > _since)))))
             GROUP BY key, _vid))
         WHERE _version
 
@@ -147,7 +153,8 @@ MERGE INTO cat.`shop`.`customers` t USING (
           SELECT *, false AS _drop FROM versions
           UNION ALL
           SELECT h.`id`, CAST(NULL AS string) AS `name`, CAST(NULL AS decimal(10,2)) AS `price`, CAST(NULL AS string) AS `note`, h.__START_AT, CAST(NULL AS string) AS __END_AT, CAST(NULL AS timestamp) AS __START_TIMESTAMP, CAST(NULL AS timestamp) AS __END_TIMESTAMP, CAST(NULL AS boolean) AS __CURRENT, h._cdc, true AS _drop
-          FROM cat.`shop`.`customers` h LEFT SEMI JOIN (SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id` FROM (SELECT DISTINCT _kj AS key FROM winners WHERE _target = 'customers' AND NOT _bad AND _kj <> '*')) k ON h.`id` = k.`id`
+          FROM cat.`shop`.`customers` h LEFT SEMI JOIN (SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, m FROM (SELECT _kj AS key, min(_seq) AS m FROM winners WHERE _target = 'customers' AND NOT _bad AND _kj <> '*' GROUP BY _kj)) k
+            ON h.`id` = k.`id` AND (k.m IS NULL OR h.__START_AT >= k.m)
           LEFT ANTI JOIN versions v ON h.`id` = v.`id` AND h.__START_AT = v.__START_AT
         ) s
         ON t.`id` = s.`id` AND t.__START_AT = s.__START_AT
