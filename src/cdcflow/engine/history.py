@@ -138,7 +138,9 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
     the events before it (a version starts only at a row event; the first row event of a
     life always opens one and carries nothing from before). The versions before that close
     end at it and cannot change, so the work per key follows its events since its last
-    delete rather than its whole history."""
+    delete rather than its whole history. Of the versions recomputed, those that end before
+    ``m`` are left out too: their events, and the start of the version after them, are older
+    than anything the batch brings."""
     assert plan.keys is not None
     name = lit(plan.name)
     data = data_columns(plan)
@@ -176,7 +178,8 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
           FROM (
             SELECT key, _vid, min(seq) AS _start, min_by(ts, seq) AS _start_ts,
                    min_by(_row, seq) AS _version, {vals} AS _vals, max(seq) AS _last,
-                   max_by(op, seq) AS _op, max_by(id, seq) AS _id, max_by(fp, seq) AS _fp
+                   max_by(op, seq) AS _op, max_by(id, seq) AS _id, max_by(fp, seq) AS _fp,
+                   max(_m) AS _m
             FROM (
               SELECT *, sum(CASE WHEN _opens OR NOT _row THEN 1 ELSE 0 END)
                           OVER (PARTITION BY key ORDER BY seq
@@ -210,7 +213,7 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
                             WHERE target = {name} AND key = {lit(TRUNCATE_KEY)}) x))
                       WHERE _since IS NULL OR seq > _since)))))
             GROUP BY key, _vid))
-        WHERE _version
+        WHERE _version AND (_m IS NULL OR _end IS NULL OR _end >= _m)
     """
 
 

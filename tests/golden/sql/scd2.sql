@@ -112,7 +112,8 @@ SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, _vals.c0
           FROM (
             SELECT key, _vid, min(seq) AS _start, min_by(ts, seq) AS _start_ts,
                    min_by(_row, seq) AS _version, max_by(named_struct('c0', `_w0`, 'c1', `_w1`, 'c2', `_w2`), seq) AS _vals, max(seq) AS _last,
-                   max_by(op, seq) AS _op, max_by(id, seq) AS _id, max_by(fp, seq) AS _fp
+                   max_by(op, seq) AS _op, max_by(id, seq) AS _id, max_by(fp, seq) AS _fp,
+                   max(_m) AS _m
             FROM (
               SELECT *, sum(CASE WHEN _opens OR NOT _row THEN 1 ELSE 0 END)
                           OVER (PARTITION BY key ORDER BY seq
@@ -146,7 +147,7 @@ SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, _vals.c0
                             WHERE target = 'customers' AND key = '*') x))
                       WHERE _since IS NULL OR seq > _since)))))
             GROUP BY key, _vid))
-        WHERE _version
+        WHERE _version AND (_m IS NULL OR _end IS NULL OR _end >= _m)
 
 -- history customers
 MERGE INTO cat.`shop`.`customers` t USING (
