@@ -138,6 +138,46 @@ def test_a_version_starting_at_the_batchs_earliest_event_can_go(spark: Any, tmp_
     ]
 
 
+def test_a_changed_tracked_setting_leaves_no_overlapping_versions(
+    spark: Any, tmp_path: Path
+) -> None:
+    # every column tracked in run 1, only name in run 2: each key touched in run 2 is
+    # recomputed under the new setting from its last delete before run 2's event (key 1: no
+    # delete, all of it), and the versions the old setting opened there go
+    def cfg(tables: dict[str, Any]) -> Any:
+        return config(tmp_path, "scd2_retrack", keys={"g": ["id"]}, tables={"g": tables})
+
+    landing = tmp_path / "landing"
+    land(
+        landing,
+        [
+            ev("INSERT", "g", 10, after={"id": 1, "name": "A", "city": "X"}),
+            ev("UPDATE", "g", 20, after={"id": 1, "name": "A", "city": "Y"}),
+            ev("INSERT", "g", 10, after={"id": 2, "name": "A", "city": "X"}),
+            ev("UPDATE", "g", 15, after={"id": 2, "name": "A", "city": "Y"}),
+            ev("DELETE", "g", 20, before={"id": 2}),
+            ev("INSERT", "g", 25, after={"id": 2, "name": "B", "city": "X"}),
+            ev("UPDATE", "g", 27, after={"id": 2, "name": "B", "city": "Y"}),
+        ],
+    )
+    run(spark, cfg({"mode": "scd2"}))
+    assert len(versions(spark, cfg({}), "g", "name", "city")) == 6
+    land(
+        landing,
+        [
+            ev("UPDATE", "g", 30, after={"id": 1, "name": "A", "city": "Z"}),
+            ev("UPDATE", "g", 30, after={"id": 2, "name": "B", "city": "Z"}),
+        ],
+    )
+    run(spark, cfg({"mode": "scd2", "track_history_columns": ["name"]}))
+    assert versions(spark, cfg({}), "g", "name", "city") == [
+        (1, "A", "Z", at(10), None, True),
+        (2, "A", "X", at(10), at(15), False),
+        (2, "A", "Y", at(15), at(20), False),
+        (2, "B", "Z", at(25), None, True),
+    ]
+
+
 def test_untracked_changes_update_the_version_in_place(spark: Any, world: dict) -> None:
     assert versions(spark, world["cfg"], "h7_tracked", "name", "city") == [
         (1, "A", "Y", at(10), at(30), False),

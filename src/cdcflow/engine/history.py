@@ -138,9 +138,8 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
     the events before it (a version starts only at a row event; the first row event of a
     life always opens one and carries nothing from before). The versions before that close
     end at it and cannot change, so the work per key follows its events since its last
-    delete rather than its whole history. Of the versions recomputed, those that end before
-    ``m`` are left out too: their events, and the start of the version after them, are older
-    than anything the batch brings."""
+    delete rather than its whole history. Each version carries that close (``_since``,
+    ``NULL``: recomputed whole) for :func:`history_merge_sql`."""
     assert plan.keys is not None
     name = lit(plan.name)
     data = data_columns(plan)
@@ -171,7 +170,8 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
                _start AS __START_AT, _end AS __END_AT, _start_ts AS __START_TIMESTAMP,
                _end_ts AS __END_TIMESTAMP, _end IS NULL AS __CURRENT,
                named_struct('sequence', _last, 'operation', _op, 'event_id', _id,
-                            'fingerprint', _fp, 'applied_at', current_timestamp()) AS _cdc
+                            'fingerprint', _fp, 'applied_at', current_timestamp()) AS _cdc,
+               _since
         FROM (
           SELECT *, lead(_start) OVER (PARTITION BY key ORDER BY _start) AS _end,
                  lead(_start_ts) OVER (PARTITION BY key ORDER BY _start) AS _end_ts
@@ -179,7 +179,7 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
             SELECT key, _vid, min(seq) AS _start, min_by(ts, seq) AS _start_ts,
                    min_by(_row, seq) AS _version, {vals} AS _vals, max(seq) AS _last,
                    max_by(op, seq) AS _op, max_by(id, seq) AS _id, max_by(fp, seq) AS _fp,
-                   max(_m) AS _m
+                   max(_since) AS _since
             FROM (
               SELECT *, sum(CASE WHEN _opens OR NOT _row THEN 1 ELSE 0 END)
                           OVER (PARTITION BY key ORDER BY seq
@@ -213,16 +213,17 @@ def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
                             WHERE target = {name} AND key = {lit(TRUNCATE_KEY)}) x))
                       WHERE _since IS NULL OR seq > _since)))))
             GROUP BY key, _vid))
-        WHERE _version AND (_m IS NULL OR _end IS NULL OR _end >= _m)
+        WHERE _version
     """
 
 
 def history_merge_sql(ident: str, plan: TablePlan, versions: str, touched: str) -> str:
     """Make the history of the touched keys equal to their recomputed versions: insert new
-    versions, rewrite changed ones, delete the ones that no longer exist. A version that
-    starts before the batch's earliest sequence for its key is recomputed with the same
-    start (the events up to it did not change), so only versions starting at or after it
-    can be gone."""
+    versions, rewrite changed ones, delete the ones that no longer exist — of a key, those
+    after the close its versions were recomputed from (every one when there was none), or,
+    when none of its versions were recomputed, those starting at or after the batch's
+    earliest sequence for it (a key has no version after its close then: a row event after
+    a close opens one, so only a copy the batch replaced can have left one)."""
     assert plan.keys is not None
     keys = list(plan.keys)
     data = data_columns(plan)
@@ -244,18 +245,26 @@ def history_merge_sql(ident: str, plan: TablePlan, versions: str, touched: str) 
             "h.__START_AT",
             *(f"CAST(NULL AS {t}) AS {n}" for n, t in VALIDITY[1:]),
             "h._cdc",
+            "CAST(NULL AS string) AS _since",
         ]
     )
     key_on = " AND ".join(f"h.{q(k)} = k.{q(k)}" for k in keys)
     version_on = " AND ".join(f"h.{q(k)} = v.{q(k)}" for k in keys)
+    bound_on = " AND ".join(f"h.{q(k)} = b.{q(k)}" for k in keys)
     typed_touched = f"SELECT {', '.join(_key_columns(plan, 'key'))}, m FROM ({touched})"
     return f"""
         MERGE INTO {ident} t USING (
           SELECT *, false AS _drop FROM {versions}
           UNION ALL
           SELECT {gone_cols}, true AS _drop
-          FROM {ident} h LEFT SEMI JOIN ({typed_touched}) k
-            ON {key_on} AND (k.m IS NULL OR h.__START_AT >= k.m)
+          FROM (
+            SELECT h.* FROM {ident} h JOIN ({typed_touched}) k ON {key_on}
+            LEFT JOIN (SELECT {", ".join(q(k) for k in keys)}, max(_since) AS _since,
+                              true AS _has
+                       FROM {versions} GROUP BY {", ".join(q(k) for k in keys)}) b
+              ON {bound_on}
+            WHERE k.m IS NULL OR h.__START_AT >= k.m
+               OR (b._has AND (b._since IS NULL OR h.__START_AT > b._since))) h
           LEFT ANTI JOIN {versions} v ON {version_on} AND h.__START_AT = v.__START_AT
         ) s
         ON {on}

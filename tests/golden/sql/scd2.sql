@@ -105,7 +105,8 @@ SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, _vals.c0
                _start AS __START_AT, _end AS __END_AT, _start_ts AS __START_TIMESTAMP,
                _end_ts AS __END_TIMESTAMP, _end IS NULL AS __CURRENT,
                named_struct('sequence', _last, 'operation', _op, 'event_id', _id,
-                            'fingerprint', _fp, 'applied_at', current_timestamp()) AS _cdc
+                            'fingerprint', _fp, 'applied_at', current_timestamp()) AS _cdc,
+               _since
         FROM (
           SELECT *, lead(_start) OVER (PARTITION BY key ORDER BY _start) AS _end,
                  lead(_start_ts) OVER (PARTITION BY key ORDER BY _start) AS _end_ts
@@ -113,7 +114,7 @@ SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, _vals.c0
             SELECT key, _vid, min(seq) AS _start, min_by(ts, seq) AS _start_ts,
                    min_by(_row, seq) AS _version, max_by(named_struct('c0', `_w0`, 'c1', `_w1`, 'c2', `_w2`), seq) AS _vals, max(seq) AS _last,
                    max_by(op, seq) AS _op, max_by(id, seq) AS _id, max_by(fp, seq) AS _fp,
-                   max(_m) AS _m
+                   max(_since) AS _since
             FROM (
               SELECT *, sum(CASE WHEN _opens OR NOT _row THEN 1 ELSE 0 END)
                           OVER (PARTITION BY key ORDER BY seq
@@ -147,15 +148,21 @@ SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, _vals.c0
                             WHERE target = 'customers' AND key = '*') x))
                       WHERE _since IS NULL OR seq > _since)))))
             GROUP BY key, _vid))
-        WHERE _version AND (_m IS NULL OR _end IS NULL OR _end >= _m)
+        WHERE _version
 
 -- history customers
 MERGE INTO cat.`shop`.`customers` t USING (
           SELECT *, false AS _drop FROM versions
           UNION ALL
-          SELECT h.`id`, CAST(NULL AS string) AS `name`, CAST(NULL AS decimal(10,2)) AS `price`, CAST(NULL AS string) AS `note`, h.__START_AT, CAST(NULL AS string) AS __END_AT, CAST(NULL AS timestamp) AS __START_TIMESTAMP, CAST(NULL AS timestamp) AS __END_TIMESTAMP, CAST(NULL AS boolean) AS __CURRENT, h._cdc, true AS _drop
-          FROM cat.`shop`.`customers` h LEFT SEMI JOIN (SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, m FROM (SELECT _kj AS key, min(_seq) AS m FROM winners WHERE _target = 'customers' AND NOT _bad AND _kj <> '*' GROUP BY _kj)) k
-            ON h.`id` = k.`id` AND (k.m IS NULL OR h.__START_AT >= k.m)
+          SELECT h.`id`, CAST(NULL AS string) AS `name`, CAST(NULL AS decimal(10,2)) AS `price`, CAST(NULL AS string) AS `note`, h.__START_AT, CAST(NULL AS string) AS __END_AT, CAST(NULL AS timestamp) AS __START_TIMESTAMP, CAST(NULL AS timestamp) AS __END_TIMESTAMP, CAST(NULL AS boolean) AS __CURRENT, h._cdc, CAST(NULL AS string) AS _since, true AS _drop
+          FROM (
+            SELECT h.* FROM cat.`shop`.`customers` h JOIN (SELECT cast(get(from_json(key, 'array<string>'), 0) as bigint) AS `id`, m FROM (SELECT _kj AS key, min(_seq) AS m FROM winners WHERE _target = 'customers' AND NOT _bad AND _kj <> '*' GROUP BY _kj)) k ON h.`id` = k.`id`
+            LEFT JOIN (SELECT `id`, max(_since) AS _since,
+                              true AS _has
+                       FROM versions GROUP BY `id`) b
+              ON h.`id` = b.`id`
+            WHERE k.m IS NULL OR h.__START_AT >= k.m
+               OR (b._has AND (b._since IS NULL OR h.__START_AT > b._since))) h
           LEFT ANTI JOIN versions v ON h.`id` = v.`id` AND h.__START_AT = v.__START_AT
         ) s
         ON t.`id` = s.`id` AND t.__START_AT = s.__START_AT
