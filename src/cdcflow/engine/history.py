@@ -129,8 +129,8 @@ def _key_columns(plan: TablePlan, key_json: str) -> list[str]:
 
 
 def versions_sql(log: str, touched: str, plan: TablePlan) -> str:
-    """The versions of the touched keys that the batch can change, typed as the history
-    table's columns (keys, data columns, validity columns, ``_cdc``).
+    """The versions of the touched keys from the close each is recomputed from, typed as the
+    history table's columns (keys, data columns, validity columns, ``_cdc``).
 
     A key's versions are recomputed from its last ``DELETE`` or ``TRUNCATE`` before the
     earliest sequence the batch brings for it (``m`` of :func:`touched_sql`), or from its
