@@ -113,7 +113,9 @@ def _the_rest(decoder: Decoder, found: Columnar, origin: str) -> Iterator[Outcom
     import numpy as np
 
     lines = found.lines
-    for i in np.setdiff1d(np.arange(len(lines.offsets)), found.rows).tolist():
+    rest = np.ones(len(lines.offsets), dtype=bool)
+    rest[found.rows] = False
+    for i in np.flatnonzero(rest).tolist():
         msg = RawMessage(
             lines.line(i), origin=origin, offset=int(lines.offsets[i]), line=int(lines.numbers[i])
         )

@@ -28,7 +28,7 @@ Semantics (DESIGN §5, one item each):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,25 +70,45 @@ def typed_text(column: str, spark_type_name: str) -> str:
     return f"CAST({column} AS string)"
 
 
-def _normalise_by_type(value: str, type_expr: str, types: Iterable[str]) -> str:
+def key_values_sql(
+    keys: Mapping[str, Sequence[tuple[str, str]]], value: Callable[[str, int], str]
+) -> str:
+    """``array<string>`` of an event's key values, normalised to their column types, per
+    target table (``keys``: each table's key columns and types; ``NULL`` for other tables).
+    ``value(column, i)`` gives the SQL of the ``i``-th key column's wire string. Tables keyed
+    alike share one branch; no lambda (Spark interprets those row by row)."""
+    alike: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for target, columns in keys.items():
+        alike.setdefault(tuple(columns), []).append(target)
     branches = [
-        f"WHEN {lit(t)} THEN {normalise(value, t)}"
-        for t in sorted(set(types))
-        if normalise(value, t) != value
+        f"WHEN _target IN ({', '.join(lit(t) for t in targets)}) THEN array("
+        + ", ".join(normalise(value(c, i), t) for i, (c, t) in enumerate(columns))
+        + ")"
+        for columns, targets in alike.items()
+        if columns
     ]
-    if not branches:
-        return value
-    return f"CASE {type_expr} {' '.join(branches)} ELSE {value} END"
+    return f"CASE {' '.join(branches)} END" if branches else "CAST(NULL AS array<string>)"
 
 
-def key_values_sql(names: str, types: str, all_types: Iterable[str], image: str) -> str:
-    """``array<string>`` of an event's key values, normalised: from ``key``, else the
-    positional ``metadata.key_values``, else the row image (``image`` is a SQL expression)."""
-    raw = (
-        "coalesce(key[k], "
-        f"get(from_json(metadata[{lit(KEY_VALUES)}], 'array<string>'), i), {image}[k])"
+def event_key_value(column: str, i: int, image: str) -> str:
+    """SQL of an event's wire string of its ``i``-th key column: from ``key``, else the
+    positional ``metadata.key_values``, else the row image (``image``, a SQL expression)."""
+    return (
+        f"coalesce(key[{lit(column)}], "
+        f"get(from_json(metadata[{lit(KEY_VALUES)}], 'array<string>'), {i}), "
+        f"{image}[{lit(column)}])"
     )
-    return f"transform({names}, (k, i) -> {_normalise_by_type(raw, f'get({types}, i)', all_types)})"
+
+
+def has_null_sql(values: str, size: int) -> str:
+    """SQL: whether an array of at most ``size`` elements holds a ``NULL`` (no lambda)."""
+    return (
+        "("
+        + " OR ".join(f"(size({values}) > {i} AND get({values}, {i}) IS NULL)" for i in range(size))
+        + ")"
+        if size
+        else "false"
+    )
 
 
 # --------------------------------------------------------------------------- sequence_by
@@ -204,17 +224,14 @@ class StageSql:
             {p.target: string_array(p.keys or ()) for p in self.keyed}, "array<string>"
         )
 
-    def _types(self) -> str:
-        return string_map(
-            {
-                p.target: string_array(p.schema.types.get(k, "string") for k in p.keys or ())
-                for p in self.keyed
-            },
-            "array<string>",
-        )
+    def _key_columns(self) -> dict[str, list[tuple[str, str]]]:
+        return {
+            p.target: [(k, p.schema.types.get(k, "string")) for k in p.keys or ()]
+            for p in self.keyed
+        }
 
-    def _key_types(self) -> set[str]:
-        return {p.schema.types.get(k, "string") for p in self.keyed for k in p.keys or ()}
+    def _most_keys(self) -> int:
+        return max((len(p.keys or ()) for p in self.keyed), default=0)
 
     def _replica_names(self) -> str:
         return string_map({t: lit(p.name) for t, p in self.plans.items()})
@@ -302,7 +319,10 @@ class StageSql:
             )
             rules.append((cond, "SEQUENCE_MISSING", f"element_at({msg}, _target)"))
         if self.keyed:
-            cond = f"_kv IS NOT NULL AND operation IN {_ROW_OPS} AND exists(_kv, x -> x IS NULL)"
+            cond = (
+                f"_kv IS NOT NULL AND operation IN {_ROW_OPS} "
+                f"AND {has_null_sql('_kv', self._most_keys())}"
+            )
             lacks = lit("row event lacks a value (of the column type) for key column(s) [")
             msg = (
                 f"concat({lacks}, "
@@ -315,14 +335,8 @@ class StageSql:
     def validated_sql(self, source: str) -> str:
         """Every event of ``source`` with ``_kv`` (normalised key values, merge tables) and,
         for events the engine rejects, ``_reject`` (code) and ``_reason`` (message)."""
-        names, types = self._names(), self._types()
-        keyed = string_array(p.target for p in self.keyed)
-        kv = key_values_sql(
-            f"element_at({names}, _target)",
-            f"element_at({types}, _target)",
-            self._key_types(),
-            "(CASE WHEN operation = 'DELETE' THEN before ELSE after END)",
-        )
+        image = "(CASE WHEN operation = 'DELETE' THEN before ELSE after END)"
+        kv = key_values_sql(self._key_columns(), lambda c, i: event_key_value(c, i, image))
         rules = self._rules()
         if rules:
             code = "CASE " + " ".join(f"WHEN {c} THEN {lit(k)}" for c, k, _ in rules) + " END"
@@ -331,8 +345,7 @@ class StageSql:
             code = reason = "CAST(NULL AS string)"
         return (
             f"SELECT *, {code} AS _reject, {reason} AS _reason FROM ("
-            f"SELECT *, CASE WHEN array_contains({keyed}, _target) THEN {kv} END AS _kv "
-            f"FROM {source})"
+            f"SELECT *, {kv} AS _kv FROM {source})"
         )
 
     @staticmethod
@@ -346,26 +359,22 @@ class StageSql:
         """One row per applicable event of the merge tables (plus a delete of the old key for
         each primary-key change, from the same scan): target, key, sequence, delivery position,
         image."""
-        names, types = self._names(), self._types()
         keyed = string_array(p.target for p in self.keyed)
         soft = string_array(p.target for p in self.merge if p.soft_deletes)
         marks = string_map({p.target: lit(p.watermark) for p in self.merge if p.watermark})
-        old_norm = _normalise_by_type(
-            "before[k]", f"get(element_at({types}, _target), i)", self._key_types()
-        )
-        old_kv = f"transform(element_at({names}, _target), (k, i) -> {old_norm})"
+        old_kv = key_values_sql(self._key_columns(), lambda c, i: f"before[{lit(c)}]")
         image = (
             "CASE WHEN operation <> 'DELETE' THEN after "
             f"WHEN array_contains({soft}, _target) THEN before END"
         )
         pk_change = (
             "operation IN ('UPDATE', 'UPSERT') AND before IS NOT NULL "
-            "AND NOT exists(_okv, x -> x IS NULL) AND _okv <> _kv"
+            f"AND NOT {has_null_sql('_okv', self._most_keys())} AND _okv <> _kv"
         )
+        event = f"named_struct('k', _kv, 'op', operation, 'a', {image}, 'fp', _fp)"
         versions = (
-            f"filter(array(named_struct('k', _kv, 'op', operation, 'a', {image}, 'fp', _fp), "
-            f"CASE WHEN {pk_change} THEN named_struct('k', _okv, 'op', 'DELETE', "
-            f"'a', {_NO_MAP}, 'fp', _fp + 1) END), v -> v IS NOT NULL)"
+            f"CASE WHEN {pk_change} THEN array({event}, named_struct('k', _okv, 'op', 'DELETE', "
+            f"'a', {_NO_MAP}, 'fp', _fp + 1)) ELSE array({event}) END"
         )
         # events the engine rejects pass too, keyed by their code: the collapse counts them
         # for the batch's figures without another scan of the batch
@@ -475,8 +484,9 @@ class StageSql:
         else:
             join, tomb = "", "CAST(NULL AS string)"
         newer = (
+            "CASE WHEN size(_parts) = 0 THEN _parts ELSE "
             "array_sort(filter(_parts, x -> x.s > coalesce(_base_seq, '')), "
-            "(l, r) -> CASE WHEN l.s < r.s THEN -1 WHEN l.s > r.s THEN 1 ELSE 0 END)"
+            "(l, r) -> CASE WHEN l.s < r.s THEN -1 WHEN l.s > r.s THEN 1 ELSE 0 END) END"
         )
         fold_img = (
             f"aggregate(_newer, coalesce(_base_after, {_EMPTY_MAP}), (acc, x) -> map_concat("

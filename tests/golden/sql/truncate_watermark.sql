@@ -2,7 +2,7 @@
 (none)
 
 -- validated
-SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND exists(_kv, x -> x IS NULL) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND exists(_kv, x -> x IS NULL) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id')), _target), ', '), '] of table ', element_at(map('orders', 'orders'), _target)) END AS _reason FROM (SELECT *, CASE WHEN array_contains(array('orders'), _target) THEN transform(element_at(map('orders', array('id')), _target), (k, i) -> CASE get(element_at(map('orders', array('bigint')), _target), i) WHEN 'bigint' THEN CAST(CAST(coalesce(key[k], get(from_json(metadata['key_values'], 'array<string>'), i), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)[k]) AS bigint) AS string) ELSE coalesce(key[k], get(from_json(metadata['key_values'], 'array<string>'), i), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)[k]) END) END AS _kv FROM events)
+SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id')), _target), ', '), '] of table ', element_at(map('orders', 'orders'), _target)) END AS _reason FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(CAST(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS bigint) AS string)) END AS _kv FROM events)
 
 -- rejected
 SELECT * FROM validated WHERE _reject IS NOT NULL
@@ -14,12 +14,12 @@ SELECT _target, v.k AS _kv,
                    sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item,
                    v.op AS _op, partial AND v.op <> 'DELETE' AS _partial, v.a AS _after,
                    v.fp AS _fp, _reject IS NOT NULL AS _bad
-            FROM (SELECT *, transform(element_at(map('orders', array('id')), _target), (k, i) -> CASE get(element_at(map('orders', array('bigint')), _target), i) WHEN 'bigint' THEN CAST(CAST(before[k] AS bigint) AS string) ELSE before[k] END) AS _okv FROM validated
+            FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(CAST(before['id'] AS bigint) AS string)) END AS _okv FROM validated
                   WHERE array_contains(array('orders'), _target) AND (_reject IS NOT NULL
                     OR (operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT')
                         AND sequence > coalesce(element_at(map('orders', 'p07'), _target), ''))))
             LATERAL VIEW explode(
-              CASE WHEN _reject IS NULL THEN filter(array(named_struct('k', _kv, 'op', operation, 'a', CASE WHEN operation <> 'DELETE' THEN after WHEN array_contains(CAST(array() AS array<string>), _target) THEN before END, 'fp', _fp), CASE WHEN operation IN ('UPDATE', 'UPSERT') AND before IS NOT NULL AND NOT exists(_okv, x -> x IS NULL) AND _okv <> _kv THEN named_struct('k', _okv, 'op', 'DELETE', 'a', CAST(NULL AS map<string,string>), 'fp', _fp + 1) END), v -> v IS NOT NULL)
+              CASE WHEN _reject IS NULL THEN CASE WHEN operation IN ('UPDATE', 'UPSERT') AND before IS NOT NULL AND NOT ((size(_okv) > 0 AND get(_okv, 0) IS NULL)) AND _okv <> _kv THEN array(named_struct('k', _kv, 'op', operation, 'a', CASE WHEN operation <> 'DELETE' THEN after WHEN array_contains(CAST(array() AS array<string>), _target) THEN before END, 'fp', _fp), named_struct('k', _okv, 'op', 'DELETE', 'a', CAST(NULL AS map<string,string>), 'fp', _fp + 1)) ELSE array(named_struct('k', _kv, 'op', operation, 'a', CASE WHEN operation <> 'DELETE' THEN after WHEN array_contains(CAST(array() AS array<string>), _target) THEN before END, 'fp', _fp)) END
                    ELSE array(named_struct('k', _kv, 'op', operation, 'a', CAST(NULL AS map<string,string>), 'fp', _fp))
               END) e AS v
 
@@ -58,7 +58,7 @@ SELECT _target, _kj, _kv, _seq, _bad, _top._op AS _op, _top._ts AS _ts,
                              AND (_seq > _tomb OR (_seq = _tomb AND _top._op = 'DELETE'))
                         THEN size(filter(_seqs, s -> s < _seq AND s <= _tomb)) ELSE 0 END
                      AS _n_buried
-            FROM (SELECT c.*, CAST(NULL AS string) AS _tomb, array_sort(filter(_parts, x -> x.s > coalesce(_base_seq, '')), (l, r) -> CASE WHEN l.s < r.s THEN -1 WHEN l.s > r.s THEN 1 ELSE 0 END) AS _newer FROM collapsed c )
+            FROM (SELECT c.*, CAST(NULL AS string) AS _tomb, CASE WHEN size(_parts) = 0 THEN _parts ELSE array_sort(filter(_parts, x -> x.s > coalesce(_base_seq, '')), (l, r) -> CASE WHEN l.s < r.s THEN -1 WHEN l.s > r.s THEN 1 ELSE 0 END) END AS _newer FROM collapsed c )
 
 -- stats
 SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) + count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, count_if(_live AND NOT _exists) AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, count_if(_live) AS live FROM staged GROUP BY 1, 2 UNION ALL SELECT _target, CAST(NULL AS string) AS code, 0L AS n, 0L AS conflicts, 0L AS winners, count(*) AS buried, 0L AS deletes, 0L AS writes, 0L AS live FROM validated WHERE _reject IS NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND array_contains(array('orders'), _target) AND NOT coalesce(sequence > element_at(map('orders', 'p07'), _target), false) GROUP BY 1
