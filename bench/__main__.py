@@ -524,7 +524,12 @@ class _Follow:
         report = self.reports[-1]
         for _ in range(600):
             progress = query.lastProgress
-            if progress and progress.get("batchId") == report.batch_id:
+            if (
+                progress
+                and progress.get("batchId") == report.batch_id
+                # an idle trigger reports the id of the next batch too, reading nothing
+                and progress.get("numInputRows", 0) > 0
+            ):
                 self.work = work_so_far(self.spark) - before
                 return progress["durationMs"]["triggerExecution"] / 1000, report
             time.sleep(0.05)
