@@ -84,9 +84,10 @@ def _check(spark: Any, w: Any, namespace: str, histories: tuple[str, ...] = ()) 
 
 
 def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_path: Path) -> None:
-    """The process dies right after one commit of a batch (merge, tombstones, dead letters,
-    batch history, an scd2 table's history log, then its versions), at a later batch on each
-    rerun; the final rerun converges to the oracle and the dead letters are not doubled."""
+    """The process dies right after one commit of a batch (the first batch's rows appended to
+    the replicas it created, a merge, tombstones, dead letters, batch history, an scd2
+    table's history log, then its versions), at a later batch on each rerun; the final rerun
+    converges to the oracle and the dead letters are not doubled."""
     w = generate(7, tables=3, transactions=36)
     res = render_to_landing(w, tmp_path / "landing", seed=7, files=6, duplicates=0.2)
     for f in res.files:  # one bad message per file, so every batch writes dead letters
@@ -100,7 +101,16 @@ def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_p
         namespace="crash_steps",
         tables={history: {"mode": "scd2"}},
     )
-    steps = ("merge@1", "tombstones@2", "dead_letters@3", "history@4", "log@5", "versions@5")
+    # merge@0: the replicas' first rows, appended; the replay finds the tables and merges
+    steps = (
+        "merge@0",
+        "merge@1",
+        "tombstones@2",
+        "dead_letters@3",
+        "history@4",
+        "log@5",
+        "versions@5",
+    )
     for step in steps:
         rc, lines = _run(config, None, crash_after=step)
         assert rc == 137, (step, lines)

@@ -20,6 +20,7 @@ from cdcflow.engine.schema import Seen
 from cdcflow.engine.stage import (
     StageSql,
     changelog_sql,
+    insert_sql,
     merge_sql,
     newest_truncates_sql,
     sequence_sql,
@@ -84,7 +85,10 @@ def batch_sql(plans: list[TablePlan], tombstones: bool = False) -> str:
                 out.append((f"truncate {p.target}", truncate_sql(ident, p.truncate)))
             if staged is not None:
                 out.append((f"merge source {p.target}", sql.merge_source_sql(staged, p)))
-                out.append((f"merge {p.target}", merge_sql(ident, p, "source", p.truncate)))
+                if p.exists:
+                    out.append((f"merge {p.target}", merge_sql(ident, p, "source", p.truncate)))
+                else:
+                    out.append((f"insert {p.target}", insert_sql(ident, p, "source")))
     if staged is not None and any(not p.soft_deletes for p in sql.merge):
         out.append(("deletes source", sql.deletes_source_sql(staged)))
         out.append(("tombstones", tombstones_sql(TOMBSTONES, "deletes")))
@@ -92,12 +96,26 @@ def batch_sql(plans: list[TablePlan], tombstones: bool = False) -> str:
 
 
 COLUMNS = {"id": "bigint", "name": "string", "price": "decimal(10,2)"}
+#: An existing replica of ``orders`` (merged into; a replica the batch creates is appended to)
+ORDERS = TableState({**COLUMNS, "_cdc": "struct<>"}, {KEY_PROPERTY: "id"})
 
 
 def test_one_merge_table_with_keys() -> None:
     m = meta({"INSERT": 2, "UPDATE": 1}, COLUMNS)
-    plans = [decide(TableSettings("orders", keys=("id",)), m, None)]
+    plans = [decide(TableSettings("orders", keys=("id",)), m, ORDERS)]
     check_golden_text("sql", "merge_keys", batch_sql(plans))
+
+
+def test_replicas_the_batch_creates_are_appended_to() -> None:
+    hard = meta({"INSERT": 2, "UPDATE": 1, "DELETE": 1}, COLUMNS)
+    soft = meta({"INSERT": 1, "DELETE": 1}, {"id": "int", "sku": "string"})
+    plans = [
+        decide(TableSettings("orders", keys=("id",)), hard, None),
+        decide(TableSettings("items", keys=("id",), deletes="soft"), soft, None),
+    ]
+    text = batch_sql(plans, tombstones=True)
+    assert "MERGE INTO cat.`shop`.`orders`" not in text
+    check_golden_text("sql", "insert_new_tables", text)
 
 
 def test_merge_with_soft_deletes_and_tombstones() -> None:
@@ -125,7 +143,7 @@ def test_an_scd2_table_beside_a_merge_table() -> None:
 
 def test_a_table_with_partial_images() -> None:
     m = meta({"INSERT": 1, "UPDATE": 3}, COLUMNS, partial=True)
-    plans = [decide(TableSettings("orders", keys=("id",)), m, None)]
+    plans = [decide(TableSettings("orders", keys=("id",)), m, ORDERS)]
     check_golden_text("sql", "partial_images", batch_sql(plans))
 
 
@@ -160,13 +178,13 @@ from tests.test_engine_sql import batch_sql, meta
 from cdcflow.engine.plan import TableSettings, decide
 plan = decide(TableSettings("t", keys=("id",)), meta({"INSERT": 1}, {"id": "bigint"}), None)
 text = batch_sql([plan], tombstones=True)
-assert "MERGE INTO" in text and "cdcflow_" not in text  # only the views it was given
+assert "INSERT INTO" in text and "cdcflow_" not in text  # only the views it was given
 from cdcflow.engine.stage import TableStats
 from cdcflow.engine.steps import batch_plan, table_ddl
 assert table_ddl(plan).creates
 stats = {"t": TableStats(live=1, deletes=1)}
 steps = batch_plan([plan], stats, logged=False, watermarks=False)
-assert steps.lines() == ["tombstones", "merge:t"]
+assert steps.lines() == ["tombstones", "insert:t"]
 assert sys.modules["pyspark"] is None
 print("built", len(text))
 """

@@ -68,6 +68,25 @@ def test_a_batch_of_one_replica_merges_and_leaves_tombstones_for_its_deletes() -
     assert idle.tables == {"orders": ()} and idle.internal == ()
 
 
+def test_a_replica_the_batch_creates_is_appended_to_and_an_existing_one_merged() -> None:
+    new = orders({"INSERT": 3, "DELETE": 1}, None)
+    assert not new.exists
+    stats = {"orders": TableStats(live=3, deletes=1)}
+    assert batch_plan([new], stats, logged=False, watermarks=False).lines() == [
+        "tombstones",
+        "insert:orders",
+    ]
+    # a replay of that batch finds the replica the first attempt created: it merges
+    again = orders({"INSERT": 3, "DELETE": 1})
+    assert again.exists
+    assert batch_plan([again], stats, logged=False, watermarks=False).lines() == [
+        "tombstones",
+        "merge:orders",
+    ]
+    soft = orders({"DELETE": 2}, None, deletes="soft")
+    assert [s.kind for s in table_steps(soft, TableStats(live=2), logged=False)] == ["insert"]
+
+
 def test_soft_deletes_leave_no_tombstone() -> None:
     plan = orders({"DELETE": 2}, deletes="soft")
     steps = batch_plan(

@@ -771,20 +771,7 @@ def merge_sql(ident: str, plan: TablePlan, source: str, truncate: str | None = N
         f"'deleted', CASE WHEN {newer} THEN {deleted} ELSE t._cdc.deleted END, "
         "'applied_at', current_timestamp())"
     )
-    cdc_insert = (
-        "named_struct('sequence', s._seq, 'row_sequence', coalesce(s._base_seq, ''), "
-        "'column_sequences', s._colseqs, 'operation', s._op, 'source_timestamp', s._ts, "
-        f"'event_id', s._id, 'fingerprint', s._fp, 'deleted', {deleted}, "
-        "'applied_at', current_timestamp())"
-    )
-    insert_cols = ", ".join(q(c) for c in [*keys, *data]) + ", _cdc"
-    insert_vals = (
-        ", ".join(
-            [f"s.{key_alias(i)}" for i in range(len(keys))]
-            + [f"s.{col_alias(i)}" for i in range(len(data))]
-        )
-        + f", {cdc_insert}"
-    )
+    cdc_insert, insert_cols, insert_vals = _inserted(plan)
     update_sets = ", ".join([*sets, f"_cdc = {cdc_update}"])
     if soft:
         delete_clause = ""
@@ -810,6 +797,37 @@ def merge_sql(ident: str, plan: TablePlan, source: str, truncate: str | None = N
         {not_matched} ({insert_cols}) VALUES ({insert_vals})
         {older}
     """
+
+
+def _inserted(plan: TablePlan) -> tuple[str, str, str]:
+    """A new replica row from a merge source row ``s``: its ``_cdc``, the replica's columns
+    and their values."""
+    assert plan.keys is not None
+    data = data_columns(plan)
+    deleted = "NOT s._exists" if plan.soft_deletes else "false"
+    cdc = (
+        "named_struct('sequence', s._seq, 'row_sequence', coalesce(s._base_seq, ''), "
+        "'column_sequences', s._colseqs, 'operation', s._op, 'source_timestamp', s._ts, "
+        f"'event_id', s._id, 'fingerprint', s._fp, 'deleted', {deleted}, "
+        "'applied_at', current_timestamp())"
+    )
+    cols = ", ".join(q(c) for c in [*plan.keys, *data]) + ", _cdc"
+    values = ", ".join(
+        [f"s.{key_alias(i)}" for i in range(len(plan.keys))]
+        + [f"s.{col_alias(i)}" for i in range(len(data))]
+        + [cdc]
+    )
+    return cdc, cols, values
+
+
+def insert_sql(ident: str, plan: TablePlan, source: str) -> str:
+    """What :func:`merge_sql` writes into a replica that holds no row: its ``WHEN NOT
+    MATCHED`` rows, appended (no join with the table). Only for a replica created by the
+    batch's own DDL: every source row is then unmatched, no row is older than a ``TRUNCATE``,
+    and the merge source holds one row per key, so the rows are the ``MERGE``'s."""
+    _, cols, values = _inserted(plan)
+    where = "" if plan.soft_deletes else " WHERE s._exists"
+    return f"INSERT INTO {ident} ({cols}) SELECT {values} FROM {source} s{where}"
 
 
 def changelog_sql(ident: str, source: str) -> str:

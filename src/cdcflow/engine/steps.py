@@ -34,7 +34,15 @@ from cdcflow.iceberg.layouts import (
 )
 
 StepKind = Literal[
-    "truncate", "merge", "mark_truncate", "changelog", "versions", "log", "tombstones", "watermarks"
+    "truncate",
+    "merge",
+    "insert",
+    "mark_truncate",
+    "changelog",
+    "versions",
+    "log",
+    "tombstones",
+    "watermarks",
 ]
 
 
@@ -141,8 +149,10 @@ def table_steps(plan: TablePlan, stats: TableStats, logged: bool) -> tuple[Step,
     if truncate is not None and not stats.live:
         steps.append(Step("truncate", t))
     if plan.keys is not None and stats.live:
-        # a TRUNCATE with changes after it: one commit (the MERGE deletes the older rows)
-        steps.append(Step("merge", t))
+        # a TRUNCATE with changes after it: one commit (the MERGE deletes the older rows); a
+        # replica the batch creates holds no row, so its rows are appended (a replay finds
+        # the table existing and merges)
+        steps.append(Step("merge" if plan.exists else "insert", t))
     if truncate is not None:
         # the watermark after the rows: a crash before it repeats an idempotent statement
         steps.append(Step("mark_truncate", t))

@@ -31,6 +31,7 @@ from cdcflow.engine.plan import TablePlan
 from cdcflow.engine.stage import (
     TableStats,
     changelog_sql,
+    insert_sql,
     merge_sql,
     tombstones_sql,
     truncate_sql,
@@ -192,7 +193,7 @@ class BatchWrites:
             for name in step.after:
                 started[name].result()
             written = self.table_step(ctx, work, plan, step)
-            if step.kind == "merge":
+            if step.kind in ("merge", "insert"):
                 merged = written
         s = work.stats.get(plan.target, TableStats())
         events = work.meta.tables[plan.target].events
@@ -246,9 +247,13 @@ class BatchWrites:
         elif step.kind == "merge":
             sql = merge_sql(ident, plan, stage.merge_source(plan), plan.truncate)
             st = Statement(self.namespace, plan.name, "merge", sql, report=True)
+        elif step.kind == "insert":
+            # the table's rows of the batch, committed as its merge step: a replay skips it
+            sql = insert_sql(ident, plan, stage.merge_source(plan))
+            st = Statement(self.namespace, plan.name, "merge", sql, once=True, report=True)
         else:
             raise ValueError(f"not a table step: {step.name}")
-        return self.writer.run(spark, st, batch_id)
+        return self.writer.run(spark, st, batch_id, ctx.check)
 
     def history_log(self, ctx: BatchContext, stage: BatchStage) -> Written:
         """Record the batch's events of the scd2 tables (idempotent: a replay adds nothing)."""

@@ -1,0 +1,82 @@
+-- sequence
+(none)
+
+-- validated
+SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id'), 'items', array('id')), _target), ', '), '] of table ', element_at(map('orders', 'orders', 'items', 'items'), _target)) END AS _reason FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(CAST(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS bigint) AS string)) WHEN _target IN ('items') THEN array(CAST(CAST(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS int) AS string)) END AS _kv FROM events)
+
+-- rejected
+SELECT * FROM validated WHERE _reject IS NOT NULL
+
+-- rows
+SELECT _target, v.k AS _kv,
+                   CASE WHEN _reject IS NULL THEN to_json(v.k) ELSE concat('!', _reject) END
+                     AS _kj,
+                   sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item,
+                   v.op AS _op, partial AND v.op <> 'DELETE' AS _partial, v.a AS _after,
+                   v.fp AS _fp, _reject IS NOT NULL AS _bad
+            FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(CAST(before['id'] AS bigint) AS string)) WHEN _target IN ('items') THEN array(CAST(CAST(before['id'] AS int) AS string)) END AS _okv FROM validated
+                  WHERE array_contains(array('orders', 'items'), _target) AND (_reject IS NOT NULL
+                    OR (operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT')
+                        AND sequence > coalesce(element_at(CAST(map() AS map<string,string>), _target), ''))))
+            LATERAL VIEW explode(
+              CASE WHEN _reject IS NULL THEN CASE WHEN operation IN ('UPDATE', 'UPSERT') AND before IS NOT NULL AND NOT ((size(_okv) > 0 AND get(_okv, 0) IS NULL)) AND _okv <> _kv THEN array(named_struct('k', _kv, 'op', operation, 'a', CASE WHEN operation <> 'DELETE' THEN after WHEN array_contains(array('items'), _target) THEN before END, 'fp', _fp), named_struct('k', _okv, 'op', 'DELETE', 'a', CAST(NULL AS map<string,string>), 'fp', _fp + 1)) ELSE array(named_struct('k', _kv, 'op', operation, 'a', CASE WHEN operation <> 'DELETE' THEN after WHEN array_contains(array('items'), _target) THEN before END, 'fp', _fp)) END
+                   ELSE array(named_struct('k', _kv, 'op', operation, 'a', CAST(NULL AS map<string,string>), 'fp', _fp))
+              END) e AS v
+
+-- collapsed
+SELECT _target, _kj, _kv, _seq, _bad,
+                   named_struct('_op', _op, '_ts', _ts, '_id', _id, '_fp', _fp) AS _top,
+                   _base_seq, _base_after, _parts, CAST(_n_in AS bigint) AS _n_in,
+                   CAST(_n_conf AS bigint) AS _n_conf, CAST(_n_win AS bigint) AS _n_win, _seqs
+            FROM (
+                SELECT *, _seq AS _base_seq, _after AS _base_after,
+                       CAST(array() AS array<struct<s:string, a:map<string,string>>>) AS _parts
+                FROM (
+            SELECT *, collect_set(CASE WHEN NOT _bad THEN _seq END) OVER (PARTITION BY _target, _kj) AS _seqs,
+                   count(*) OVER (PARTITION BY _target, _kj) AS _n_in,
+                   sum(CASE WHEN _rs = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY _target, _kj) AS _n_win,
+                   sum(CASE WHEN _rs = 1 THEN _nfp - 1 ELSE 0 END) OVER (PARTITION BY _target, _kj) AS _n_conf
+            FROM (
+              SELECT *,
+                     row_number() OVER (PARTITION BY _target, _kj ORDER BY _seq DESC, origin DESC, offset DESC, item DESC) AS _rn,
+                     row_number() OVER (PARTITION BY _target, _kj, _seq ORDER BY origin DESC, offset DESC, item DESC) AS _rs,
+                     size(collect_set(_fp) OVER (PARTITION BY _target, _kj, _seq)) AS _nfp
+              FROM rows)
+        )
+            ) WHERE _rn = 1
+
+-- staged
+SELECT _target, _kj, _kv, _seq, _bad, _top._op AS _op, _top._ts AS _ts,
+                   _top._id AS _id, _top._fp AS _fp, _top._op <> 'DELETE' AS _exists, _tomb,
+                   NOT _bad AND (_tomb IS NULL OR _seq > _tomb
+                                 OR (_seq = _tomb AND _top._op = 'DELETE')) AS _live,
+                   array_contains(array('items'), _target) AS _soft, _base_seq,
+                   CASE WHEN size(_newer) = 0 THEN _base_after ELSE aggregate(_newer, coalesce(_base_after, CAST(map() AS map<string,string>)), (acc, x) -> map_concat(map_filter(acc, (k, v) -> NOT map_contains_key(x.a, k)), x.a)) END AS _img,
+                   CASE WHEN size(_newer) = 0 THEN CAST(map() AS map<string,string>) ELSE aggregate(_newer, CAST(map() AS map<string,string>), (acc, x) -> map_concat(map_filter(acc, (k, v) -> NOT map_contains_key(x.a, k)), transform_values(x.a, (k, v) -> x.s))) END AS _cs,
+                   _n_in, _n_conf, _n_win,
+                   CASE WHEN NOT _bad AND _n_win > 1 AND _tomb IS NOT NULL
+                             AND (_seq > _tomb OR (_seq = _tomb AND _top._op = 'DELETE'))
+                        THEN size(filter(_seqs, s -> s < _seq AND s <= _tomb)) ELSE 0 END
+                     AS _n_buried
+            FROM (SELECT c.*, tb.seq AS _tomb, CASE WHEN size(_parts) = 0 THEN _parts ELSE array_sort(filter(_parts, x -> x.s > coalesce(_base_seq, '')), (l, r) -> CASE WHEN l.s < r.s THEN -1 WHEN l.s > r.s THEN 1 ELSE 0 END) END AS _newer FROM collapsed c LEFT JOIN (SELECT t.target, t.key, max(t.seq) AS seq FROM (SELECT target, key, seq FROM cat.`shop__cdcflow`.`tombstones` WHERE target IN ('orders')) t LEFT SEMI JOIN (SELECT element_at(map('orders', 'orders', 'items', 'items'), _target) AS _name, _kj FROM collapsed) k ON t.target = k._name AND t.key = k._kj GROUP BY t.target, t.key) tb ON tb.target = element_at(map('orders', 'orders', 'items', 'items'), c._target) AND tb.key = c._kj)
+
+-- stats
+SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) + count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, count_if(_live AND NOT _exists) AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, count_if(_live) AS live FROM staged GROUP BY 1, 2
+
+-- merge source orders
+SELECT *, CASE WHEN size(map_filter(map_from_arrays(array('name', 'price'), array(`_cs0`, `_cs1`)), (k, v) -> v > coalesce(_base_seq, ''))) = 0 THEN NULL ELSE map_filter(map_from_arrays(array('name', 'price'), array(`_cs0`, `_cs1`)), (k, v) -> v > coalesce(_base_seq, '')) END AS _colseqs FROM (SELECT cast(_kv[0] as bigint) AS `_k0`, CASE WHEN _tomb IS NOT NULL AND coalesce(_cs['name'], _base_seq) <= _tomb THEN NULL ELSE _img['name'] END AS `_c0`, CASE WHEN _tomb IS NOT NULL AND coalesce(_cs['price'], _base_seq) <= _tomb THEN NULL ELSE cast(_img['price'] as decimal(10,2)) END AS `_c1`, CASE WHEN _tomb IS NOT NULL AND coalesce(coalesce(_cs['name'], _base_seq), '') <= _tomb THEN _tomb ELSE coalesce(_cs['name'], _base_seq) END AS `_cs0`, CASE WHEN _tomb IS NOT NULL AND coalesce(coalesce(_cs['price'], _base_seq), '') <= _tomb THEN _tomb ELSE coalesce(_cs['price'], _base_seq) END AS `_cs1`, _seq, _op, _ts, _id, _fp, _exists, CASE WHEN _tomb IS NOT NULL AND coalesce(_base_seq, '') <= _tomb THEN _tomb ELSE _base_seq END AS _base_seq FROM staged WHERE _target = 'orders' AND _live)
+
+-- insert orders
+INSERT INTO cat.`shop`.`orders` (`id`, `name`, `price`, _cdc) SELECT s.`_k0`, s.`_c0`, s.`_c1`, named_struct('sequence', s._seq, 'row_sequence', coalesce(s._base_seq, ''), 'column_sequences', s._colseqs, 'operation', s._op, 'source_timestamp', s._ts, 'event_id', s._id, 'fingerprint', s._fp, 'deleted', false, 'applied_at', current_timestamp()) FROM source s WHERE s._exists
+
+-- merge source items
+SELECT *, CASE WHEN size(map_filter(map_from_arrays(array('sku'), array(`_cs0`)), (k, v) -> v > coalesce(_base_seq, ''))) = 0 THEN NULL ELSE map_filter(map_from_arrays(array('sku'), array(`_cs0`)), (k, v) -> v > coalesce(_base_seq, '')) END AS _colseqs FROM (SELECT cast(_kv[0] as int) AS `_k0`, CASE WHEN _tomb IS NOT NULL AND coalesce(_cs['sku'], _base_seq) <= _tomb THEN NULL ELSE _img['sku'] END AS `_c0`, CASE WHEN _tomb IS NOT NULL AND coalesce(coalesce(_cs['sku'], _base_seq), '') <= _tomb THEN _tomb ELSE coalesce(_cs['sku'], _base_seq) END AS `_cs0`, _seq, _op, _ts, _id, _fp, _exists, CASE WHEN _tomb IS NOT NULL AND coalesce(_base_seq, '') <= _tomb THEN _tomb ELSE _base_seq END AS _base_seq FROM staged WHERE _target = 'items' AND _live)
+
+-- insert items
+INSERT INTO cat.`shop`.`items` (`id`, `sku`, _cdc) SELECT s.`_k0`, s.`_c0`, named_struct('sequence', s._seq, 'row_sequence', coalesce(s._base_seq, ''), 'column_sequences', s._colseqs, 'operation', s._op, 'source_timestamp', s._ts, 'event_id', s._id, 'fingerprint', s._fp, 'deleted', NOT s._exists, 'applied_at', current_timestamp()) FROM source s
+
+-- deletes source
+SELECT element_at(map('orders', 'orders', 'items', 'items'), _target) AS target, _kj AS key, _seq AS seq FROM staged WHERE _live AND NOT _exists AND NOT _soft
+
+-- tombstones
+INSERT INTO cat.`shop__cdcflow`.`tombstones` (target, key, seq, deleted_at) SELECT target, key, seq, current_timestamp() FROM deletes
