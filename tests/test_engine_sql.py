@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from cdcflow.engine.history import (
-    history_merge_sql,
+    history_write_sql,
     log_merge_sql,
     touched_sql,
     versions_sql,
@@ -79,7 +79,8 @@ def batch_sql(plans: list[TablePlan], tombstones: bool = False) -> str:
             truncated = p.meta.ops.get("TRUNCATE", 0) > 0
             touched = touched_sql("winners", HISTORY_LOG, p, truncated)
             out.append((f"versions {p.target}", versions_sql(HISTORY_LOG, touched, p)))
-            out.append((f"history {p.target}", history_merge_sql(ident, p, "versions", touched)))
+            history = history_write_sql(ident, p, "versions", touched)
+            out.append((f"history {p.target}", history))
         elif p.keys is not None:
             if p.truncate is not None:
                 out.append((f"truncate {p.target}", truncate_sql(ident, p.truncate)))
@@ -109,12 +110,15 @@ def test_one_merge_table_with_keys() -> None:
 def test_replicas_the_batch_creates_are_appended_to() -> None:
     hard = meta({"INSERT": 2, "UPDATE": 1, "DELETE": 1}, COLUMNS)
     soft = meta({"INSERT": 1, "DELETE": 1}, {"id": "int", "sku": "string"})
+    history = meta({"INSERT": 1, "UPDATE": 1}, COLUMNS)
     plans = [
         decide(TableSettings("orders", keys=("id",)), hard, None),
         decide(TableSettings("items", keys=("id",), deletes="soft"), soft, None),
+        decide(TableSettings("customers", mode="scd2", keys=("id",)), history, None),
     ]
     text = batch_sql(plans, tombstones=True)
     assert "MERGE INTO cat.`shop`.`orders`" not in text
+    assert "MERGE INTO cat.`shop`.`customers`" not in text
     check_golden_text("sql", "insert_new_tables", text)
 
 
@@ -134,8 +138,12 @@ def test_an_scd2_table_beside_a_merge_table() -> None:
     settings = TableSettings(
         "customers", mode="scd2", keys=("id",), track_history_columns=("name",)
     )
+    validity = {"__START_AT": "string", "__END_AT": "string", "__CURRENT": "boolean"}
+    existing = TableState(
+        {**COLUMNS, "note": "string", **validity, "_cdc": "struct<>"}, {KEY_PROPERTY: "id"}
+    )
     plans = [
-        decide(settings, history, None),
+        decide(settings, history, existing),
         decide(TableSettings("orders", keys=("id",)), meta({"INSERT": 1}, COLUMNS), None),
     ]
     check_golden_text("sql", "scd2", batch_sql(plans, tombstones=True))

@@ -275,6 +275,24 @@ def history_merge_sql(ident: str, plan: TablePlan, versions: str, touched: str) 
     """
 
 
+def history_insert_sql(ident: str, plan: TablePlan, versions: str) -> str:
+    """What :func:`history_merge_sql` writes into a history table that holds no row — one the
+    batch's own DDL created: every recomputed version, appended (nothing to match, nothing
+    gone)."""
+    assert plan.keys is not None
+    cols = ", ".join(q(c) for c in [*plan.keys, *data_columns(plan), *(n for n, _ in VALIDITY)])
+    return f"INSERT INTO {ident} ({cols}, _cdc) SELECT {cols}, _cdc FROM {versions}"
+
+
+def history_write_sql(ident: str, plan: TablePlan, versions: str, touched: str) -> str:
+    """The statement that makes a history table hold the touched keys' recomputed versions:
+    the ``MERGE``, or the append into a table the batch created (a replay of that batch finds
+    the table existing and merges)."""
+    if plan.exists:
+        return history_merge_sql(ident, plan, versions, touched)
+    return history_insert_sql(ident, plan, versions)
+
+
 def create_history_columns(plan: TablePlan, cdc_struct: str) -> str:
     """Column list of a new history table: the columns in the producer's order (key columns
     it did not send first), the validity columns, then ``_cdc``."""

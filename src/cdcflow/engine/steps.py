@@ -6,10 +6,11 @@ Two decisions live here, each a pure function the Iceberg layer only carries out
 * :func:`table_ddl`: what one table's DDL is in this batch — created (with which columns and
   properties), altered (columns added or widened, properties set) or left alone;
 * :func:`batch_plan`: once the batch is staged and counted, the :class:`BatchPlan` — per
-  table an ordered list of :class:`Step` (a truncate, the guarded ``MERGE``, the truncate
-  watermark after the rows it removes, a changelog append, an scd2 table's versions), the
-  internal tables' steps (the history log, tombstones, watermarks) and which step waits for
-  which (an scd2 table's versions after the history log holds the batch).
+  table an ordered list of :class:`Step` (a truncate, the guarded ``MERGE`` or, into a
+  replica the batch creates, an append, the truncate watermark after the rows it removes, a
+  changelog append, an scd2 table's versions), the internal tables' steps (the history log,
+  tombstones, watermarks) and which step waits for which (an scd2 table's versions after the
+  history log holds the batch).
 
 :class:`cdcflow.pipeline.writes.BatchWrites` executes a plan: a table's steps in their order,
 ``parallel_tables`` tables at a time, each statement under the commit ledger; the statements'

@@ -2,8 +2,9 @@
 
 :class:`BatchWrites` executes what :mod:`cdcflow.engine.steps` decided: each table's DDL
 before the batch is staged, then the batch's plan — each table's steps (a truncate, the
-guarded ``MERGE`` or changelog, the truncate watermark, an scd2 table's versions after the
-history log) ``parallel_tables`` at a time on the batch's pool, each under the commit ledger
+guarded ``MERGE`` or the append into a replica the batch created, the changelog, the
+truncate watermark, an scd2 table's versions after the history log) ``parallel_tables`` at a
+time on the batch's pool, each under the commit ledger
 (:mod:`cdcflow.iceberg.write`), and the internal tables' (history log, tombstones,
 watermarks), then the dead letters and the batch history. The statements' text comes from
 :mod:`cdcflow.engine.stage` and :mod:`cdcflow.engine.history`; nothing here decides.
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from cdcflow.config import PipelineConfig
 from cdcflow.engine.execute import BatchStage, release_checkpoint
 from cdcflow.engine.history import (
-    history_merge_sql,
+    history_write_sql,
     log_merge_sql,
     touched_sql,
     versions_sql,
@@ -276,10 +277,10 @@ class BatchWrites:
         versions = spark.sql(versions_sql(log, touched, plan)).localCheckpoint(eager=True)
         try:
             ident = self.catalog.ident(self.namespace, plan.name)
-            sql = history_merge_sql(ident, plan, view(versions, "versions"), touched)
-            return self.writer.run(
-                spark, Statement(self.namespace, plan.name, "versions", sql), ctx.batch_id
-            )
+            sql = history_write_sql(ident, plan, view(versions, "versions"), touched)
+            # the append into a new table is skipped on a replay that finds it committed
+            st = Statement(self.namespace, plan.name, "versions", sql, once=not plan.exists)
+            return self.writer.run(spark, st, ctx.batch_id, ctx.check)
         finally:
             release_checkpoint(versions)
 
