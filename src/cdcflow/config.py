@@ -155,6 +155,11 @@ class KafkaConnection(_Model):
         return self.model_copy(update={"secrets": secrets})
 
 
+#: How long the broker holds a Kafka source's fetch that finds no new record (an option of the
+#: source's ``options`` overrides it).
+FETCH_MAX_WAIT_MS = 10
+
+
 class KafkaConfig(KafkaConnection):
     """A source that reads Kafka topics with Spark's Kafka source (instead of a ``path``).
 
@@ -192,6 +197,10 @@ class KafkaConfig(KafkaConnection):
             "startingOffsets": self.starting_offsets,
             "failOnDataLoss": "true" if self.fail_on_data_loss else "false",
             "includeHeaders": "true",
+            # Spark keeps each partition's consumer between batches, with a fetch at the end
+            # of the partition in flight: the next batch's read of the partition waits for it,
+            # Kafka's 500 ms by default (seconds a batch over a few topics' partitions)
+            "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
             **self.connection_options(f"source {source!r}"),
         }
         if self.topics is not None:

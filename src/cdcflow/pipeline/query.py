@@ -376,7 +376,13 @@ class Pipeline:
         if data is not None and is_decoded(data):
             return decoded_frame(data)
         if data is None and src.kafka is not None:
-            data = read_kafka(self._stream_session(), src.kafka.spark_options(src.name))
+            session = self._stream_session()
+            # one task per topic partition would start as many Python decoders per batch,
+            # each costing more than a small batch's events: a batch is read by as many
+            # tasks as the session has cores
+            data = read_kafka(session, src.kafka.spark_options(src.name)).coalesce(
+                max(1, session.sparkContext.defaultParallelism)
+            )
         if data is None:
             assert src.path is not None
             data = read_raw(
