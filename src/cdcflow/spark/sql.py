@@ -89,8 +89,13 @@ def views_dropped(spark: SparkSession) -> Iterator[None]:
 def _drop(spark: SparkSession, names: list[str]) -> None:
     with _lock:
         done = list(names)
+    # the session catalog's own drop: ``spark.catalog.dropTempView`` first looks for cached
+    # data the view's plan matches (comparing canonical plans), about a second a batch for
+    # the batch's views; they name no cached data of their own (what a batch persists, it
+    # releases itself)
+    catalog = spark._jsparkSession.sessionState().catalog()
     for name in done:
-        spark.catalog.dropTempView(name)
+        catalog.dropTempView(name)
 
 
 class ScopedPool(ThreadPoolExecutor):
