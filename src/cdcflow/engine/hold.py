@@ -35,11 +35,18 @@ MODES = ("none", "transactions", "resolved")
 _MARKERS = "(" + ", ".join(lit(m) for m in MARKERS) + ")"
 
 
+#: Transactions of a batch without their ``COMMIT`` in it, looked up by name in the held table
+#: (its files' bounds on ``transaction_id`` leave most of them unread); more are looked up by a
+#: join.
+OPEN_LIMIT = 1000
+
+
 @dataclass(frozen=True)
 class HoldResult:
     """Events to apply in this batch (released ones from earlier batches included), and the
     write that records what is newly held and what is released (run it before the batch's
-    other commits)."""
+    other commits). ``unchanged``: the events are the batch's own, none held or released
+    (the batch's figures stand)."""
 
     events: DataFrame
     held: int
@@ -47,6 +54,7 @@ class HoldResult:
     statements: list[Statement] = field(default_factory=list)
     #: cached judgement behind the statements; release with :meth:`release` once they ran
     cache: DataFrame | None = None
+    unchanged: bool = False
 
     def release(self) -> None:
         """Drop the cached judgement."""
@@ -67,28 +75,50 @@ class HoldStage:
         self.watermarks = catalog.ident(namespace, WATERMARKS)
         self.pipeline = pipeline
         self.mode = mode
+        #: events still held after the last batch this stage judged in this run (``None``:
+        #: not known, e.g. before the first batch, whose judgement may be a replay's)
+        self.pending: int | None = None
 
-    def run(self, spark: SparkSession, events: DataFrame, batch_id: int) -> HoldResult:
-        """Split ``events`` (this batch's decoded events, with ``_fp``/``_target``) and those
-        held earlier into released and still-held (the held table must exist)."""
+    def run(
+        self, spark: SparkSession, events: DataFrame, batch_id: int, check: bool, commits: int
+    ) -> HoldResult:
+        """Split ``events`` (this batch's decoded events, with ``_fp``/``_target``, of which
+        ``commits`` are ``COMMIT`` markers) and those held earlier into released and
+        still-held (the held table must exist). ``check``: the batch may be a replay, so
+        nothing known from earlier batches of this run is taken for granted."""
         b = int(batch_id)
+        if check:
+            self.pending = None
         cols = held_event_columns()
-        # rows of tables from before sources had their own queries have no _source
-        mine = f"(_source IS NULL OR _source = {lit(self.source)})"
         sel = ", ".join(f"`{c}`" for c in cols)
         new_view = view_name("hold_new")
         events.select(*cols).createOrReplaceTempView(new_view)
+        open_txs: list[str] | None = None
+        if self.mode == "transactions":
+            open_txs = self._open_transactions(spark, new_view)
+            if open_txs == [] and self.pending == 0:
+                # every transaction of the batch is complete in it and nothing waits from
+                # earlier: its events pass as they are, its COMMITs are recorded for events
+                # of theirs that later batches may still bring
+                recorded = self._insert(sel, new_view, b, "operation = 'COMMIT'")
+                return HoldResult(events, 0, 0, [recorded] if commits else [], unchanged=True)
+        # rows of tables from before sources had their own queries have no _source
+        mine = f"(_source IS NULL OR _source = {lit(self.source)})"
         all_view = view_name("hold_all")
+        earlier = (
+            f"SELECT {sel}, batch_id FROM {self.ident} WHERE {mine} AND batch_id < {b} "
+            f"AND (released_batch IS NULL OR released_batch >= {b}) UNION ALL "
+            if self.pending != 0
+            else ""
+        )
         spark.sql(
             f"""
-            SELECT {sel}, batch_id FROM {self.ident}
-            WHERE {mine} AND batch_id < {b} AND (released_batch IS NULL OR released_batch >= {b})
-            UNION ALL
+            {earlier}
             SELECT {sel}, CAST({b} AS bigint) AS batch_id FROM {new_view}
             WHERE operation NOT IN {_MARKERS} OR operation = 'COMMIT'
             """
         ).createOrReplaceTempView(all_view)
-        joins, ready = self._ready_condition(spark, new_view, b)
+        joins, ready = self._ready_condition(spark, new_view, b, open_txs)
         judged_view = view_name("hold_judged")
         judged = spark.sql(
             f"SELECT a.*, a.operation = 'COMMIT' OR coalesce({ready}, false) AS _ready "
@@ -107,7 +137,17 @@ class HoldStage:
                 FROM {judged_view}
                 """
             ).collect()[0]
-            if counts["changes"] and not self._committed(spark, b):
+            if counts["changes"] and not counts["released"]:
+                # nothing held earlier changes: the batch's own rows are appended
+                statements.append(
+                    self._insert(
+                        sel,
+                        judged_view,
+                        b,
+                        f"batch_id = {b} AND (NOT _ready OR operation = 'COMMIT')",
+                    )
+                )
+            elif counts["changes"]:
                 source = view_name("hold_merge")
                 spark.sql(
                     f"""
@@ -131,32 +171,79 @@ class HoldStage:
                         WHEN MATCHED THEN UPDATE SET t.released_batch = s.released_batch
                         WHEN NOT MATCHED THEN INSERT *
                         """,
+                        once=True,
                     )
                 )
-            released = spark.sql(
+            held, released = int(counts["held"]), int(counts["released"])
+            if not held and not released:
+                self.pending = 0
+                judged.unpersist()
+                return HoldResult(events, 0, 0, statements, unchanged=True)
+            ready_rows = spark.sql(
                 f"SELECT {sel} FROM {judged_view} WHERE _ready AND operation <> 'COMMIT'"
             )
             markers = spark.sql(f"SELECT {sel} FROM {new_view} WHERE operation IN {_MARKERS}")
-            out = released.unionByName(markers).localCheckpoint(eager=True)
+            out = ready_rows.unionByName(markers).localCheckpoint(eager=True)
         except BaseException:
             judged.unpersist()
             raise
-        return HoldResult(out, int(counts["held"]), int(counts["released"]), statements, judged)
+        self.pending = held
+        return HoldResult(out, held, released, statements, judged)
 
-    def _committed(self, spark: SparkSession, b: int) -> bool:
-        return "hold" in self.catalog.committed_steps(spark, self.namespace, HELD, self.pipeline, b)
+    def _insert(self, sel: str, rows: str, b: int, where: str) -> Statement:
+        """The append of the batch's rows of ``rows`` that ``where`` picks (a replay that
+        finds it committed skips it)."""
+        return Statement(
+            self.namespace,
+            HELD,
+            "hold",
+            f"INSERT INTO {self.ident} ({sel}, batch_id, released_batch) "
+            f"SELECT {sel}, CAST({b} AS bigint) AS batch_id, "
+            f"CASE WHEN operation = 'COMMIT' THEN CAST({b} AS bigint) END AS released_batch "
+            f"FROM {rows} WHERE {where}",
+            once=True,
+        )
 
-    def _ready_condition(self, spark: SparkSession, new_view: str, b: int) -> tuple[str, str]:
-        """(joins, condition) deciding whether a row ``a`` may be applied now."""
+    def _open_transactions(self, spark: SparkSession, new_view: str) -> list[str] | None:
+        """The transactions of the batch's events without their ``COMMIT`` in the batch (at
+        most :data:`OPEN_LIMIT`; ``None`` when there are more)."""
+        rows = spark.sql(
+            f"""
+            SELECT DISTINCT e.transaction_id FROM {new_view} e
+            LEFT ANTI JOIN (SELECT transaction_id FROM {new_view} WHERE operation = 'COMMIT') c
+              ON c.transaction_id = e.transaction_id
+            WHERE e.transaction_id IS NOT NULL AND e.operation NOT IN {_MARKERS}
+            LIMIT {OPEN_LIMIT + 1}
+            """
+        ).collect()
+        found = [str(r[0]) for r in rows]
+        return None if len(found) > OPEN_LIMIT else found
+
+    def _ready_condition(
+        self, spark: SparkSession, new_view: str, b: int, open_txs: list[str] | None
+    ) -> tuple[str, str]:
+        """(joins, condition) deciding whether a row ``a`` may be applied now. ``open_txs``:
+        the batch's transactions without their ``COMMIT`` in it, when known — only theirs
+        can have been committed in an earlier batch (an event held earlier waits for a
+        ``COMMIT`` no batch before this one brought)."""
         if self.mode == "transactions":
             commits = view_name("hold_commits")
+            recorded = ""
+            if open_txs is None or open_txs:
+                among = (
+                    f"AND transaction_id IN ({', '.join(lit(t) for t in open_txs)})"
+                    if open_txs
+                    else ""
+                )
+                recorded = (
+                    f"SELECT transaction_id FROM {self.ident} "
+                    f"WHERE operation = 'COMMIT' AND batch_id < {b} {among} "
+                    f"AND (_source IS NULL OR _source = {lit(self.source)}) UNION ALL "
+                )
             spark.sql(
                 f"""
                 SELECT DISTINCT transaction_id FROM (
-                  SELECT transaction_id FROM {self.ident}
-                  WHERE operation = 'COMMIT' AND batch_id < {b}
-                    AND (_source IS NULL OR _source = {lit(self.source)})
-                  UNION ALL
+                  {recorded}
                   SELECT transaction_id FROM {new_view} WHERE operation = 'COMMIT')
                 WHERE transaction_id IS NOT NULL
                 """

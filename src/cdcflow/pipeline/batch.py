@@ -488,12 +488,16 @@ class BatchRunner:
         if meta.ops.get("RESOLVED"):
             self.writes.watermarks(ctx, events)
         self.catalog.ensure_table(spark, self.internal, HELD, held_fields())
-        hold = self.hold_stage.run(spark, events, ctx.batch_id)
+        hold = self.hold_stage.run(
+            spark, events, ctx.batch_id, ctx.check, meta.ops.get("COMMIT", 0)
+        )
         try:
             for st in hold.statements:
-                self.writer.run(spark, st, ctx.batch_id)
+                self.writer.run(spark, st, ctx.batch_id, ctx.check)
         finally:
             hold.release()
+        if hold.unchanged:
+            return hold, events, meta
         released = BatchMeta(segments=meta.segments, rejected=meta.rejected)
         released.add(aggregate(spark, hold.events))
         return hold, hold.events, released
