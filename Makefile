@@ -98,7 +98,9 @@ constraints:
 	$(PYTHON) tools/constraints.py --python $(PYTHON) --spark 3.5 $(CONSTRAINTS35_PINS) .
 
 # spark-submit of the built wheel runs the demo on a local cluster of two executor JVMs
-# (docs/deploy.md); a few minutes, and two venvs in build/cluster-demo the first time.
+# (docs/deploy.md); a few minutes, and two venvs in build/cluster-demo the first time, the
+# driver's at constraints.txt's versions. tests/test_cluster.py runs the same submission
+# (scripts/cluster-submit.sh).
 
 cluster-demo: $(STAMP)
 	rm -rf build/cluster-demo/dist
