@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from cdcflow.spark.session import SparkSettings, attach_catalog
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.renderers import renderer, renderer_features
@@ -128,12 +129,14 @@ def test_local_cluster_run_equals_the_oracle(spark: Any, tmp_path: Path) -> None
     events = tmp_path / "events"
     events.mkdir()
     namespace = "cluster"
-    warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    # a warehouse of its own that does not exist yet: the submitted driver creates the folder
+    # of the embedded catalog's file (read here through a catalog of the same name)
+    warehouse = str(tmp_path / "warehouse")
     cfg = {
         "pipeline": namespace,
         "checkpoint": str(tmp_path / "checkpoint"),
         "namespace": namespace,
-        "catalog": {"name": "cdc", "warehouse": warehouse},
+        "catalog": {"name": "cluster", "warehouse": warehouse},
         "spark": {"shuffle_partitions": 2},
         "sources": [source],
     }
@@ -167,14 +170,15 @@ def test_local_cluster_run_equals_the_oracle(spark: Any, tmp_path: Path) -> None
     assert proc.stdout.splitlines()[-1].startswith("done:"), proc.stdout
     assert "--jars" in proc.stderr and "spark-sql-kafka" not in proc.stderr
 
+    assert not attach_catalog(spark, SparkSettings(catalog_name="cluster", warehouse=warehouse))
     expected = oracle.apply(w)
     for name, table in w.tables.items():
         cols = list(table.columns)
-        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
+        actual = read_replica(spark, f"cluster.{namespace}.{name}", cols)
         d = diff_table(name, list(expected[name].values()), actual, cols)
         assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
     # the ledger: the batch in the history
-    hist = spark.sql(f"SELECT batch_id, events FROM cdc.{namespace}__cdcflow.batches").collect()
+    hist = spark.sql(f"SELECT batch_id, events FROM cluster.{namespace}__cdcflow.batches").collect()
     assert [r["batch_id"] for r in hist] == [0] and hist[0]["events"] > 0
 
     # Where the work ran: the application's own record of it.

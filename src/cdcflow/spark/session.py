@@ -366,8 +366,9 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     submitted = submitted_conf()
     files: list[str] = []
+    if submitted is None or f"spark.sql.catalog.{settings.catalog_name}.uri" not in submitted:
+        _embedded_warehouse(settings)  # under spark-submit too, unless it names the catalog
     if submitted is None:
-        _embedded_warehouse(settings)
         import pyspark
 
         files = jars.session_jars(needs(settings, pyspark.__version__))
