@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -74,10 +75,10 @@ def _cdcflow_zip(root: Path) -> Path:
     return archive
 
 
-def _without_kafka(root: Path, config: dict[str, Any]) -> dict[str, str]:
+def _without_kafka(root: Path, config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     """An environment whose jar cache holds the jars of ``config``'s session (taken from the
     usual cache, fetched there when missing) and whose Maven repository is an empty folder:
-    nothing else, Spark's Kafka connector included, can be resolved in it."""
+    nothing else, Spark's Kafka connector included, can be resolved in it; and those jars."""
     import pyspark
 
     from cdcflow.config import load_config
@@ -88,14 +89,14 @@ def _without_kafka(root: Path, config: dict[str, Any]) -> dict[str, str]:
     wanted = needs(spark_settings(load_config(config)), pyspark.__version__)
     usual = jars.JarCache(jars.cache_root())
     cache = jars.JarCache(root / "jar-cache")
+    held: list[str] = []
     for need, files in jars.fetch(wanted, usual).items():
         assert isinstance(files, list), files
         cache.record(need.coordinates, files)
+        held += files
     (root / "empty-repository").mkdir()
-    return {
-        jars.CACHE_ENV: str(cache.root),
-        jars.REPOSITORY_ENV: str(root / "empty-repository"),
-    }
+    env = {jars.CACHE_ENV: str(cache.root), jars.REPOSITORY_ENV: str(root / "empty-repository")}
+    return env, held
 
 
 def _events(log_dir: Path) -> Iterator[dict[str, Any]]:
@@ -142,7 +143,9 @@ def test_local_cluster_run_equals_the_oracle(spark: Any, tmp_path: Path) -> None
     }
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, **_without_kafka(tmp_path, cfg)}
+    without, held = _without_kafka(tmp_path, cfg)
+    assert not any("kafka" in j for j in held)
+    env = {**os.environ, **without}
     # there, Spark's Kafka connector cannot be resolved, and this pipeline runs: its jars, given
     # to spark-submit (as set -x shows), are the Iceberg runtime and the SQLite driver
     conf = [
@@ -168,7 +171,8 @@ def test_local_cluster_run_equals_the_oracle(spark: Any, tmp_path: Path) -> None
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1].startswith("done:"), proc.stdout
-    assert "--jars" in proc.stderr and "spark-sql-kafka" not in proc.stderr
+    given = re.search(r" --jars (\S+) ", proc.stderr)
+    assert given is not None and given[1].split(",") == held, proc.stderr[-3000:]
 
     assert not attach_catalog(spark, SparkSettings(catalog_name="cluster", warehouse=warehouse))
     expected = oracle.apply(w)
