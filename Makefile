@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 VENV35 := .venv-spark35
 STAMP35 := $(VENV35)/.installed
 
-.PHONY: setup setup-spark35 demo kafka-demo live-demo test test-spark35 test-fast fuzz bench lint proto check-install constraints cluster-demo clean
+.PHONY: setup setup-spark35 demo kafka-demo live-demo test test-spark35 test-fast fuzz bench lint proto check-install check-fresh constraints cluster-demo clean
 
 # pyproject.toml declares ranges; constraints.txt pins the exact versions installed here and in CI.
 # The jars (Iceberg's Spark runtime, JDBC drivers, Spark's Kafka connector) are resolved by their
@@ -87,6 +87,14 @@ check-install:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	$(PYTHON) tools/check_install.py --python $(PYTHON) --pyspark $(CHECK_PYSPARK) --pyarrow $(CHECK_PYARROW) .
 
+# Installs cdcflow with the spark extra into an empty throwaway venv, as a new user would (the
+# newest versions inside pyproject.toml's ranges, not the constraints), fetches every jar into an
+# empty jar cache (Spark's Kafka connector may be missing there: only Kafka pipelines need it)
+# and runs the demo; a few minutes, PySpark downloaded once. Not part of `test`.
+check-fresh:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11" >&2; exit 1; }
+	$(PYTHON) tools/check_install.py --python $(PYTHON) --fresh .
+
 # Resolves pyproject.toml's ranges afresh in a throwaway venv (the newest versions inside them) and
 # rewrites constraints.txt and constraints-spark35.txt with what was installed; review the diff,
 # then run `make test`. PySpark is held to releases whose own Kafka connector resolves from Maven.
@@ -98,7 +106,9 @@ constraints:
 	$(PYTHON) tools/constraints.py --python $(PYTHON) --spark 3.5 $(CONSTRAINTS35_PINS) .
 
 # spark-submit of the built wheel runs the demo on a local cluster of two executor JVMs
-# (docs/deploy.md); a few minutes, and two venvs in build/cluster-demo the first time.
+# (docs/deploy.md); a few minutes, and two venvs in build/cluster-demo the first time, the
+# driver's at constraints.txt's versions. tests/test_cluster.py runs the same submission
+# (scripts/cluster-submit.sh).
 
 cluster-demo: $(STAMP)
 	rm -rf build/cluster-demo/dist

@@ -15,6 +15,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from cdcflow.spark.jars import TESTED_PYSPARK
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -49,6 +51,8 @@ def test_every_declared_dependency_is_pinned_inside_its_range(file: str, line: s
             f"{file} pins {req.name}=={pins[name]}, outside {req}"
         )
     assert pins["pyspark"].startswith(line + "."), f"{file} is the Spark {line} line"
+    # the release a missing Kafka connector's error points to is the one CI runs on
+    assert TESTED_PYSPARK[line] == pins["pyspark"], f"cdcflow.spark.jars.TESTED_PYSPARK, {file}"
 
 
 def _stand_in(site: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:

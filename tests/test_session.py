@@ -3,8 +3,14 @@ under ``spark-submit`` (decided as data, no SparkSession)."""
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
 import sys
+import zipfile
+from dataclasses import replace
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
 import pytest
@@ -122,32 +128,111 @@ def test_under_spark_submit_what_is_not_taken_is_said() -> None:
 # ---------------------------------------------------------------------- jars by coordinates
 
 
+def _coordinates(settings: SparkSettings, version: str = "4.1.1") -> list[str]:
+    from cdcflow.spark.session import needs
+
+    return [c for n in needs(settings, version) for c in n.coordinates]
+
+
 def test_the_jars_follow_the_spark_line() -> None:
     from cdcflow.spark import jars
-    from cdcflow.spark.session import coordinates
 
     v = jars.ICEBERG_VERSION
-    assert coordinates(SparkSettings(), "4.1.1") == (
+    # a session not built for one configuration: everything cdcflow can load
+    assert _coordinates(SparkSettings()) == [
         f"org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:{v}",
         jars.SQLITE_JDBC,
         jars.POSTGRESQL_JDBC,
         "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1",
-    )
-    assert coordinates(SparkSettings(), "3.5.1")[0] == (
+    ]
+    assert _coordinates(SparkSettings(), "3.5.1")[0] == (
         f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:{v}"
     )
-    assert coordinates(SparkSettings(), "3.5.1")[-1] == (
+    assert _coordinates(SparkSettings(), "3.5.1")[-1] == (
         "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1"
     )
     # a cluster's own Iceberg: by coordinates instead of cdcflow's, or as a local jar
-    own = coordinates(SparkSettings(iceberg_packages="org.apache.iceberg:x:1"), "4.1.1")
-    assert own[0] == jars.SQLITE_JDBC and "org.apache.iceberg:x:1" in own
-    assert not any(
-        "iceberg" in c for c in coordinates(SparkSettings(iceberg_jar="/j.jar"), "4.1.1")
-    )
+    own = _coordinates(SparkSettings(iceberg_packages="org.apache.iceberg:x:1"))
+    assert own[0] == "org.apache.iceberg:x:1" and not any("runtime" in c for c in own)
+    assert not any("iceberg" in c for c in _coordinates(SparkSettings(iceberg_jar="/j.jar")))
     with pytest.raises(EnvironmentProblem) as e:
         jars.spark_line("4.0.1")
     assert e.value.code == "SPARK_UNSUPPORTED" and "3.5 and 4.1" in e.value.message
+
+
+def _pipeline_needs(version: str = "4.1.4", **cfg: Any) -> dict[str, bool]:
+    """What a pipeline's session loads: label → required."""
+    from cdcflow.config import load_config
+    from cdcflow.pipeline.query import spark_settings
+    from cdcflow.spark.session import needs
+
+    settings = spark_settings(load_config({"sources": [{"name": "s", "path": "/l"}], **cfg}))
+    return {n.label: n.required for n in needs(settings, version)}
+
+
+def test_a_pipeline_loads_the_jars_its_configuration_uses() -> None:
+    iceberg, kafka = (
+        "Iceberg's Spark runtime",
+        "Spark's Kafka connector (Kafka sources and outputs)",
+    )
+    sqlite = "the SQLite JDBC driver (the embedded catalog)"
+    postgresql = "the PostgreSQL JDBC driver (JDBC catalogs on PostgreSQL)"
+    # a landing zone on the embedded catalog: no Kafka connector, no PostgreSQL driver
+    assert _pipeline_needs() == {iceberg: True, sqlite: True}
+    topics = {"name": "k", "kafka": {"bootstrap_servers": "b:9092", "topics": ["t"]}}
+    assert _pipeline_needs(sources=[topics]) == {iceberg: True, sqlite: True, kafka: True}
+    out = {"name": "o", "type": "kafka", "kafka": {"bootstrap_servers": "b:9092", "topic": "t"}}
+    assert _pipeline_needs(outputs=[out])[kafka] is True
+    # a DataFrame given through the Python API may come from Spark's Kafka source
+    assert _pipeline_needs(sources=[{"name": "api"}])[kafka] is False
+    pg = {"uri": "jdbc:postgresql://db/cat", "warehouse": "s3://b/wh"}
+    assert _pipeline_needs(catalog=pg) == {iceberg: True, postgresql: True}
+    assert _pipeline_needs(catalog={"type": "rest", "uri": "http://c"}) == {iceberg: True}
+    # a Kafka connector of the configuration's own replaces cdcflow's
+    given = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+    spark_packages = {"packages": [given]}
+    assert _pipeline_needs(sources=[topics], spark=spark_packages) == {
+        iceberg: True,
+        sqlite: True,
+        "spark.packages": True,
+    }
+    local = {"conf": {"spark.jars": "/opt/jars/spark-sql-kafka-0-10_2.13-4.1.1.jar,/opt/x.jar"}}
+    assert kafka not in _pipeline_needs(sources=[topics], spark=local)
+
+
+def test_the_kafka_connector_says_what_to_do_when_it_is_missing(tmp_path: Path) -> None:
+    from cdcflow.spark import jars
+
+    need = jars.kafka_need("4.1.4")
+    e = jars.unresolved(need, jars.JarCache(tmp_path), ["module not found: x"], None)
+    assert e.code == "JAR_UNRESOLVED" and e.hint is not None
+    said = f"{need.coordinates[0]} (module not found: x)"
+    assert e.message.startswith(f"could not resolve {need.label}: {said}")
+    assert need.label == "Spark's Kafka connector (Kafka sources and outputs)"
+    assert "Maven Central" in e.message and str(tmp_path) in e.message
+    assert e.hint.startswith("install a PySpark whose connector the repository serves (`pip "
+                             "install 'pyspark==4.1.1'`")  # fmt: skip
+    assert "spark.conf spark.jars" in e.hint and "spark.packages" in e.hint
+    assert "pipelines without Kafka do not need it" in e.hint
+    assert f"point {jars.REPOSITORY_ENV} at a Maven repository" in e.hint
+    # on the release CI runs on there is no other release to point at
+    tested = jars.unresolved(jars.kafka_need("4.1.1"), jars.JarCache(tmp_path))
+    assert tested.hint is not None and "pip install" not in tested.hint
+    # several at once: each named, what to do for each, and once for all
+    both = jars.joined(
+        {need: e, jars.SQLITE_NEED: jars.unresolved(jars.SQLITE_NEED, jars.JarCache(tmp_path))}
+    )
+    assert both.message.startswith(
+        "2 sets of jars could not be resolved:\n  could not resolve Spark's"
+    )
+    assert "\n  could not resolve the SQLite JDBC driver" in both.message
+    assert both.hint is not None and both.hint.count(jars.REPOSITORY_ENV) == 1
+    assert (
+        "for the SQLite JDBC driver (the embedded catalog): give a local sqlite-jdbc" in both.hint
+    )
+    # a mirror is named without the user and password in its URL
+    shown = jars.shown_repository("https://me:secret@mirror.example:8443/maven/")
+    assert "secret" not in shown and "mirror.example:8443/maven/" in shown
 
 
 def test_the_jar_cache_records_what_a_set_resolved_to(tmp_path: Path) -> None:
@@ -185,14 +270,101 @@ def test_the_embedded_catalog_is_an_sqlite_file_inside_the_warehouse() -> None:
     assert "needs catalog.uri" in e.value.message
 
 
-@pytest.mark.spark
-def test_a_jar_that_cannot_be_resolved_is_named(tmp_path: Path) -> None:
-    from cdcflow.spark.jars import JarCache
-    from cdcflow.spark.session import resolve_jars
+# ------------------------------------------------ resolving, from a Maven repository in a folder
 
+#: The one artifact of :func:`_maven_repository`.
+PROBE = "test.cdcflow:probe:1.0"
+
+
+def _maven_repository(root: Path) -> Path:
+    """A Maven repository in a folder (what ``$CDCFLOW_MAVEN_REPOSITORY`` may name instead of
+    Maven Central) holding :data:`PROBE`: its pom and a jar of only a manifest."""
+    folder = root / "test" / "cdcflow" / "probe" / "1.0"
+    folder.mkdir(parents=True)
+    with zipfile.ZipFile(folder / "probe-1.0.jar", "w") as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+    (folder / "probe-1.0.pom").write_text(
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>test.cdcflow</groupId><artifactId>probe</artifactId><version>1.0</version>"
+        "</project>\n"
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """An empty jar cache that two processes started at once both resolve :data:`PROBE` into
+    (from a repository in a folder: no network), with what each printed."""
+    from cdcflow.spark import jars
+
+    root = tmp_path_factory.mktemp("resolving")
+    repo = _maven_repository(root / "repo")
+    env = {**os.environ, jars.CACHE_ENV: str(root / "cache"), jars.REPOSITORY_ENV: str(repo)}
+    code = (
+        "from cdcflow.spark import jars; "
+        f"print('FILES', *jars.session_jars([jars.Need('the probe', ({PROBE!r},))]))"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=PIPE, stderr=PIPE, text=True)
+        for _ in range(2)
+    ]
+    done = [(p.pid, *p.communicate(timeout=300), p.returncode) for p in procs]
+    return {"repo": repo, "cache": jars.JarCache(root / "cache"), "done": done}
+
+
+@pytest.mark.spark
+@pytest.mark.services
+def test_two_processes_fill_an_empty_jar_cache_one_after_the_other(filled: dict[str, Any]) -> None:
+    cache = filled["cache"]
+    (jar,) = cache.ivy.joinpath("jars").iterdir()
+    assert jar.name == "test.cdcflow_probe-1.0.jar"
+    for _pid, out, err, status in filled["done"]:
+        assert status == 0, err
+        assert out.split() == ["FILES", str(jar)]
+    # the second found the cache being filled, said by whom, waited, and took what was recorded
+    waited = [
+        (pid, err)
+        for pid, _out, err, _status in filled["done"]
+        if "waiting for the jar cache" in err
+    ]
+    assert len(waited) == 1, filled["done"]
+    (holder,) = {pid for pid, *_ in filled["done"]} - {waited[0][0]}
+    assert f"{cache.root}: process {holder} is filling it" in waited[0][1]
+    assert len(list(cache.root.joinpath("resolved").iterdir())) == 1
+
+
+@pytest.mark.spark
+@pytest.mark.services
+def test_a_jar_that_cannot_be_resolved_is_named_and_stops_only_what_needs_it(
+    filled: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from cdcflow.spark import jars
+
+    monkeypatch.setenv(jars.REPOSITORY_ENV, str(filled["repo"]))
+    cache = filled["cache"]
+    probe = jars.Need("the probe", (PROBE,))
+    missing = jars.Need(
+        "the missing one", ("test.cdcflow:missing:1.0",), required=False, advice="do this"
+    )
+    found = jars.fetch([probe, missing], cache)
+    assert found[probe] == cache.lookup(probe.coordinates)  # cached: not resolved again
+    problem = found[missing]
+    assert isinstance(problem, EnvironmentProblem) and problem.code == "JAR_UNRESOLVED"
+    message = problem.message
+    # what it is, what Spark's resolver said, where it looked; what to do
+    assert message.startswith(
+        "could not resolve the missing one: test.cdcflow:missing:1.0 "
+        "(module not found: test.cdcflow#missing;1.0); "
+    )
+    assert message.endswith(f"{jars.REPOSITORY_ENV} {filled['repo'].as_uri()}/")
+    assert str(cache.root) in message
+    assert problem.hint is not None and problem.hint.startswith("do this; or point")
+    assert cache.lookup(missing.coordinates) is None
+    # optional: the session starts without it, and says so
+    with caplog.at_level(logging.WARNING, logger="cdcflow"):
+        assert jars.loaded(found) == found[probe]
+    assert "the session starts without the missing one: [JAR_UNRESOLVED]" in caplog.text
+    # required: it stops the session, named alone
     with pytest.raises(EnvironmentProblem) as e:
-        resolve_jars(["org.apache.iceberg:iceberg-no-such-module:0.0.1"], JarCache(tmp_path))
-    assert e.value.code == "JAR_UNRESOLVED"
-    assert "org.apache.iceberg:iceberg-no-such-module:0.0.1" in e.value.message
-    assert "unresolved dependency" in e.value.message  # what Spark's resolver said
-    assert "cdcflow jars --fetch" in e.value.message and str(tmp_path) in e.value.message
+        jars.loaded({probe: found[probe], replace(missing, required=True): problem})
+    assert e.value is problem

@@ -44,8 +44,17 @@ EXIT_DEAD_LETTERS = 3
 
 
 def spark_settings(cfg: PipelineConfig) -> SparkSettings:
-    """Spark settings from a pipeline configuration."""
+    """Spark settings from a pipeline configuration. Its session loads its catalog's JDBC
+    driver alone, and Spark's Kafka connector only when a source or an output uses Kafka (or,
+    when it resolves, for sources given as DataFrames: they may come from Spark's Kafka
+    source)."""
     from cdcflow.spark.session import settings_from_mapping
+
+    kafka = "none"
+    if any(s.path is None and s.kafka is None for s in cfg.sources):
+        kafka = "optional"
+    if any(s.kafka is not None for s in cfg.sources) or any(o.type == "kafka" for o in cfg.outputs):
+        kafka = "required"
 
     s = cfg.spark
     c = cfg.catalog
@@ -62,6 +71,8 @@ def spark_settings(cfg: PipelineConfig) -> SparkSettings:
             "catalog_uri": c.uri,
             "warehouse": c.warehouse,
             "catalog_options": dict(c.options),
+            "kafka": kafka,
+            "catalog_driver_only": True,
         }
     )
 

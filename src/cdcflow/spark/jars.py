@@ -1,23 +1,33 @@
 """The jars a session needs, by their official Maven coordinates, resolved once and cached.
 
-The Iceberg Spark runtime that matches the running PySpark, Spark's Kafka connector and the
-JDBC drivers of the catalogs cdcflow runs on are named by their coordinates (:func:`required`).
-When cdcflow's cache folder (:func:`cache_root`) lacks a set of them, Spark's own resolver (Ivy,
-``spark.jars.packages``) fetches them from Maven Central into it, in a child process
-(:mod:`cdcflow.spark.resolve`), and the files are recorded there; sessions load the recorded
-files (``spark.jars``), so a run needs no network after the first. ``cdcflow jars --fetch`` (run
-by ``make setup``) resolves ahead of time.
+A session loads Iceberg's Spark runtime of the running PySpark's line, the JDBC driver of its
+catalog (SQLite for the embedded one, PostgreSQL for a JDBC catalog there) and, when a source or
+an output uses Kafka, Spark's Kafka connector of the running Spark version (:func:`needs`). Each
+of them is a :class:`Need`, resolved on its own with its dependencies, so one that cannot be had
+names itself and stops only the sessions that need it. When cdcflow's cache folder
+(:func:`cache_root`) lacks one, Spark's own resolver (Ivy, ``spark.jars.packages``) fetches it
+from Maven Central (or ``$CDCFLOW_MAVEN_REPOSITORY``) into it, in a child process
+(:mod:`cdcflow.spark.resolve`), under a lock on the folder (two processes filling one cache
+would break each other's downloads), and the files are recorded there; sessions load the
+recorded files (``spark.jars``), so a run needs no network after the first. ``cdcflow jars
+--fetch`` (run by ``make setup``) resolves all of them ahead of time.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from typing import Literal
+from urllib.parse import unquote, urlparse, urlsplit
 
 from cdcflow.errors import EnvironmentProblem
 
@@ -25,10 +35,25 @@ from cdcflow.errors import EnvironmentProblem
 ICEBERG_VERSION = "1.12.0"
 #: Spark lines cdcflow runs on → the Scala binary version of PySpark's build of that line.
 SCALA: dict[str, str] = {"3.5": "2.12", "4.1": "2.13"}
+#: The PySpark release of each line that CI runs on (constraints*.txt): its jars, Spark's Kafka
+#: connector included, resolve from the Maven repository CI reaches.
+TESTED_PYSPARK: dict[str, str] = {"3.5": "3.5.7", "4.1": "4.1.1"}
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.54.1.0"
 POSTGRESQL_JDBC = "org.postgresql:postgresql:42.7.14"
 #: Environment variable naming the cache folder.
 CACHE_ENV = "CDCFLOW_JAR_CACHE"
+#: Environment variable naming a Maven repository (URL or folder) to resolve from instead of
+#: Maven Central: a mirror, or a repository manager of one's own.
+REPOSITORY_ENV = "CDCFLOW_MAVEN_REPOSITORY"
+#: The artifact name of Spark's Kafka connector (before its Scala suffix).
+KAFKA_ARTIFACT = "spark-sql-kafka-0-10"
+
+#: Whether a session loads Spark's Kafka connector: ``required`` (a Kafka source or output),
+#: ``optional`` (when it resolves: DataFrames given through the Python API may come from Spark's
+#: Kafka source), ``none``.
+KafkaUse = Literal["required", "optional", "none"]
+
+_log = logging.getLogger("cdcflow")
 
 
 def spark_line(version: str) -> str:
@@ -53,19 +78,104 @@ def iceberg_runtime(spark_version: str) -> str:
 def kafka_connector(spark_version: str) -> str:
     """Coordinates of Spark's Kafka connector built for exactly this Spark version."""
     line = spark_line(spark_version)
-    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA[line]}:{spark_version}"
+    return f"org.apache.spark:{KAFKA_ARTIFACT}_{SCALA[line]}:{spark_version}"
 
 
-def required(
-    spark_version: str, *, iceberg: bool = True, extra: Iterable[str] = ()
-) -> tuple[str, ...]:
-    """The coordinates a session cdcflow starts loads: the Iceberg runtime of the Spark line
-    (unless the Iceberg runtime is given otherwise), the JDBC drivers of the catalogs cdcflow
-    runs on (SQLite for the embedded one, PostgreSQL), Spark's Kafka connector, and ``extra``.
-    Always the same set for a Spark version, so one resolution serves every pipeline."""
-    out = [iceberg_runtime(spark_version)] if iceberg else []
-    out += [SQLITE_JDBC, POSTGRESQL_JDBC, kafka_connector(spark_version), *extra]
-    return tuple(dict.fromkeys(out))
+@dataclass(frozen=True)
+class Need:
+    """Jars a session loads, resolved together with their dependencies and apart from the
+    others: ``label`` says what they are for, ``advice`` what to do when they cannot be
+    resolved (besides a mirror or a copied cache). One that is not ``required`` is loaded when
+    it resolves, and the session starts without it (said) when not."""
+
+    label: str
+    coordinates: tuple[str, ...]
+    required: bool = True
+    advice: str = ""
+
+
+def iceberg_need(spark_version: str) -> Need:
+    """Iceberg's Spark runtime of the running Spark line."""
+    return Need(
+        "Iceberg's Spark runtime",
+        (iceberg_runtime(spark_version),),
+        advice="give a local iceberg-spark-runtime jar of the same Spark line with "
+        "spark.iceberg_jar",
+    )
+
+
+SQLITE_NEED = Need(
+    "the SQLite JDBC driver (the embedded catalog)",
+    (SQLITE_JDBC,),
+    advice="give a local sqlite-jdbc jar with spark.conf spark.jars",
+)
+POSTGRESQL_NEED = Need(
+    "the PostgreSQL JDBC driver (JDBC catalogs on PostgreSQL)",
+    (POSTGRESQL_JDBC,),
+    advice="give a local postgresql jar with spark.conf spark.jars",
+)
+
+#: The JDBC drivers cdcflow loads, by the prefix of the catalog URIs they serve.
+DRIVERS: dict[str, Need] = {"jdbc:sqlite:": SQLITE_NEED, "jdbc:postgresql:": POSTGRESQL_NEED}
+
+
+def catalog_drivers(uri: str | None) -> tuple[Need, ...]:
+    """The driver of a catalog's URI, when it is one cdcflow loads (other JDBC drivers come
+    with ``spark.packages``)."""
+    return tuple(d for prefix, d in DRIVERS.items() if (uri or "").startswith(prefix))
+
+
+def kafka_need(spark_version: str, *, required: bool = True) -> Need:
+    """Spark's Kafka connector of the running Spark version."""
+    line = spark_line(spark_version)
+    tested = TESTED_PYSPARK[line]
+    pin = (
+        f"install a PySpark whose connector the repository serves (`pip install "
+        f"'pyspark=={tested}'`, the release CI tests on the {line} line), or "
+        if spark_version != tested
+        else ""
+    )
+    return Need(
+        "Spark's Kafka connector (Kafka sources and outputs)",
+        (kafka_connector(spark_version),),
+        required=required,
+        advice=pin + "give the connector as local jars with spark.conf spark.jars (its "
+        f"{KAFKA_ARTIFACT} jar, the matching spark-token-provider-kafka-0-10 jar, kafka-clients "
+        "and commons-pool2), or by other coordinates with spark.packages; pipelines without "
+        "Kafka do not need it",
+    )
+
+
+def gives_kafka_connector(packages: Iterable[str], spark_jars: str) -> bool:
+    """Whether a configuration brings a Kafka connector of its own: by coordinates
+    (``spark.packages``) or as a file (``spark.conf`` ``spark.jars``)."""
+    named = [c.split(":")[1] for c in packages if c.count(":") >= 2]
+    named += [Path(urlparse(j.strip()).path).name for j in spark_jars.split(",") if j.strip()]
+    return any(n.startswith(KAFKA_ARTIFACT) for n in named)
+
+
+def needs(
+    spark_version: str,
+    *,
+    iceberg: Sequence[str] | None = None,
+    drivers: Sequence[Need] = tuple(DRIVERS.values()),
+    kafka: KafkaUse = "required",
+    extra: Sequence[str] = (),
+) -> tuple[Need, ...]:
+    """What a session loads: the Iceberg runtime (``iceberg``: other coordinates of it, ``()``
+    none: a local jar is given), the catalog ``drivers``, Spark's Kafka connector as ``kafka``
+    says, and the configuration's ``extra`` coordinates (as one set)."""
+    out: list[Need] = []
+    if iceberg is None:
+        out.append(iceberg_need(spark_version))
+    elif iceberg:
+        out.append(Need("spark.iceberg_packages", tuple(iceberg)))
+    out += drivers
+    if kafka != "none":
+        out.append(kafka_need(spark_version, required=kafka == "required"))
+    if extra:
+        out.append(Need("spark.packages", tuple(dict.fromkeys(extra))))
+    return tuple(out)
 
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
@@ -78,9 +188,30 @@ def cache_root(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "cdcflow" / "jars"
 
 
+def repository(environ: Mapping[str, str] | None = None) -> str | None:
+    """The Maven repository to resolve from instead of Maven Central (``$CDCFLOW_MAVEN_REPOSITORY``:
+    a URL, or a folder of a repository's layout), as a URL; ``None``: Maven Central."""
+    env = os.environ if environ is None else environ
+    given = env.get(REPOSITORY_ENV, "").strip()
+    if not given:
+        return None
+    url = given if "://" in given else Path(given).expanduser().resolve().as_uri()
+    return url if url.endswith("/") else url + "/"
+
+
+def shown_repository(url: str | None) -> str:
+    """A repository as messages name it (without any user or password in its URL)."""
+    if url is None:
+        return "Maven Central"
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return f"{REPOSITORY_ENV} {parts._replace(netloc=netloc).geturl()}"
+
+
 @dataclass(frozen=True)
 class JarCache:
-    """Resolved jar sets under one folder: Spark's resolver works in ``ivy/``, and
+    """Resolved jars under one folder: Spark's resolver works in ``ivy/``, and
     ``resolved/<digest>.json`` records the files each set of coordinates resolved to."""
 
     root: Path
@@ -118,6 +249,31 @@ class JarCache:
         tmp.write_text(json.dumps({"coordinates": sorted(coordinates), "jars": list(jars)}))
         tmp.replace(path)
 
+    @contextmanager
+    def filling(self) -> Iterator[None]:
+        """Hold the cache's lock (``lock`` in its folder) while resolving into it: Spark's
+        resolver in two processes at once over one folder breaks both downloads. A process
+        that finds the lock held says who holds it and waits; the lock goes with its holder's
+        process, so a crashed one leaves none behind."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another"
+                _log.warning(
+                    "cdcflow: waiting for the jar cache %s: process %s is filling it",
+                    self.root,
+                    holder,
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
 
 def local_paths(spark_jars: str, ivy: Path) -> list[str]:
     """The local files of a session's ``spark.jars`` that Spark's resolver put under ``ivy``
@@ -135,16 +291,112 @@ def local_paths(spark_jars: str, ivy: Path) -> list[str]:
 
 
 def unresolved(
-    coordinates: Sequence[str], cache: JarCache, reasons: Sequence[str] = ()
+    need: Need, cache: JarCache, reasons: Sequence[str] = (), repo: str | None = None
 ) -> EnvironmentProblem:
-    """The error of a set of jars that could not be resolved (``reasons``: what Spark's
-    resolver said)."""
+    """The error of jars that could not be resolved (``reasons``: what Spark's resolver
+    said): what they are for, why, and what to do (the hint)."""
     said = f" ({'; '.join(reasons)})" if reasons else ""
     return EnvironmentProblem(
-        "could not resolve " + ", ".join(coordinates) + f"{said}: the cache {cache.root} does "
-        "not hold them and Spark's resolver could not fetch them. With access to Maven Central, "
-        "run `cdcflow jars --fetch` once; offline, copy a cache folder from a machine that has one "
-        f"and point {CACHE_ENV} at it, or give local jar files with spark.iceberg_jar and "
-        "spark.conf spark.jars.",
+        f"could not resolve {need.label}: {', '.join(need.coordinates)}{said}; the jar cache "
+        f"{cache.root} does not hold it and Spark's resolver did not find it in "
+        f"{shown_repository(repo)}",
         code="JAR_UNRESOLVED",
+        hint=(f"{need.advice}; or " if need.advice else "") + _ELSEWHERE,
+    )
+
+
+#: What to do about any jar that cannot be resolved.
+_ELSEWHERE = (
+    f"point {REPOSITORY_ENV} at a Maven repository that has it (a mirror), or copy a jar cache "
+    f"that holds it from another machine and point {CACHE_ENV} at it"
+)
+
+
+def resolver_said(stderr: str) -> list[str]:
+    """Why Spark's resolver failed, from what it wrote: the modules it did not find or could
+    not download, else its error lines."""
+    lines = [ln.strip() for ln in stderr.splitlines()]
+    said = [ln for ln in lines if ln.startswith("module not found:") or "download failed" in ln]
+    if not said:
+        said = [ln for ln in lines if "unresolved dependency" in ln or "JAVA_" in ln]
+    return list(dict.fromkeys(said))[:6]
+
+
+def resolve(need: Need, cache: JarCache) -> list[str]:
+    """The jar files of one need, resolved now by Spark's resolver in a child process (the
+    only step that needs the network) and recorded; ``JAR_UNRESOLVED`` when it cannot be. The
+    caller holds :meth:`JarCache.filling`."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cdcflow.spark.resolve", str(cache.ivy), *need.coordinates],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    lines = done.stdout.splitlines()
+    resolved = [ln.removeprefix("JAR ") for ln in lines if ln.startswith("JAR ")]
+    if done.returncode != 0 or not resolved:
+        raise unresolved(need, cache, resolver_said(done.stderr), repository())
+    cache.record(need.coordinates, resolved)
+    return resolved
+
+
+#: What :func:`fetch` found for a need: its files, the error it could not be resolved with, or
+#: ``None`` (not cached, and not resolved).
+Found = list[str] | EnvironmentProblem | None
+
+
+def fetch(needs: Sequence[Need], cache: JarCache, *, resolving: bool = True) -> dict[Need, Found]:
+    """Each need's jar files from the cache; with ``resolving``, those the cache lacks are
+    resolved now, one need at a time under the cache's lock, each failure kept apart."""
+    found: dict[Need, Found] = {n: cache.lookup(n.coordinates) for n in needs}
+    missing = [n for n, files in found.items() if files is None]
+    if not missing or not resolving:
+        return found
+    with cache.filling():
+        for need in missing:
+            files = cache.lookup(need.coordinates)  # another process may have resolved it
+            if files is None:
+                try:
+                    files = resolve(need, cache)
+                except EnvironmentProblem as e:
+                    found[need] = e
+                    continue
+            found[need] = files
+    return found
+
+
+def session_jars(needs: Sequence[Need], cache: JarCache | None = None) -> list[str]:
+    """The jar files a session loads: every need from the cache, resolved when missing
+    (:func:`loaded`)."""
+    return loaded(fetch(needs, cache or JarCache(cache_root())))
+
+
+def loaded(found: Mapping[Need, Found]) -> list[str]:
+    """The jar files of what :func:`fetch` found. A required need that could not be resolved
+    raises ``JAR_UNRESOLVED`` (naming each such need); an optional one is said and left
+    out."""
+    failed = {n: f for n, f in found.items() if n.required and isinstance(f, EnvironmentProblem)}
+    if failed:
+        raise joined(failed)
+    out: list[str] = []
+    for need, files in found.items():
+        if isinstance(files, EnvironmentProblem):
+            _log.warning(
+                "cdcflow: the session starts without %s: %s (%s)", need.label, files, files.hint
+            )
+        elif files:
+            out += files
+    return list(dict.fromkeys(out))
+
+
+def joined(failed: Mapping[Need, EnvironmentProblem]) -> EnvironmentProblem:
+    """One error for the needs that could not be resolved."""
+    if len(failed) == 1:
+        return next(iter(failed.values()))
+    advice = [f"for {n.label}: {n.advice}" for n in failed if n.advice]
+    return EnvironmentProblem(
+        f"{len(failed)} sets of jars could not be resolved:\n"
+        + "\n".join(f"  {p.message}" for p in failed.values()),
+        code="JAR_UNRESOLVED",
+        hint="; ".join([*advice, f"for any of them: {_ELSEWHERE}"]),
     )

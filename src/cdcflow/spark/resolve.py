@@ -1,7 +1,8 @@
 """Resolve Maven coordinates with Spark's own resolver and print the jar files (``JAR <path>``
-lines): ``python -m cdcflow.spark.resolve IVY_DIR COORDINATE...``.
+lines): ``python -m cdcflow.spark.resolve IVY_DIR COORDINATE...``, from Maven Central or
+``$CDCFLOW_MAVEN_REPOSITORY``.
 
-Run in a child process by :func:`cdcflow.spark.session.resolve_jars`: launching Spark's gateway
+Run in a child process by :func:`cdcflow.spark.jars.resolve`: launching Spark's gateway
 with ``spark.jars.packages`` makes ``spark-submit`` resolve them (into ``IVY_DIR``) and name
 the files in ``spark.jars``; no SparkContext is started. Files that Spark itself ships in the
 same version (Hadoop's client, compression codecs) are left out.
@@ -10,16 +11,21 @@ same version (Hadoop's client, compression codecs) are left out.
 from __future__ import annotations
 
 import sys
+from xml.sax.saxutils import quoteattr
 
-from cdcflow.spark.jars import local_paths
+from cdcflow.spark.jars import local_paths, repository
 
-#: Maven Central only (Ivy's default root for an m2-compatible resolver). Spark's own settings
-#: look in ~/.m2 first, where Maven leaves a module's pom without its jar when it chose another
-#: version of it, and then fail to download that jar.
-IVY_SETTINGS = """<ivysettings>
+
+def ivy_settings(repository: str | None) -> str:
+    """Ivy's settings: one Maven repository, Maven Central (Ivy's default root for an
+    m2-compatible resolver) unless ``repository`` names another. Spark's own settings look in
+    ~/.m2 first, where Maven leaves a module's pom without its jar when it chose another
+    version of it, and then fail to download that jar."""
+    root = f" root={quoteattr(repository)}" if repository else ""
+    return f"""<ivysettings>
   <settings defaultResolver="central"/>
   <resolvers>
-    <ibiblio name="central" m2compatible="true"/>
+    <ibiblio name="central" m2compatible="true"{root}/>
   </resolvers>
 </ivysettings>
 """
@@ -37,7 +43,7 @@ def main(argv: list[str]) -> int:
     ivy = Path(argv[0])
     ivy.mkdir(parents=True, exist_ok=True)
     settings = ivy / "ivysettings.xml"
-    settings.write_text(IVY_SETTINGS)
+    settings.write_text(ivy_settings(repository()))
     conf = SparkConf(loadDefaults=False)
     conf.set("spark.jars.packages", ",".join(argv[1:])).set("spark.jars.ivy", str(ivy))
     conf.set("spark.jars.ivySettings", str(settings))

@@ -1,8 +1,9 @@
 """The SparkSession builder used everywhere.
 
-Defaults: ``local[*]``; the jars cdcflow needs by their Maven coordinates (the Iceberg Spark
-runtime of the running PySpark's line, the catalog's JDBC driver, Spark's Kafka connector),
-resolved once into cdcflow's jar cache and loaded from it afterwards (:mod:`cdcflow.spark.jars`);
+Defaults: ``local[*]``; the jars the session needs by their Maven coordinates (the Iceberg Spark
+runtime of the running PySpark's line, the catalog's JDBC driver, Spark's Kafka connector when
+Kafka is used), resolved once into cdcflow's jar cache and loaded from it afterwards
+(:mod:`cdcflow.spark.jars`);
 an Iceberg JDBC catalog named ``cdc`` on an SQLite file inside the warehouse ``./warehouse``,
 which readers other than Spark open by table name; UTC session time zone; workers on the
 driver's Python; Spark logging at WARN. Everything can be overridden. Settings apply to the
@@ -18,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -65,6 +65,11 @@ class SparkSettings:
     iceberg_packages: str | None = None
     #: further jars by Maven coordinates (resolved and cached like cdcflow's own)
     packages: tuple[str, ...] = ()
+    #: Spark's Kafka connector: ``required``, ``optional`` (loaded when it resolves) or ``none``
+    kafka: jars.KafkaUse = "required"
+    #: only the catalog's own JDBC driver (a pipeline's session), not every catalog's cdcflow
+    #: runs on (a session that may be given other catalogs later)
+    catalog_driver_only: bool = False
     shuffle_partitions: int = 4
     conf: Mapping[str, str] = field(default_factory=dict)
     log_level: str = "WARN"
@@ -190,47 +195,25 @@ def spark_conf(
     return conf
 
 
-def coordinates(settings: SparkSettings, spark_version: str) -> tuple[str, ...]:
-    """The Maven coordinates a session started by cdcflow loads: the Iceberg runtime of the
-    Spark line (or ``iceberg_packages``; none with a local ``iceberg_jar``), the JDBC drivers
-    and Spark's Kafka connector, and ``packages``."""
+def needs(settings: SparkSettings, spark_version: str) -> tuple[jars.Need, ...]:
+    """The jars a session started by cdcflow loads (:func:`cdcflow.spark.jars.needs`): the
+    Iceberg runtime of the Spark line (or ``iceberg_packages``; none with a local
+    ``iceberg_jar``), the JDBC driver of the catalog (both of cdcflow's unless
+    ``catalog_driver_only``), Spark's Kafka connector as ``kafka`` says (none when the
+    configuration gives its own), and ``packages``."""
     given = [c.strip() for c in (settings.iceberg_packages or "").split(",") if c.strip()]
-    own = not (settings.iceberg_jar or given)
-    return jars.required(spark_version, iceberg=own, extra=[*given, *settings.packages])
-
-
-def resolve_jars(
-    wanted: Sequence[str], cache: jars.JarCache | None = None, *, quiet: bool = True
-) -> list[str]:
-    """The local jar files of a set of coordinates: from the cache, else resolved now by
-    Spark's resolver in a child process (the only step that needs the network) and recorded.
-    A set that cannot be resolved raises ``JAR_UNRESOLVED`` naming what was looked for."""
-    cache = cache or jars.JarCache(jars.cache_root())
-    if not wanted:
-        return []
-    found = cache.lookup(wanted)
-    if found is not None:
-        return found
-    cache.root.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "cdcflow.spark.resolve", str(cache.ivy), *wanted],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    iceberg = () if settings.iceberg_jar else (given or None)
+    drivers = tuple(jars.DRIVERS.values())
+    if settings.catalog_driver_only:
+        drivers = jars.catalog_drivers(catalog_uri(settings))
+    own = jars.gives_kafka_connector(settings.packages, settings.conf.get("spark.jars", ""))
+    return jars.needs(
+        spark_version,
+        iceberg=iceberg,
+        drivers=drivers,
+        kafka="none" if own else settings.kafka,
+        extra=settings.packages,
     )
-    lines = done.stdout.splitlines()
-    resolved = [ln.removeprefix("JAR ") for ln in lines if ln.startswith("JAR ")]
-    if done.returncode != 0 or not resolved:
-        reasons = [
-            ln.strip()
-            for ln in done.stderr.splitlines()
-            if "unresolved dependency" in ln or "not found" in ln.lower() or "JAVA_" in ln
-        ]
-        raise jars.unresolved(wanted, cache, reasons[-6:])
-    if not quiet:
-        sys.stderr.write(done.stderr)
-    cache.record(wanted, resolved)
-    return resolved
 
 
 @dataclass(frozen=True)
@@ -383,11 +366,12 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     submitted = submitted_conf()
     files: list[str] = []
+    if submitted is None or f"spark.sql.catalog.{settings.catalog_name}.uri" not in submitted:
+        _embedded_warehouse(settings)  # under spark-submit too, unless it names the catalog
     if submitted is None:
-        _embedded_warehouse(settings)
         import pyspark
 
-        files = resolve_jars(coordinates(settings, pyspark.__version__))
+        files = jars.session_jars(needs(settings, pyspark.__version__))
     plan = session_plan(settings, submitted, files)
     for what in plan.ignored:
         logging.getLogger("cdcflow").warning("cdcflow: under spark-submit, ignored: %s", what)
