@@ -77,6 +77,11 @@ QUERY_ID = "sql.streaming.queryId"
 RUN_ID = "spark.jobGroup.id"
 #: How often tombstones and closed segment groups past their retention are dropped.
 EXPIRY_INTERVAL = 3600.0
+#: Batches of fewer events run their queries without adaptive execution, which runs each
+#: shuffle stage as a Spark job of its own and plans the rest again after it: for a small
+#: batch that is half its jobs, for a large one a plan fitted to its data.
+SMALL_BATCH = 10_000
+ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 def source_options(src: SourceConfig) -> DialectOptions:
@@ -156,6 +161,8 @@ class BatchRunner:
         self.since_maintenance = 0
         #: the run of the streaming query that gave the last batch
         self.run: str | None = None
+        #: whether the last batch was small (:data:`SMALL_BATCH`)
+        self.small = False
         self.reports = Reports()
         #: the target tables' settings, built once from the configuration
         self._settings: dict[str, TableSettings] = {}
@@ -219,8 +226,9 @@ class BatchRunner:
         # the batch frame belongs to the query's own session: temp views must live there
         spark = df.sparkSession
         # a streaming query's batch runs with adaptive execution off; the batch's own queries
-        # (staging, merges) are ordinary batch queries that gain from it
-        spark.conf.set("spark.sql.adaptive.enabled", "true" if self.adaptive else "false")
+        # (staging, merges) are ordinary batch queries that gain from it unless the batch is
+        # small (decided after the metadata aggregate, which goes by the last batch's size)
+        self._adapt(spark)
         self._follow_run(spark)
         if self.first_batch:
             self._claim_query(spark)
@@ -258,6 +266,11 @@ class BatchRunner:
             self.expire(spark)
         if self.on_report:
             self.on_report(report)
+
+    def _adapt(self, spark: SparkSession) -> None:
+        """Adaptive execution for the batch's queries: as the session has it, except for a
+        small batch (:data:`SMALL_BATCH`)."""
+        spark.conf.set(ADAPTIVE, "true" if self.adaptive and not self.small else "false")
 
     @property
     def maintenance_every(self) -> int:
@@ -440,6 +453,8 @@ class BatchRunner:
             if empty is not None:
                 meta.add(aggregate(spark, empty))
                 decoded = decoded.unionByName(empty)
+        self.small = meta.events + meta.rejected + meta.segments < SMALL_BATCH
+        self._adapt(spark)
         valid = decoded.where("error_code IS NULL")
         events = valid.where(f"NOT (operation <=> '{SEGMENT}')")
         if meta.rejected:

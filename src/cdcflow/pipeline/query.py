@@ -23,7 +23,7 @@ from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
 from cdcflow.errors import CdcflowError, ConfigError
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.pipeline import results
-from cdcflow.pipeline.batch import BatchRunner, Shared, source_options
+from cdcflow.pipeline.batch import ADAPTIVE, BatchRunner, Shared, source_options
 from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
 from cdcflow.pipeline.report import BatchReport, Reports
 from cdcflow.spark.errors import DEBUG_HINT, first_line
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from cdcflow.iceberg.maintain import Action
     from cdcflow.spark.session import SparkSettings
 
-ADAPTIVE = "spark.sql.adaptive.enabled"
 #: Exit statuses of a run, for schedulers.
 EXIT_OK = 0
 EXIT_FAILED = 1
