@@ -28,13 +28,17 @@
     first after a warm-up; every tenth, one replica's files, snapshots, metadata and storage
     bytes and a full read of it; at the end the replicas against the oracle. Its figures go to
     ``soak`` in bench.json, or ``soak_off`` with ``BENCH_MAINTENANCE=off``.
+(l) freshness: the live stack (PostgreSQL → Debezium → Kafka → ``cdcflow run --follow``,
+    :mod:`cdcflow.testing.live`) without faults at 3 × 12, 3 × 50 and 3 × 200 transactions/s
+    (``BENCH_FRESHNESS_RATES``, ``BENCH_FRESHNESS_MINUTES``: 2 each): end-to-end lag median,
+    p95 and max, and a steady batch's seconds, stages and Spark jobs (``bench/freshness.py``).
 ``BENCH_FORMAT=3`` makes every table format 3 (deletion vectors), cdcflow's and the
 hand-written jobs' alike; ``BENCH_MAINTENANCE=off`` turns cdcflow's maintenance off.
 
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png``. Sizes scale with the
 environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench PART...`` runs some cases
-(decode, e2e, growth, receiver, many, small, parallel, history, kafka, soak); the others' figures
-in bench.json are kept.
+(decode, e2e, growth, receiver, many, small, parallel, history, kafka, soak, freshness); the
+others' figures in bench.json are kept.
 """
 
 from __future__ import annotations
@@ -1421,6 +1425,7 @@ PARTS = (
     "history",
     "kafka",
     "soak",
+    "freshness",
 )
 
 
@@ -1449,7 +1454,16 @@ def main(argv: list[str] | None = None) -> int:
     out = RESULTS / "bench.json"
     results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     results.update({"machine": {"cores": os.cpu_count()}, "scale": SCALE})
-    if chosen == {"receiver"}:
+    if "freshness" in chosen:
+        # the live stack, each rate in a process of its own, before this process starts Spark
+        from bench.freshness import run_rates
+
+        print("(l) freshness on the live stack, no faults:", flush=True)
+        results["freshness"] = run_rates()
+        chosen.discard("freshness")
+    if not chosen:
+        pass
+    elif chosen == {"receiver"}:
         results["receiver"] = receiver_only()
     else:
         import pyspark

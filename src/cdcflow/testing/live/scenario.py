@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -267,6 +267,7 @@ class LiveRun:
         postgres: Postgres | None = None,
         warehouse: str | None = None,
         log: Callable[[str], None] = print,
+        conf: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root.resolve()
         self.plan = plan
@@ -277,6 +278,8 @@ class LiveRun:
         self.postgres = postgres
         self.warehouse = warehouse or str(self.root / "warehouse")
         self.log = log
+        #: Spark settings of the pipeline beside :data:`PIPELINE_CONF` (e.g. an event log)
+        self.conf = dict(conf or {})
         self.report = Report()
         self._own: list[Any] = []
         self._started = 0.0
@@ -322,7 +325,11 @@ class LiveRun:
             "checkpoint": str(self.root / "checkpoint"),
             "namespace": self.namespace,
             "catalog": {"name": "cdc", "warehouse": self.warehouse},
-            "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": PIPELINE_CONF},
+            "spark": {
+                "master": "local[2]",
+                "shuffle_partitions": 2,
+                "conf": {**PIPELINE_CONF, **self.conf},
+            },
             "consistency": self.plan.consistency,
             "follow_interval": self.plan.follow_interval,
             "sources": [
