@@ -7,7 +7,7 @@ views the steps before it registered.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from cdcflow.engine.deadletters import event_rows
@@ -78,9 +78,10 @@ class BatchStage:
         df = self.spark.sql(self.sql.rejected_sql(self.validated))
         return event_rows(df, pipeline, batch_id, "_reject", "_reason")
 
-    def stage(self, tombstones: str | None) -> None:
+    def stage(self, tombstones: str | None, looked_up: Collection[str] | None = None) -> None:
         """Build and keep the staged rows of every merge table (``tombstones``: the tombstone
-        table's identifier when it exists) and the winning events of every scd2 table. They
+        table's identifier when some replica of the batch may have tombstones, ``looked_up``:
+        those replicas, ``None``: every one) and the winning events of every scd2 table. They
         are checkpointed locally: every later query of the batch (one per table) starts from
         them instead of re-analysing the whole plan."""
         rows = view(self.spark.sql(self.sql.rows_sql(self.validated)), "rows")
@@ -100,7 +101,9 @@ class BatchStage:
             self.sql.collapsed_sql(rows, tombstones is not None)
         ).localCheckpoint(eager=True)
         self._checkpoints.append(collapsed)
-        staged = self.spark.sql(self.sql.staged_sql(view(collapsed, "collapsed"), tombstones))
+        staged = self.spark.sql(
+            self.sql.staged_sql(view(collapsed, "collapsed"), tombstones, looked_up)
+        )
         if tombstones is not None:
             # the tombstone look-up runs once, not once per table
             staged = staged.localCheckpoint(eager=True)

@@ -28,7 +28,7 @@ Semantics (DESIGN §5, one item each):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -463,10 +463,18 @@ class StageSql:
             FROM ({gathered.format(inner=inner)}) WHERE _rn = 1
         """
 
-    def staged_sql(self, collapsed: str, tombstones: str | None) -> str:
-        """The collapsed rows with their tombstone, liveness and merged partial images."""
+    def staged_sql(
+        self, collapsed: str, tombstones: str | None, looked_up: Collection[str] | None = None
+    ) -> str:
+        """The collapsed rows with their tombstone, liveness and merged partial images
+        (``looked_up``: the replicas whose tombstones are looked up, ``None``: every
+        hard-delete one)."""
         soft = string_array(p.target for p in self.merge if p.soft_deletes)
-        hard = [p.target for p in self.merge if not p.soft_deletes]
+        hard = [
+            p.target
+            for p in self.merge
+            if not p.soft_deletes and (looked_up is None or p.name in looked_up)
+        ]
         if tombstones and hard:
             # tombstones (by replica name) are appended: a key's newest is its highest; only the
             # batch's keys are looked at

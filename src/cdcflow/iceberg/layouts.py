@@ -103,6 +103,10 @@ HISTORY_FIELDS: Fields = (
 )
 
 TOMBSTONES = "tombstones"
+#: The tombstone table is partitioned by replica name, which its property
+#: :data:`TOMBSTONES_PARTITIONED` says (tables of earlier versions are not, until migrated).
+TOMBSTONE_PARTITION = "target"
+TOMBSTONES_PARTITIONED = "cdcflow.partitioned-by"
 TOMBSTONE_FIELDS: Fields = (
     ("target", "string"),
     ("key", "string"),

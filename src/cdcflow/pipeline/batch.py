@@ -55,11 +55,11 @@ from cdcflow.iceberg.layouts import (
     KEY_PROPERTY,
     SEGMENT_FIELDS,
     SEGMENTS,
-    TOMBSTONE_FIELDS,
     TOMBSTONES,
     held_fields,
 )
 from cdcflow.iceberg.maintain import MAINTENANCE, MAINTENANCE_FIELDS, Action, Maintainer
+from cdcflow.iceberg.tombstones import TombstoneIndex, ensure_tombstones
 from cdcflow.iceberg.write import Writer
 from cdcflow.pipeline.checkpoint import DIRECT
 from cdcflow.pipeline.report import BatchReport, Reports
@@ -109,6 +109,8 @@ class Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
     reports: Reports = field(default_factory=Reports)
+    #: the replicas with tombstones, by internal namespace
+    tombstones: dict[str, TombstoneIndex] = field(default_factory=dict)
 
 
 class BatchRunner:
@@ -150,6 +152,9 @@ class BatchRunner:
         self.namespace = cfg.namespace
         self.internal = cfg.namespace + "__cdcflow"
         self.writer = Writer(self.catalog, self.pipeline_id)
+        self.tombstones = shared.tombstones.setdefault(
+            self.internal, TombstoneIndex(self.catalog, self.internal)
+        )
         self.writes = BatchWrites(cfg, self.catalog, self.writer, self.pipeline_id, record.id)
         self.first_batch = True
         #: what the batch in progress cannot read (a Kafka source past lost offsets)
@@ -406,14 +411,13 @@ class BatchRunner:
         """Tombstones kept one table per replica (``tombstones__<table>``, typed key columns)
         by earlier versions move into the one tombstone table (a crash half-way copies some
         twice, which changes nothing: a key's highest tombstone counts)."""
-        old = sorted(
-            n
-            for n in self.catalog.table_names(spark, self.internal)
-            if n.startswith("tombstones__")
-        )
+        names = self.catalog.table_names(spark, self.internal)
+        old = sorted(n for n in names if n.startswith("tombstones__"))
         if not old:
+            if TOMBSTONES in names:
+                ensure_tombstones(spark, self.catalog, self.internal)
             return
-        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_FIELDS)
+        ensure_tombstones(spark, self.catalog, self.internal)
         target = self.catalog.ident(self.internal, TOMBSTONES)
         for name in old:
             info = self.catalog.info(spark, self.internal, name)
@@ -598,14 +602,21 @@ class BatchRunner:
                     f.result()
             stage = BatchStage(spark, events, plans) if plans else None
             stats: dict[str, TableStats] = {}
+            before: int | None = None
             try:
                 if stage is not None and (stage.keyed or stage.has_rules):
                     with clock.stage("validate"):
-                        tombs = None
+                        tombs, looked = None, None
                         if stage.merge and self.catalog.exists(spark, self.internal, TOMBSTONES):
-                            tombs = self.catalog.ident(self.internal, TOMBSTONES)
+                            # only the replicas that may have tombstones look them up
+                            have = self.tombstones.targets(spark)
+                            looked = {p.name for p in stage.merge if not p.soft_deletes}
+                            looked = looked if have is None else looked & have
+                            if looked:
+                                tombs = self.catalog.ident(self.internal, TOMBSTONES)
+                        before = self.tombstones.snapshot
                         if stage.keyed:
-                            stage.stage(tombs)
+                            stage.stage(tombs, looked)
                         stats = stage.stats()
                     if any(s.rejected for s in stats.values()):
                         ctx.dead.append(stage.rejected(self.pipeline_id, ctx.batch_id))
@@ -617,6 +628,15 @@ class BatchRunner:
                 )
                 work = BatchWork(events, meta, plans, stage, stats, hold, steps)
                 outcomes = self.writes.write(ctx, pool, work)
+                if any(s.kind == "tombstones" for s in steps.internal):
+                    deleted = [
+                        p.name
+                        for p in plans
+                        if p.mode == "merge"
+                        and not p.soft_deletes
+                        and stats.get(p.target, TableStats()).deletes
+                    ]
+                    self.tombstones.appended(spark, before, deleted)
             finally:
                 if stage is not None:
                     stage.release()

@@ -47,12 +47,12 @@ from cdcflow.iceberg.layouts import (
     HISTORY_FIELDS,
     HISTORY_LOG,
     HISTORY_LOG_FIELDS,
-    TOMBSTONE_FIELDS,
     TOMBSTONES,
     TRUNCATE_PROPERTY,
     WATERMARK_FIELDS,
     WATERMARKS,
 )
+from cdcflow.iceberg.tombstones import ensure_tombstones
 from cdcflow.iceberg.write import Statement, Writer, Written
 from cdcflow.pipeline.report import BatchReport, StageClock, TableOutcome
 from cdcflow.spark.sql import lit, q, view
@@ -286,7 +286,7 @@ class BatchWrites:
 
     def tombstones(self, ctx: BatchContext, stage: BatchStage) -> Written:
         spark = ctx.spark
-        self.catalog.ensure_table(spark, self.internal, TOMBSTONES, TOMBSTONE_FIELDS)
+        ensure_tombstones(spark, self.catalog, self.internal)
         ident = self.catalog.ident(self.internal, TOMBSTONES)
         sql = tombstones_sql(ident, stage.deletes_source())
         st = Statement(self.internal, TOMBSTONES, "tombstones", sql, once=True)
