@@ -79,3 +79,23 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
 def test_history_settings_are_checked(table: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config({"sources": [{"name": "s", "path": "x"}], "tables": {"t": table}})
+
+
+def test_an_archive_holds_no_landing_zone_and_sits_in_none() -> None:
+    def source(**extra: str) -> dict[str, object]:
+        return {"sources": [{"name": "s", "dialect": "savegress", **extra}]}
+
+    for path, archive in (("/land", "/land/done"), ("/land/in", "/land"), ("/land", "/land/")):
+        with pytest.raises(ConfigError, match="must not hold one another"):
+            load_config(source(path=path, archive=archive))
+    with pytest.raises(ConfigError, match="give path"):
+        load_config(source(archive="/done"))
+    assert load_config(source(path="/land", archive="/landed")).sources[0].archive == "/landed"
+
+
+def test_a_relative_archive_is_the_configuration_files(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "sources: [{name: s, dialect: savegress, path: in, archive: done}]\n"
+    )
+    src = load_config_file(tmp_path / "p.yaml").sources[0]
+    assert src.archive == str((tmp_path / "done").resolve())

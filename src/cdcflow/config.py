@@ -234,10 +234,16 @@ class SourceConfig(_Model):
     first run is kept: ``{table}`` for the sole source of a new pipeline (and for every source
     of a pipeline from before names were recorded), ``{source}__{table}`` otherwise, so two
     sources with a table ``users`` never share a replica.
+
+    ``archive``: a landing zone's processed files are moved there (under their own path, as
+    Spark's file source archives them) once the batch that read them is committed, so the
+    listing each batch makes stays the size of what waits, whatever months of files went
+    through; without it they stay where they landed.
     """
 
     name: str
     path: str | None = None
+    archive: str | None = None
     kafka: KafkaConfig | None = None
     dialect: str = "auto"
     keys: dict[str, list[str]] = Field(default_factory=dict)
@@ -257,6 +263,15 @@ class SourceConfig(_Model):
                 "max_files_per_batch and create_path are for landing zones; a kafka source "
                 "bounds its batches with kafka.max_offsets_per_trigger"
             )
+        if self.archive is not None:
+            if self.path is None:
+                raise ValueError("archive is where a landing zone's processed files go: give path")
+            if _nested(self.archive, self.path):
+                raise ValueError(
+                    f"archive {self.archive!r} and path {self.path!r} must not hold one "
+                    "another: archived files would be read again, or the archive moved into "
+                    "itself"
+                )
         return self
 
     @property
@@ -660,9 +675,18 @@ def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
     )
 
 
+def _nested(a: str, b: str) -> bool:
+    """Whether one of two folders (local paths or URIs) is, or is inside, the other."""
+    left, right = (p.rstrip("/") + "/" for p in (a, b))
+    if "://" not in a and "://" not in b:
+        left, right = (str(Path(p).resolve()).rstrip("/") + "/" for p in (a, b))
+    return left.startswith(right) or right.startswith(left)
+
+
 def _source_relative_to(src: SourceConfig, fix: Any) -> SourceConfig:
     if src.path:
-        return src.model_copy(update={"path": fix(src.path)})
+        archive = fix(src.archive) if src.archive else None
+        return src.model_copy(update={"path": fix(src.path), "archive": archive})
     if src.kafka is not None:
         return src.model_copy(update={"kafka": src.kafka.with_files_relative_to(fix)})
     return src

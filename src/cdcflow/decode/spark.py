@@ -670,12 +670,18 @@ class Decoded:
 
 
 def read_raw(
-    spark: SparkSession, path: str, streaming: bool, max_files_per_trigger: int | None = None
+    spark: SparkSession,
+    path: str,
+    streaming: bool,
+    max_files_per_trigger: int | None = None,
+    archive: str | None = None,
 ) -> DataFrame:
     """Files of a landing zone as ``binaryFile`` rows (sub-folders included).
 
     Names starting with ``_`` or ``.`` are ignored by Spark (land files by atomic rename);
     ``maxFileAge`` is set far out so files with old modification times are not skipped.
+    ``archive`` (streaming): where the files of committed batches are moved (Spark's
+    ``cleanSource``), so each batch's listing holds only what waits.
     """
     if not streaming:
         return spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(path)
@@ -683,6 +689,8 @@ def read_raw(
     reader = reader.option("maxFileAge", "36500d").option("recursiveFileLookup", "true")
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+    if archive:
+        reader = reader.option("cleanSource", "archive").option("sourceArchiveDir", archive)
     return reader.load(path)
 
 

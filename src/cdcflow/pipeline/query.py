@@ -400,6 +400,7 @@ class Pipeline:
                 src.path,
                 streaming=True,
                 max_files_per_trigger=src.max_files_per_batch,
+                archive=src.archive,
             )
         return decode_dataframe(data, src.dialect, source_options(src), record.id)
 
