@@ -32,13 +32,16 @@
     :mod:`cdcflow.testing.live`) without faults at 3 × 12, 3 × 50 and 3 × 200 transactions/s
     (``BENCH_FRESHNESS_RATES``, ``BENCH_FRESHNESS_MINUTES``: 2 each): end-to-end lag median,
     p95 and max, and a steady batch's seconds, stages and Spark jobs (``bench/freshness.py``).
+(n) months of files: a steady batch of 1,000 events beside 1,000 processed files, beside
+    200,000 (``BENCH_MONTHS_FILES``) left where they landed, and beside the same once the
+    source archives them (``archive:``) (``bench/months.py``).
 ``BENCH_FORMAT=3`` makes every table format 3 (deletion vectors), cdcflow's and the
 hand-written jobs' alike; ``BENCH_MAINTENANCE=off`` turns cdcflow's maintenance off.
 
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png``. Sizes scale with the
 environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench PART...`` runs some cases
-(decode, e2e, growth, receiver, many, small, parallel, history, kafka, soak, freshness); the
-others' figures in bench.json are kept.
+(decode, e2e, growth, receiver, many, small, parallel, history, kafka, soak, freshness,
+months); the others' figures in bench.json are kept.
 """
 
 from __future__ import annotations
@@ -1426,6 +1429,7 @@ PARTS = (
     "kafka",
     "soak",
     "freshness",
+    "months",
 )
 
 
@@ -1545,6 +1549,11 @@ def _run_spark_parts(spark: Any, root: Path, chosen: set[str], results: dict[str
         key = "soak" if os.environ.get("BENCH_MAINTENANCE", "on") == "on" else "soak_off"
         m = results[key] = bench_soak(spark, root, batches, 10, int(1_000 * SCALE))
         print(_soak_line(m), flush=True)
+    if "months" in chosen:
+        from bench.months import bench_months, line
+
+        results["months"] = bench_months(spark, root)
+        print(line(results["months"]), flush=True)
     if "parallel" in chosen:
         print("(g) the steady batch of (e) by parallel_tables:", flush=True)
         results["parallel_tables"] = bench_parallel(
