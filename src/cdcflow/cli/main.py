@@ -28,6 +28,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("cdcflow.cli.deadletters", "dead_letters_cmd"),
     ("cdcflow.cli.results", "history_cmd"),
     ("cdcflow.cli.results", "watermarks_cmd"),
+    ("cdcflow.cli.status", "status_cmd"),
     ("cdcflow.cli.serve", "serve_cmd"),
     ("cdcflow.cli.jars", "jars_cmd"),
     ("cdcflow.cli.catalog", "migrate_catalog_cmd"),
@@ -36,12 +37,18 @@ COMMANDS: list[tuple[str, str]] = [
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (and Spark's last lines).")
+@click.option("-v", "--verbose", is_flag=True, help="Show Spark's own lines on stderr.")
 @click.version_option(package_name="cdcflow")
-def cli(debug: bool) -> None:
+def cli(debug: bool, verbose: bool) -> None:
     """cdcflow: CDC messages of every dialect → exact Apache Iceberg replicas on Spark."""
     global _DEBUG
     _DEBUG = debug
+    from cdcflow.spark.session import JvmOutput
+
+    # the JVM a command starts keeps Spark's and log4j's lines to itself, unless -v
+    JvmOutput.enabled = True
+    JvmOutput.verbose = verbose
 
 
 def _register(module: str, name: str) -> None:
@@ -99,6 +106,11 @@ def _report(exc: Exception, error: CdcflowError) -> int:
     if error.hint:
         click.echo(f"hint: {error.hint}", err=True)
     if _DEBUG:
+        from cdcflow.spark import session
+
+        if session.JVM_OUTPUT is not None and session.JVM_OUTPUT.kept:
+            click.echo("Spark's last lines:", err=True)
+            click.echo("\n".join(session.JVM_OUTPUT.kept), err=True)
         raise exc
     return 1 if isinstance(error, CommandFailed) else 2
 
