@@ -19,7 +19,7 @@ from cdcflow.observe.status import (
 
 #: Seconds between the page's own reloads.
 REFRESH_SECONDS = 10
-_WIDTH, _HEIGHT, _PAD = 560, 150, 34
+_WIDTH, _HEIGHT, _PAD = 500, 150, 34
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2733;background:#fff}
