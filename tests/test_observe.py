@@ -174,9 +174,15 @@ def test_lag_from_a_kafka_progress_and_a_landing_zones_file_log(tmp_path: Path) 
         "sources": [
             {"endOffset": {"orders": {"0": 11, "1": 3}}},
             {"endOffset": '{"users": {"0": 4}}'},  # as PySpark 3.5 gives it: JSON text
+            {"endOffset": str({"items": {"2": 9}})},  # PySpark 4: the text of a dict
         ],
     }
-    assert read_offsets(progress) == {("orders", 0): 11, ("orders", 1): 3, ("users", 0): 4}
+    assert read_offsets(progress) == {
+        ("orders", 0): 11,
+        ("orders", 1): 3,
+        ("users", 0): 4,
+        ("items", 2): 9,
+    }
     cfg = _cfg(tmp_path)
     landing = tmp_path / "landing"
     for name in ("a.json", "b.json", "sub/c.json", "_landing.json", ".hidden", "_tmp/d.json"):
@@ -268,3 +274,28 @@ def test_the_status_page_in_a_browser(served: tuple[MetricsServer, Clock], tmp_p
     assert "http" not in dom.split("<body>", 1)[1].replace("http://www.w3.org/2000/svg", "")
     shot = browser.screenshot(server.url, tmp_path / "page.png", 1100, 700)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_dashboard_and_the_alert_rules_name_only_metrics_a_pipeline_exports(
+    tmp_path: Path,
+) -> None:
+    """``docs/grafana-dashboard.json`` and the alert rules of ``docs/operations.md`` use the
+    metrics a pipeline serves, by the names it serves them under."""
+    metrics = _fed(tmp_path, Clock())
+    metrics.queries["crdb"].kafka_lag = {("orders", 0): 3}
+    metrics.queries["pg"].files_waiting = 2
+    metrics.resolved[("crdb", "orders")] = T0
+    served = {s.name for family in metrics.registry.collect() for s in family.samples}
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    dashboard = json.loads((docs / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    section = (docs / "operations.md").read_text().split("```yaml\ngroups:", 1)[1]
+    rules = yaml.safe_load("groups:" + section.split("```", 1)[0])
+    exprs += [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    named = {n for e in exprs for n in re.findall(r"\bcdcflow_[a-z_]+", e)}
+    assert named and named <= served, sorted(named - served)
+    assert {
+        "cdcflow_ready",
+        "cdcflow_table_freshness_seconds",
+        "cdcflow_dead_letters_total",
+    } <= named

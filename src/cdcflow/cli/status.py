@@ -48,7 +48,8 @@ def status_cmd(config: str, output: str, full: bool, use_spark: bool) -> None:
     page shows it. A running pipeline with metrics: in its configuration answers itself;
     otherwise it is read from the catalog and the checkpoint. JSON output: one object."""
     from cdcflow.config import load_config_file
-    from cdcflow.observe.status import duration, status_of, text_rows
+    from cdcflow.observe.status import duration, text_rows
+    from cdcflow.observe.survey import status_of
 
     cfg = load_config_file(config)
     status = None if use_spark else live_status(cfg)

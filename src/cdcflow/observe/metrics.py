@@ -17,6 +17,7 @@ names, error codes, stages, actions, topics and partitions — never a connectio
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import threading
@@ -349,7 +350,7 @@ class PipelineMetrics(Collector):
         """Start from what the catalog says: the replicas' figures, the newest source times,
         the open dead letters and the last hour's batches (tables a batch of this run wrote
         already keep their own figures)."""
-        from cdcflow.observe.status import status_of
+        from cdcflow.observe.survey import status_of
 
         found = status_of(self.cfg, results, self.clock())
         with self.lock:
@@ -530,12 +531,16 @@ def _get(progress: Any, key: str) -> Any:
 
 
 def _offsets(value: Any) -> dict[tuple[str, int], int]:
-    """Kafka offsets of a progress (``{"topic": {"0": 42}}``, as JSON text or parsed)."""
+    """Kafka offsets of a progress (``{"topic": {"0": 42}}``, parsed, as JSON text, or as
+    the text of a Python dict: what PySpark 4 makes of the JSON it was given)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
-            return {}
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return {}
     out: dict[tuple[str, int], int] = {}
     if isinstance(value, Mapping):
         for topic, parts in value.items():

@@ -4,9 +4,7 @@ its tables (freshness, rows, last batch, dead letters, files), and its recent ba
 :class:`Status` is what the status page shows, what ``/status.json`` serves and what
 ``cdcflow status`` prints. A running pipeline builds it from its own batches
 (:mod:`cdcflow.observe.metrics`); ``cdcflow status`` asks a running pipeline for it, and
-otherwise builds it from the catalog (:func:`status_of`: the batch history, the replicas'
-current snapshots, the dead letters and watermarks) and the checkpoint (files of a landing
-zone not read yet).
+otherwise builds it from the catalog and the checkpoint (:mod:`cdcflow.observe.survey`).
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
-    from cdcflow.config import PipelineConfig, SourceConfig
-    from cdcflow.observe.tables import Results
+    from cdcflow.config import SourceConfig
 
 #: How far back the status page plots batches.
 WINDOW_SECONDS = 3600.0
@@ -192,74 +189,6 @@ def files_waiting(src: SourceConfig, query_checkpoint: str) -> int | None:
         return None
     waiting = landing_files(landing.resolve()) - read_files(Path(query_checkpoint))
     return len(waiting)
-
-
-# ---------------------------------------------------------------------------- from the catalog
-
-
-def status_of(cfg: PipelineConfig, results: Results, now: float) -> Status:
-    """A pipeline's status read from its catalog and checkpoint (no running pipeline)."""
-    from cdcflow.pipeline.checkpoint import Checkpoint, local_folder
-
-    names = results.replica_names()
-    files = results.files(names)
-    seen = results.table_batches()
-    dead = results.open_dead_letters()
-    marks = results.watermarks() or []
-    records = Checkpoint(cfg).records() if local_folder(cfg.checkpoint) is not None else {}
-    ids = {r.id: name for name, r in records.items()}
-    sources = []
-    for src in cfg.sources:
-        record = records.get(src.name)
-        mine = [b for b in seen.batches if ids.get(b.source, b.source) == src.name]
-        resolved = [w.resolved_to for w in marks if ids.get(w.source, w.source) == src.name]
-        points = [p for p in (unix(r) for r in resolved) if p is not None]
-        waiting = None
-        if record is not None:
-            waiting = files_waiting(src, f"{cfg.checkpoint}/sources/{record.id}/query")
-        sources.append(
-            SourceStatus(
-                source=src.name,
-                reads=reads(src),
-                last_batch=max((b.at for b in mine), default=None),
-                batches=len(mine),
-                events=sum(b.events for b in mine),
-                files_waiting=waiting,
-                resolved_lag=now - min(points) if points else None,
-            )
-        )
-    tables = []
-    for name in names:
-        f = files.get(name)
-        wrote = seen.tables.get(name)
-        tables.append(
-            TableStatus(
-                table=name,
-                source=ids.get(wrote.source, wrote.source) if wrote else "",
-                rows=f.rows if f else None,
-                source_time=wrote.source_time if wrote else None,
-                last_batch=wrote.last_batch if wrote else None,
-                dead_letters=dead.get(name, 0),
-                data_files=f.data_files if f else None,
-                delete_files=f.delete_files if f else None,
-                snapshots=f.snapshots if f else None,
-                bytes=f.bytes if f else None,
-            )
-        )
-    recent = tuple(
-        BatchPoint(ids.get(b.source, b.source), b.batch_id, b.at, b.seconds, b.events)
-        for b in sorted(seen.batches, key=lambda b: b.at)
-        if b.at >= now - WINDOW_SECONDS
-    )
-    return Status(
-        pipeline=cfg.pipeline,
-        namespace=cfg.namespace,
-        at=now,
-        sources=tuple(sources),
-        tables=tuple(tables),
-        recent=recent,
-        dead_letters=sum(dead.values()),
-    )
 
 
 @dataclass(frozen=True)
