@@ -304,8 +304,7 @@ def history_cmd(
         return
     listed: list[tuple[Any, tuple[Any, ...]]] = []
     for d in batches.dicts():
-        stages = d.get("stages") or {}
-        slowest = max(stages.items(), key=lambda kv: kv[1]) if stages else None
+        slowest = slowest_stage(d.get("stages") or {})
         row = (
             batch_source(d),
             d["batch_id"],
@@ -343,6 +342,17 @@ def history_cmd(
         listed.append((at, row))
     listed.sort(key=lambda t: t[0], reverse=True)
     emit(HISTORY_COLUMNS, [row for _, row in listed], output, full)
+
+
+def slowest_stage(stages: dict[str, float]) -> tuple[str, float] | None:
+    """The stage that took longest; of stages as long, the one that runs first."""
+    from cdcflow.pipeline.report import STAGES
+
+    def rank(name: str) -> tuple[int, str]:
+        return (STAGES.index(name) if name in STAGES else len(STAGES), name)
+
+    ordered = sorted(stages.items(), key=lambda kv: rank(kv[0]))
+    return max(ordered, key=lambda kv: kv[1]) if ordered else None
 
 
 def _instant(value: dt.datetime) -> dt.datetime:
