@@ -71,36 +71,45 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[tuple[str, bool]]], n
     return f'<table id="{name}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+#: One colour per source in the plots.
+_COLOURS = ("#2f6fb0", "#d9822b", "#3a9a5b", "#8e5bb5", "#c0392b", "#6b7b8c")
+
+
 def plot(
     points: Sequence[BatchPoint],
     value: Callable[[BatchPoint], float],
     now: float,
     name: str,
     unit: str,
+    sources: Sequence[str] = (),
 ) -> str:
-    """An SVG plot of one figure per batch over the last hour: a point per batch, the
-    highest value marked on the axis."""
+    """An SVG plot of one figure per batch over the last hour: a point per batch, a colour
+    and a line per source (in the order of ``sources``), the highest value on the axis."""
     left, top = _PAD + 10, 10
     width, height = _WIDTH - left - 10, _HEIGHT - top - _PAD
     start = now - WINDOW_SECONDS
-    values = [value(p) for p in points]
-    peak = max(values, default=0.0) or 1.0
-    marks = []
-    line = []
-    for p, v in zip(points, values, strict=True):
-        x = left + width * min(1.0, max(0.0, (p.at - start) / WINDOW_SECONDS))
-        y = top + height * (1 - v / peak)
-        line.append(f"{x:.1f},{y:.1f}")
-        marks.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#2f6fb0">'
-            f"<title>{escape(p.source)} batch {p.batch_id}: {v:,.2f} {escape(unit)}</title>"
-            "</circle>"
-        )
-    path = (
-        f'<polyline points="{" ".join(line)}" fill="none" stroke="#9dbbd9" stroke-width="1"/>'
-        if len(line) > 1
-        else ""
-    )
+    peak = max((value(p) for p in points), default=0.0) or 1.0
+    order = list(sources) + sorted({p.source for p in points} - set(sources))
+    lines, marks = [], []
+    for i, source in enumerate(order):
+        colour = _COLOURS[i % len(_COLOURS)]
+        mine = [p for p in points if p.source == source]
+        xy = []
+        for p in mine:
+            v = value(p)
+            x = left + width * min(1.0, max(0.0, (p.at - start) / WINDOW_SECONDS))
+            y = top + height * (1 - v / peak)
+            xy.append(f"{x:.1f},{y:.1f}")
+            marks.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}">'
+                f"<title>{escape(p.source)} batch {p.batch_id}: {v:,.2f} {escape(unit)}</title>"
+                "</circle>"
+            )
+        if len(xy) > 1:
+            lines.append(
+                f'<polyline points="{" ".join(xy)}" fill="none" stroke="{colour}" '
+                'stroke-opacity="0.45" stroke-width="1"/>'
+            )
     axis = (
         f'<line x1="{left}" y1="{top + height}" x2="{left + width}" y2="{top + height}" '
         'stroke="#5b6775"/>'
@@ -111,10 +120,16 @@ def plot(
         f'<text x="{left}" y="{_HEIGHT - 12}" font-size="10">−60 min</text>'
         f'<text x="{left + width}" y="{_HEIGHT - 12}" text-anchor="end" font-size="10">now</text>'
     )
+    legend = "".join(
+        f'<text x="{left + 40 + 90 * i}" y="{top + 10}" font-size="10" '
+        f'fill="{_COLOURS[i % len(_COLOURS)]}">● {escape(source)}</text>'
+        for i, source in enumerate(order)
+        if len(order) > 1
+    )
     return (
         f'<svg id="{name}" xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" '
         f'height="{_HEIGHT}" viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" '
-        f'data-points="{len(points)}">{axis}{path}{"".join(marks)}</svg>'
+        f'data-points="{len(points)}">{axis}{"".join(lines)}{"".join(marks)}{legend}</svg>'
     )
 
 
@@ -173,13 +188,15 @@ def page(status: Status) -> str:
         "tables",
     )
     recent = list(status.recent)
-    seconds = plot(recent, lambda p: p.seconds, status.at, "batch-seconds", "s")
+    names = [s.source for s in status.sources]
+    seconds = plot(recent, lambda p: p.seconds, status.at, "batch-seconds", "s", names)
     rates = plot(
         recent,
         lambda p: p.events / p.seconds if p.seconds > 0 else 0.0,
         status.at,
         "events-per-second",
         "events/s",
+        names,
     )
     dead = (
         f' · <span class="warn" id="dead-letters">{status.dead_letters:,} dead letters</span>'
