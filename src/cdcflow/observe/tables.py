@@ -260,25 +260,30 @@ def _sorted(table: pa.Table, order: Order) -> pa.Table:
     return table.take(pc.sort_indices(keyed, sort_keys=keys, null_placement=placement))
 
 
-def _top(batches: Iterable[pa.RecordBatch], order: Order, limit: int) -> tuple[pa.Table, int]:
-    """The first ``limit`` rows of a stream of batches in ``order`` (holding no more than a
-    batch and ``limit`` rows at a time), and the rows seen."""
+def _top(
+    parts: Iterable[pa.RecordBatch | pa.Table], order: Order, limit: int | None
+) -> tuple[pa.Table, int]:
+    """The first ``limit`` rows (all: ``None``) of a stream of batches in ``order``, holding
+    no more than a batch and ``limit`` rows at a time; and the rows seen."""
     import pyarrow as pa
 
-    best: pa.Table | None = None
+    kept: list[pa.Table] = []
     seen = 0
     schema = None
-    for batch in batches:
-        schema = batch.schema
-        seen += batch.num_rows
-        if not batch.num_rows:
+    for part in parts:
+        schema = part.schema
+        seen += part.num_rows
+        if not part.num_rows:
             continue
-        part = pa.Table.from_batches([batch])
-        both = part if best is None else pa.concat_tables([best, part])
-        best = _sorted(both, order).slice(0, limit) if order else both.slice(0, limit)
-    if best is None:
-        best = pa.Table.from_batches([], schema=schema) if schema is not None else pa.table({})
-    return best, seen
+        kept.append(part if isinstance(part, pa.Table) else pa.Table.from_batches([part]))
+        if limit is not None:
+            both = pa.concat_tables(kept)
+            kept = [(_sorted(both, order) if order else both).slice(0, limit)]
+    if not kept:
+        empty = pa.Table.from_batches([], schema=schema) if schema is not None else pa.table({})
+        return empty, seen
+    found = pa.concat_tables(kept)
+    return (_sorted(found, order) if limit is None else found), seen
 
 
 def _listing(table: pa.Table, total: int | None = None) -> Listing:
@@ -400,12 +405,11 @@ class IcebergResults(Results):
         table = self._table(self.internal, name)
         if table is None:
             return None
-        found = table.scan(selected_fields=tuple(fields)).to_arrow()
-        if keep is not None:
-            found = keep(found)
-        found = _sorted(found, order)
-        if limit is not None:
-            found = found.slice(0, limit)
+        import pyarrow as pa
+
+        reader = table.scan(selected_fields=tuple(fields)).to_arrow_batch_reader()
+        parts = (keep(pa.Table.from_batches([b])) for b in reader) if keep is not None else reader
+        found, _ = _top(parts, order, limit)
         return _listing(found)
 
     def batches(self, limit: int) -> Listing | None:
