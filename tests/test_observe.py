@@ -22,7 +22,8 @@ from cdcflow.config import load_config
 from cdcflow.iceberg.maintain import Action, TableFigures
 from cdcflow.observe.metrics import PipelineMetrics, read_offsets
 from cdcflow.observe.server import MetricsServer
-from cdcflow.observe.status import Status, files_waiting
+from cdcflow.observe.status import History, Status, files_waiting
+from cdcflow.observe.tables import Results, Watermark
 from cdcflow.pipeline.report import BatchReport, TableFiles, TableOutcome
 
 T0 = 1_800_000_000.0
@@ -299,3 +300,50 @@ def test_the_dashboard_and_the_alert_rules_name_only_metrics_a_pipeline_exports(
         "cdcflow_table_freshness_seconds",
         "cdcflow_dead_letters_total",
     } <= named
+
+
+class _Catalog(Results):
+    """What a catalog holds, as the read commands' results give it."""
+
+    def replica_names(self) -> list[str]:
+        return ["orders", "users"]
+
+    def files(self, names: Any) -> dict[str, TableFiles]:
+        return {"users": TableFiles(10, 1, 0, 0, 0, 2_048, 3)}
+
+    def table_batches(self) -> History:
+        history = History()
+        history.add("pg", 0, T0 - 50, 2.0, 10, ["users"], {"users": T0 - 400})
+        history.add("pg", 1, T0 - 4000, 2.0, 10, ["users"], {"users": T0 - 900})
+        return history
+
+    def open_dead_letters(self) -> dict[str, int]:
+        return {"users": 1, "": 2}
+
+    def watermarks(self) -> list[Watermark]:
+        at = dt.datetime.fromtimestamp(T0 - 20, dt.UTC)
+        return [Watermark("crdb", "cockroachdb", "orders", 3, at)]
+
+
+def test_a_pipeline_starts_from_what_its_catalog_holds(tmp_path: Path) -> None:
+    """Before its first batch, a running pipeline shows what the catalog holds: figures of the
+    replicas, the newest source time of the history, open dead letters, the resolved
+    watermarks; its own batches then add to them."""
+    clock = Clock()
+    metrics = PipelineMetrics(_cfg(tmp_path), None, clock=clock)
+    metrics.seed(_Catalog(_cfg(tmp_path)))
+    metrics.poll()
+    status = metrics.status()
+    users = {t.table: t for t in status.tables}["users"]
+    assert (users.rows, users.bytes, users.dead_letters) == (10, 2_048, 1)
+    assert users.freshness(T0) == 400 and users.last_batch == T0 - 50
+    assert [(s.source, s.batches, s.events) for s in status.sources] == [
+        ("pg", 2, 20),
+        ("crdb", 0, 0),
+    ]
+    assert [b.batch_id for b in status.recent] == [0]  # the other is older than an hour
+    assert status.dead_letters == 3
+    assert _value(metrics, "cdcflow_resolved_lag_seconds", source="crdb", scope="orders") == 20
+    metrics.report(_reports()[0])
+    assert _value(metrics, "cdcflow_table_source_timestamp_seconds", table="users") == T0 - 400
+    assert metrics.status().sources[0].batches == 3

@@ -348,8 +348,8 @@ class PipelineMetrics(Collector):
 
     def seed(self, results: Results) -> None:
         """Start from what the catalog says: the replicas' figures, the newest source times,
-        the open dead letters and the last hour's batches (tables a batch of this run wrote
-        already keep their own figures)."""
+        the open dead letters, the sources' batches so far and the last hour's batches (what a
+        batch of this run reported already keeps its own figures)."""
         from cdcflow.observe.survey import status_of
 
         found = status_of(self.cfg, results, self.clock())
@@ -360,8 +360,10 @@ class PipelineMetrics(Collector):
             self.open_dead = max(self.open_dead, found.dead_letters)
             for s in found.sources:
                 known = self.sources.get(s.source)
-                if known is not None and known.last_batch is None:
-                    self.sources[s.source] = replace(known, last_batch=s.last_batch)
+                if known is not None and not known.batches:
+                    self.sources[s.source] = replace(
+                        known, last_batch=s.last_batch, batches=s.batches, events=s.events
+                    )
             mine = {(b.source, b.batch_id) for b in self.recent}
             earlier = [b for b in found.recent if (b.source, b.batch_id) not in mine]
             self.recent = deque(sorted([*earlier, *self.recent], key=lambda b: b.at))
