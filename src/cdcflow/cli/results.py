@@ -273,11 +273,7 @@ def history_cmd(
     results = open_results(config, use_spark)
     if upkeep:
         found = results.maintenance(limit)
-        if not found or not found.rows:
-            say("no maintenance yet", output)
-            return
-        if output == "json":
-            emit_listing(found, output, full)
+        if _said(found, "no maintenance yet", output, full) or found is None:
             return
         actions: list[tuple[Any, ...]] = [
             (
@@ -296,11 +292,7 @@ def history_cmd(
         emit(columns, actions, output, full)
         return
     batches = results.batches(limit)
-    if not batches or not batches.rows:
-        say("no batches yet", output)
-        return
-    if output == "json":
-        emit_listing(batches, output, full)
+    if _said(batches, "no batches yet", output, full) or batches is None:
         return
     listed: list[tuple[Any, tuple[Any, ...]]] = []
     for d in batches.dicts():
@@ -342,6 +334,18 @@ def history_cmd(
         listed.append((at, row))
     listed.sort(key=lambda t: t[0], reverse=True)
     emit(HISTORY_COLUMNS, [row for _, row in listed], output, full)
+
+
+def _said(found: Listing | None, empty: str, output: str, full: bool) -> bool:
+    """Whether a listing was said already: ``empty`` when it has no rows, its rows as JSON
+    lines; else it is for a table of the command's own."""
+    if not found or not found.rows:
+        say(empty, output)
+        return True
+    if output == "json":
+        emit_listing(found, output, full)
+        return True
+    return False
 
 
 def slowest_stage(stages: dict[str, float]) -> tuple[str, float] | None:
