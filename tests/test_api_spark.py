@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from cdcflow.spark.columns import column_sql
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.renderers import renderer_names
+from cdcflow.testing.services.base import free_port
 from cdcflow.testing.workload import Workload
 from cdcflow.types.canonical import canonical_type_sql, is_valid_type
 from tests import api_job
@@ -367,6 +370,7 @@ def test_start_from_a_kafka_stream_and_read_the_results(spark: Any, tmp_path: Pa
         str(_parquet([*r.rows, bad], tmp_path / "topic"))
     )
     o = r.options
+    port = free_port()
     pipe = cdc.start(
         stream,
         pipeline="api_start",
@@ -377,10 +381,23 @@ def test_start_from_a_kafka_stream_and_read_the_results(spark: Any, tmp_path: Pa
         types=o.column_types,
         keys=o.table_keys,
         options=o.extra,
+        metrics={"port": port},
     )
     assert pipe.query.name == "cdcflow_api_start_main"
+    pipe.query.awaitTermination()
+    # the pipeline serves its metrics until it is closed
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        scraped = answer.read().decode()
     result = pipe.wait()
     assert result.exit_status == 3 and result.dead_lettered == 1
+    read = f'cdcflow_events_read_total{{pipeline="api_start",source="main"}} {result.events}.0'
+    assert read in scraped.splitlines()
+    assert 'cdcflow_dead_letters_total{code="NOT_JSON",pipeline="api_start",source="main"} 1.0' in (
+        scraped
+    )
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=5)
     _equals_oracle(spark, r.workload, "api_start")
     assert set(pipe.tables()) == set(r.workload.tables)
     dead = pipe.dead_letters().collect()

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from cdcflow.cli.main import main
 from cdcflow.config import load_config
 from cdcflow.errors import ConfigError
 from cdcflow.iceberg.migrate import hadoop_tables, move_tables, unregistered
@@ -85,7 +86,7 @@ def test_two_pipelines_write_one_rest_catalog_at_the_same_time(
 
 
 def test_a_hadoop_warehouse_is_refused_then_moved_into_the_embedded_catalog(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     old = tmp_path / "warehouse"
     # what an earlier version wrote: a Hadoop catalog's tables in the warehouse folder
@@ -99,6 +100,19 @@ def test_a_hadoop_warehouse_is_refused_then_moved_into_the_embedded_catalog(
     Pipeline(cfg, spark).run()
     written = {(t.namespace, t.name) for t in hadoop_tables(old)}
     assert written >= {("moved", "t"), ("moved__cdcflow", "batches")}
+    # pyiceberg cannot list a Hadoop catalog: the read commands say so in one line, read
+    # with Spark
+    path = tmp_path / "hadoop.yaml"
+    doc = cfg.model_dump(mode="json")
+    doc["catalog"] = {"name": "hadoop_old", "type": "hadoop", "warehouse": str(old)}
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["tables", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["table               rows", "hadoop_old.moved.t     1"]
+    assert err.splitlines() == [
+        "cdcflow: catalog 'hadoop_old': a Hadoop catalog keeps no list of its tables that "
+        "pyiceberg reads; reading it with Spark"
+    ]
 
     # the same warehouse under the embedded default: refused before a session starts
     embedded = load_config({**cfg.model_dump(), "catalog": {"name": "cdc", "warehouse": str(old)}})

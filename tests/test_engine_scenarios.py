@@ -118,6 +118,83 @@ def test_run3_redelivery_made_no_new_dead_letters(spark: Any, world: dict) -> No
     assert n == 1
 
 
+#: Replicas whose reads are compared: merge, soft deletes, partial images, a truncate, an
+#: added column, scd2 histories (one ordered by its own columns).
+READ_TABLES = (
+    "s1_order",
+    "s3_soft",
+    "s4_partial",
+    "s5_truncate",
+    "s6_schema",
+    "h1_dup",
+    "dbx_users",
+)
+
+
+def _session_catalog(spark: Any, name: str, warehouse: str) -> dict[str, Any]:
+    """The catalog ``name`` of the test session as a configuration's ``catalog:`` section."""
+    prefix = f"spark.sql.catalog.{name}"
+    options = {
+        k: spark.conf.get(f"{prefix}.{k}")
+        for k in ("jdbc.user", "jdbc.password")
+        if spark.conf.get(f"{prefix}.{k}", None) is not None
+    }
+    found = {
+        "name": name,
+        "type": spark.conf.get(f"{prefix}.type"),
+        "warehouse": spark.conf.get(f"{prefix}.warehouse", warehouse),
+        "options": options,
+    }
+    uri = spark.conf.get(f"{prefix}.uri", None)
+    if uri and not uri.startswith("jdbc:sqlite:"):
+        found["uri"] = uri
+    return found
+
+
+def test_9_the_read_commands_read_the_same_with_pyiceberg_and_spark(
+    spark: Any, world: dict
+) -> None:
+    """pyiceberg opens each catalog (the embedded one, JDBC on PostgreSQL, REST) and reads
+    what Spark reads: the replicas (in key order, every type), their row counts, the batch
+    history, maintenance, dead letters and watermarks; the rows a snapshot's summary gives
+    (records less deletes, what the status page shows) are the rows counted."""
+    from cdcflow.cli.render import json_line
+    from cdcflow.config import load_config
+    from cdcflow.observe.catalog import open_catalog
+    from cdcflow.observe.tables import IcebergResults, Listing, SparkResults
+    from cdcflow.pipeline.replay import DeadLetterFilter
+
+    cfg = world["cfg"]
+    doc = cfg.model_dump()
+    doc["catalog"] = _session_catalog(spark, cfg.catalog.name, cfg.catalog.warehouse)
+    cfg = load_config(doc)
+    fast, slow = IcebergResults(cfg, open_catalog(cfg.catalog)), SparkResults(cfg, spark)
+
+    def text(found: Listing | None) -> list[str] | None:
+        if found is None:
+            return None
+        return [json_line(found.columns, r, found.shapes) for r in found.rows]
+
+    names = fast.replica_names()
+    assert names == slow.replica_names() and set(READ_TABLES) <= set(names)
+    counts = fast.row_counts(names)
+    assert counts == slow.row_counts(names)
+    assert {n: f.rows for n, f in fast.files(names).items()} == counts
+    assert fast.files(names) == slow.files(names)
+    for name in READ_TABLES:
+        shown = fast.show(name, 3)
+        assert (text(shown), shown.total) == (text(slow.show(name, 3)), counts[name]), name
+    assert text(fast.batches(100)) == text(slow.batches(100))
+    assert text(fast.maintenance()) == text(slow.maintenance())
+    every = DeadLetterFilter(include_replayed=True)
+    assert text(fast.dead_letters(every, None, 100, 80)) == text(
+        slow.dead_letters(every, None, 100, 80)
+    )
+    assert fast.watermarks() == slow.watermarks()
+    assert fast.open_dead_letters() == slow.open_dead_letters()
+    assert fast.table_batches() == slow.table_batches()
+
+
 def test_columns_named_like_working_columns(
     spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -11,6 +11,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -236,11 +239,83 @@ def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_
     assert [tuple(r) for r in dead] == [
         (f"kafka://{table_topic}/{p}", offset, "NOT_JSON") for p, offset in poisoned
     ]
-    from cdcflow.pipeline.replay import DeadLetterFilter, list_dead_letters
+    from cdcflow.observe.catalog import open_catalog
+    from cdcflow.observe.tables import IcebergResults
+    from cdcflow.pipeline.replay import DeadLetterFilter
 
-    columns, listed = list_dead_letters(load_config_file(config), spark, DeadLetterFilter(), 50)
-    shown = sorted(r[columns.index("origin")] for r in listed)
+    cfg = load_config_file(config)
+    listed = IcebergResults(cfg, open_catalog(cfg.catalog)).dead_letters(
+        DeadLetterFilter(), None, 50, 80
+    )
+    assert listed is not None
+    shown = sorted(r["origin"] for r in listed.dicts())
     assert shown == sorted(f"kafka://{table_topic}/{p}@{o}" for p, o in poisoned)
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A pipeline's ``/metrics``: each sample's value by name and labels (sorted)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url + "metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def summed(found: dict[Any, float], name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include ``labels``."""
+    return sum(
+        v
+        for (n, ls), v in found.items()
+        if n == name and all(dict(ls).get(k) == want for k, want in labels.items())
+    )
+
+
+def lag(url: str) -> float | None:
+    """Offsets not applied yet over every partition (``None``: not known yet)."""
+    found = scrape(url)
+    if not any(n == "cdcflow_kafka_lag_offsets" for n, _ in found):
+        return None
+    return summed(found, "cdcflow_kafka_lag_offsets")
+
+
+def readyz(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url + "readyz", timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def until(what: Callable[[], bool], seconds: float, why: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not what():
+        assert time.monotonic() < deadline, why
+        time.sleep(0.3)
+
+
+def history_totals(spark: Any, namespace: str) -> dict[str, int]:
+    """The batch history's counts, summed over every batch."""
+    (row,) = spark.sql(
+        "SELECT count(*) AS batches, sum(events) AS events, sum(applied) AS applied, "
+        "sum(duplicates) AS duplicate, sum(stale) AS stale, sum(conflicts) AS conflict, "
+        f"sum(dead_lettered) AS dead_lettered FROM cdc.{namespace}__cdcflow.batches"
+    ).collect()
+    return {k: int(v or 0) for k, v in row.asDict().items()}
+
+
+def metric_totals(found: dict[Any, float]) -> dict[str, int]:
+    """The same counts as a pipeline's metrics give them."""
+    out = {
+        "batches": int(summed(found, "cdcflow_batches_total")),
+        "events": int(summed(found, "cdcflow_events_read_total")),
+    }
+    for outcome in ("applied", "duplicate", "stale", "conflict", "dead_lettered"):
+        out[outcome] = int(summed(found, "cdcflow_events_total", outcome=outcome))
+    return out
 
 
 @pytest.mark.services
@@ -248,20 +323,35 @@ def test_the_broker_stopped_for_30_seconds_while_following(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
     """The broker stops for 30 s under a following run and starts again (same port, same
-    data): the run keeps going and applies what was produced before and after."""
+    data): the run keeps going and applies what was produced before and after. Its metrics,
+    scraped as it goes, equal the batch history; each table's freshness moves to the newest
+    commit applied, the lag shows what was produced and not applied yet; ``/readyz`` turns
+    unready while the broker is away and ready again after; the run's stderr holds only
+    cdcflow's own lines."""
     w = generate(72, tables=2, transactions=40, features=renderer_features("savegress"))
     sent = delivery("savegress", w, seed=72, prefix="outage72")
     half = len(sent.records) // 2
     produce(kafka.bootstrap, sent.records[:half])
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
+    port = free_port()
     config = pipeline_config(
         tmp_path,
         warehouse,
         sent.options,
         namespace="koutage",
-        kafka={"bootstrap_servers": kafka.bootstrap, "topics": sent.topics},
+        kafka={
+            "bootstrap_servers": kafka.bootstrap,
+            "topics": sent.topics,
+            "max_offsets_per_trigger": 20,
+        },
         follow_interval="2s",
+        metrics={"port": port, "ready_intervals": 3},
     )
+    url = f"http://127.0.0.1:{port}/"
+    newest = {
+        name: max(c.commit_time for c in w.changes() if c.table == name).timestamp()
+        for name in w.tables
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "cdcflow", "run", str(config), "--follow"],
         stdout=subprocess.PIPE,
@@ -269,17 +359,37 @@ def test_the_broker_stopped_for_30_seconds_while_following(
         text=True,
         start_new_session=True,
     )
-    guard = threading.Timer(420, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    guard = threading.Timer(480, lambda: os.killpg(proc.pid, signal.SIGKILL))
     guard.start()
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
         assert first.startswith("batch "), first
+        # the first half applied (a batch of at most 20 records at a time)
+        until(lambda: metric_totals(scrape(url))["events"] > 0, 60, "no events counted")
+        until(lambda: summed(scrape(url), "cdcflow_kafka_lag_offsets") == 0, 180, "lag stays")
+        before = scrape(url)
+        assert metric_totals(before) == history_totals(spark, "koutage")
+        times = {
+            dict(ls)["table"]: v
+            for (n, ls), v in before.items()
+            if n == "cdcflow_table_source_timestamp_seconds"
+        }
+        assert set(times) == set(w.tables) and all(times[t] <= newest[t] for t in times)
+        fresh = summed(before, "cdcflow_table_freshness_seconds", table=sorted(times)[0])
+        assert fresh == pytest.approx(time.time() - times[sorted(times)[0]], abs=30)
+        assert readyz(url) == 200 and summed(before, "cdcflow_ready") == 1
+
         bootstrap = kafka.bootstrap
         assert kafka.stop() == "stopped"
-        time.sleep(30)
+        until(lambda: readyz(url) == 503, 60, "/readyz still ready without a broker")
+        assert summed(scrape(url), "cdcflow_ready") == 0
+        time.sleep(max(0.0, 30 - 6))
         assert kafka.start() == bootstrap  # the same port: the run's address still holds
         produce(kafka.bootstrap, sent.records[half:])
+        # produced and not applied yet: the lag shows it, then drains
+        until(lambda: (lag(url) or 0) > 0, 120, "no lag seen")
+        until(lambda: readyz(url) == 200, 180, "/readyz not ready again")
         deadline = time.monotonic() + 180
         applied = False
         while time.monotonic() < deadline and proc.poll() is None:
@@ -289,6 +399,18 @@ def test_the_broker_stopped_for_30_seconds_while_following(
                 break
             except AssertionError:
                 time.sleep(3)
+        until(lambda: lag(url) == 0, 120, "the lag stays")
+        after = scrape(url)
+        assert metric_totals(after) == history_totals(spark, "koutage")
+        assert metric_totals(after)["events"] > metric_totals(before)["events"]
+        moved = {
+            dict(ls)["table"]: v
+            for (n, ls), v in after.items()
+            if n == "cdcflow_table_source_timestamp_seconds"
+        }
+        # every event applied: each table's freshness counts from its newest commit
+        assert moved == pytest.approx(newest, abs=1e-3)
+        assert any(moved[t] > times[t] for t in times)
         os.killpg(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -297,6 +419,9 @@ def test_the_broker_stopped_for_30_seconds_while_following(
             os.killpg(proc.pid, signal.SIGKILL)
     assert applied, first + out + err[-2000:]
     assert proc.returncode == 0, out + err[-2000:]  # it kept going, and stopped cleanly
+    # Spark's own lines stay off stderr (no log4j line, no "Failed to cancel job group")
+    own = ("pipeline koutage:", "metrics, health", "stopping after", "cdcflow: a Kafka broker")
+    assert [ln for ln in err.splitlines() if not ln.startswith(own)] == [], err
 
 
 def test_the_canonical_stream_out_to_a_topic(spark: Any, kafka: Any, tmp_path: Path) -> None:

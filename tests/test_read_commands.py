@@ -1,5 +1,6 @@
-"""The read commands over a replica with every canonical type, in every output format; their
-errors, coded and without a trace unless ``--debug``."""
+"""The read commands over a replica with every canonical type, in every output format, read
+with pyiceberg and with Spark (the same text); their errors, coded and without a trace unless
+``--debug``; nothing created by reading."""
 
 from __future__ import annotations
 
@@ -192,10 +193,29 @@ READS = {
 def test_every_read_command_prints_every_canonical_type_in_every_format(
     config: Path, capsys: pytest.CaptureFixture[str], command: str, output: str
 ) -> None:
+    """Read with pyiceberg (no JVM), then through Spark: the same lines, every type."""
     argv, check = READS[command]
-    rc, lines, err = _run(capsys, *[a.format(config=config) for a in argv], "--output", output)
+    args = [*[a.format(config=config) for a in argv], "--output", output]
+    rc, lines, err = _run(capsys, *args)
     assert rc == 0, err
     check(lines, output)
+    if command != "sql":
+        rc, through_spark, err = _run(capsys, *args, "--spark")
+        assert rc == 0, err
+        assert through_spark == lines
+
+
+def test_show_sorts_by_key_and_says_how_many_more(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for via in ([], ["--spark"]):
+        show = ["show", str(config), "alltypes", "--limit", "1", *via]
+        rc, lines, err = _run(capsys, *show)
+        assert rc == 0, err
+        assert len(lines) == 3 and lines[2] == "… 1 more row(s) of 2 (--limit shows more)"
+        rc, lines, err = _run(capsys, *show, "--output", "json")
+        assert [json.loads(ln)["id"] for ln in lines] == [1]  # the first key
+        assert err == "… 1 more row(s) of 2 (--limit shows more)\n"
 
 
 @pytest.mark.parametrize(
@@ -231,7 +251,38 @@ def test_read_errors_are_coded_with_a_hint_and_no_trace(
 ) -> None:
     rc, lines, err = _run(capsys, *[a.format(config=config) for a in argv])
     assert (rc, lines, err.splitlines()) == (2, [], expected)
+    if argv[0] != "sql":
+        rc, lines, err = _run(capsys, *[a.format(config=config) for a in argv], "--spark")
+        assert (rc, lines, err.splitlines()) == (2, [], expected)
     with pytest.raises(CdcflowError) as e:  # --debug shows the trace: the error is raised
         main(["--debug", *[a.format(config=config) for a in argv]])
     assert str(e.value) == expected[0]
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", ["tables", "history", "dead-letters", "watermarks", "status"])
+def test_a_read_never_creates_a_catalog_or_a_namespace(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A typo in ``warehouse`` or ``namespace`` is an error naming what exists, whichever way
+    the command reads, and leaves nothing behind."""
+    doc = yaml.safe_load(config.read_text())
+    typo = tmp_path / "warehous"
+    bad_warehouse = tmp_path / "w.yaml"
+    bad_warehouse.write_text(
+        yaml.safe_dump({**doc, "catalog": {"name": "cdc", "warehouse": str(typo)}})
+    )
+    bad_namespace = tmp_path / "n.yaml"
+    bad_namespace.write_text(yaml.safe_dump({**doc, "namespace": "readal"}))
+    for via in ([], ["--spark"]):
+        rc, lines, err = _run(capsys, command, str(bad_warehouse), *via)
+        assert (rc, lines) == (2, []), err
+        assert err.startswith(f"[CATALOG_NOT_FOUND] catalog 'cdc': warehouse {typo} does not exist")
+        assert not typo.exists()
+        rc, lines, err = _run(capsys, command, str(bad_namespace), *via)
+        assert (rc, lines) == (2, []), err
+        head, hint = err.splitlines()
+        wanted = "[NAMESPACE_NOT_FOUND] no namespace 'readal' in catalog 'cdc'. Did you mean"
+        assert head == f"{wanted} '{NAMESPACE}'?"
+        assert f" {NAMESPACE}" in hint and "__cdcflow" not in hint
+        assert re.search(r"\breadal\b", hint) is None

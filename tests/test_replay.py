@@ -16,8 +16,10 @@ from cdcflow.cli.main import main
 from cdcflow.config import load_config_file
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.errors import ConfigError
+from cdcflow.observe.catalog import open_catalog
+from cdcflow.observe.tables import IcebergResults, SparkResults
 from cdcflow.pipeline.query import Pipeline
-from cdcflow.pipeline.replay import DeadLetterFilter, list_dead_letters, replay_dead_letters
+from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.landing import append
@@ -60,7 +62,9 @@ def _open(spark: Any, namespace: str) -> dict[str, int]:
 
 
 @pytest.mark.spark
-def test_keys_configured_later_then_replay_equals_oracle(spark: Any, tmp_path: Path) -> None:
+def test_keys_configured_later_then_replay_equals_oracle(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     w, keys, types = _landing(tmp_path, 21)
     ns = "replay_keys"
@@ -89,12 +93,20 @@ def test_keys_configured_later_then_replay_equals_oracle(spark: Any, tmp_path: P
     rest = replay_dead_letters(cfg, spark, DeadLetterFilter())
     assert rest.claimed == {"s": 1} and rest.exit_status == 3
     assert _open(spark, ns) == {"NOT_JSON": 1}
-    columns, rows = list_dead_letters(cfg, spark, DeadLetterFilter(), 10)
-    assert [r[columns.index("error_code")] for r in rows] == ["NOT_JSON"]
-    columns, rows = list_dead_letters(cfg, spark, DeadLetterFilter(include_replayed=True), 100)
-    replayed = [r for r in rows if r[columns.index("replayed_at")] is not None]
-    assert len(replayed) == unknown["KEY_UNKNOWN"] + 1
+    for results in (SparkResults(cfg, spark), IcebergResults(cfg, open_catalog(cfg.catalog))):
+        found = results.dead_letters(DeadLetterFilter(), None, 10, 80)
+        assert found is not None
+        assert [r["error_code"] for r in found.dicts()] == ["NOT_JSON"]
+        found = results.dead_letters(DeadLetterFilter(include_replayed=True), None, 100, 80)
+        assert found is not None
+        replayed = [r for r in found.dicts() if r["replayed_at"] is not None]
+        assert len(replayed) == unknown["KEY_UNKNOWN"] + 1
     _assert_replicas(spark, w, ns)
+    # the history tells the replays from the run's batches, in a table as in JSON
+    config = _write_config(tmp_path, warehouse, ns, keys, types)
+    assert main(["history", str(config)]) == 0
+    sources = [ln.split("  ")[0].strip() for ln in capsys.readouterr().out.splitlines()[1:]]
+    assert sources.count("s (replay)") == 2 and sources.count("s") == 1, sources
 
 
 @pytest.mark.services

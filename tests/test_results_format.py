@@ -12,6 +12,7 @@ import pytest
 
 from cdcflow.cli.render import json_value, text_value
 from cdcflow.cli.results import duration, emit
+from cdcflow.observe.values import arrow_shape, python_value, spark_shape
 
 
 @pytest.mark.parametrize(
@@ -96,19 +97,55 @@ _VALUES: dict[str, tuple[Any, Any, str]] = {
 }
 
 
+def _arrow(name: str) -> tuple[Any, Any]:
+    """The Arrow type pyiceberg reads a column of Spark type ``name`` as, and the value of
+    :data:`_VALUES` as Arrow gives it back (``to_pylist``)."""
+    import pyarrow as pa
+
+    types = {
+        "boolean": pa.bool_(),
+        "bigint": pa.int64(),
+        "double": pa.float64(),
+        "decimal": pa.decimal128(21, 2),
+        "string": pa.string(),
+        "binary": pa.binary(),
+        "date": pa.date32(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "timestamp_ntz": pa.timestamp("us"),
+        "array": pa.list_(pa.decimal128(5, 1)),
+        "map": pa.map_(pa.string(), pa.timestamp("us", tz="UTC")),
+        "struct": pa.struct([("x", pa.float64()), ("y", pa.float64())]),
+    }
+    value = _VALUES[name][0]
+    if name == "timestamp":
+        value = _INSTANT
+    elif name == "map":
+        value = {"at": _INSTANT}
+    elif name == "struct":
+        value = dict(zip("xy", value, strict=True))
+    array = pa.array([value], types[name])
+    return types[name], array.to_pylist()[0]
+
+
 @pytest.mark.parametrize("name", sorted(_VALUES))
 def test_every_spark_type_has_one_json_and_one_table_rendering(name: str) -> None:
+    """A value prints the same whether PySpark gave it (Spark's type) or pyiceberg (Arrow's
+    type, the value as Arrow gives it back)."""
     value, as_json, as_text = _VALUES[name]
-    data_type = _types()[name]
-    assert json_value(value, data_type) == as_json
-    assert text_value(value, data_type) == as_text
-    assert json_value(None, data_type) is None and text_value(None, data_type) == ""
+    arrow_type, arrow_value = _arrow(name)
+    for shape, found in (
+        (spark_shape(_types()[name]), value),
+        (arrow_shape(arrow_type), python_value(arrow_value, arrow_shape(arrow_type))),
+    ):
+        assert json_value(found, shape) == as_json
+        assert text_value(found, shape) == as_text
+        assert json_value(None, shape) is None and text_value(None, shape) == ""
 
 
 def test_a_json_line_is_valid_json_whatever_the_values(capsys: pytest.CaptureFixture[str]) -> None:
     names = sorted(_VALUES)
-    types = _types()
-    emit(names, [tuple(_VALUES[n][0] for n in names)], "json", types=[types[n] for n in names])
+    shapes = [spark_shape(_types()[n]) for n in names]
+    emit(names, [tuple(_VALUES[n][0] for n in names)], "json", shapes=shapes)
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line) == {n: _VALUES[n][1] for n in names}
 
@@ -134,7 +171,7 @@ def test_timestamps_print_in_utc_whatever_the_local_time_zone(
     try:
         local = _INSTANT.astimezone().replace(tzinfo=None)  # what PySpark would return
         assert local.hour == 15
-        timestamp = _types()["timestamp"]
+        timestamp = spark_shape(_types()["timestamp"])
         assert json_value(local, timestamp) == "2026-11-25T19:14:27.000005Z"
         assert text_value(local, timestamp) == "2026-11-25 19:14:27.000005"
     finally:

@@ -98,6 +98,9 @@ def test_follow_stops_cleanly_on_sigterm(spark: Any, tmp_path: Path) -> None:
     assert "stopping after the batch in progress" in err
     # Spark's warnings about what cdcflow does on purpose stay off stderr
     assert "locally checkpointed" not in err and "falling behind" not in err, err
+    # and so does every other line of Spark's or log4j's (-v shows them), the stop included
+    own = ("pipeline lock_term:", "stopping after the batch in progress")
+    assert [ln for ln in err.splitlines() if not ln.startswith(own)] == [], err
     assert not (tmp_path / "checkpoint" / LOCK_FILE).exists()
 
 

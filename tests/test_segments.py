@@ -243,16 +243,20 @@ def test_incomplete_message_is_dead_lettered_after_the_wait(spark: Any, tmp_path
     bad = split_event(_ev(0x400, 3, "9"), 3)
     bad[1]["finalsegment"], bad[2]["finalsegment"] = True, False  # a segment after the final
     land(landing, [_ev(0x200, 1, "1.5"), a, c, *bad])
-    run(spark, cfg)
+    reports = run(spark, cfg)
     assert [code for code, _ in _dead(spark, cfg)] == ["SEGMENT_OUT_OF_RANGE"] * 3
+    # the reports count them by code, as the batch's own counts say (no job of their own)
+    assert [r.dead_letter_codes for r in reports] == [{"SEGMENT_OUT_OF_RANGE": 3}]
     time.sleep(2.5)
     land(landing, [_ev(0x500, 4, "4")])
-    run(spark, cfg)
+    reports = run(spark, cfg)
     codes = [code for code, _ in _dead(spark, cfg)]
     assert codes.count("SEGMENT_MISSING") == 2  # both segments of the incomplete message
     assert codes.count("SEGMENT_OUT_OF_RANGE") == 3
+    assert [r.dead_letter_codes for r in reports] == [{"SEGMENT_MISSING": 2}]
     # the missing segment arrives too late: dead-lettered, the replica keeps what it had
     land(landing, [b])
-    run(spark, cfg)
+    reports = run(spark, cfg)
     assert [code for code, _ in _dead(spark, cfg)].count("SEGMENT_LATE") == 1
+    assert [r.dead_letter_codes for r in reports] == [{"SEGMENT_LATE": 1}]
     assert sorted(r["id"] for r in rows(spark, cfg, "t", "id")) == [1, 4]

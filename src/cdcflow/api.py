@@ -457,8 +457,10 @@ def start(
     reads ``data``: a streaming DataFrame of raw messages (decoded with the source's
     dialect), a :class:`Decoded` result, or canonical events. Other sources of a configuration
     read their landing zones. ``follow``: keep following (a trigger every
-    ``follow_interval``); otherwise process what is available and stop. Returns the running
-    :class:`Pipeline`: ``.query`` (the ``StreamingQuery``), ``.wait()``, ``.stop()``."""
+    ``follow_interval``); otherwise process what is available and stop. With ``metrics:
+    {port: …}`` in the settings, the pipeline serves its Prometheus metrics, health endpoints
+    and status page while it runs. Returns the running :class:`Pipeline`: ``.query`` (the
+    ``StreamingQuery``), ``.wait()``, ``.stop()``."""
     frame = data.frame if isinstance(data, Decoded) else data
     if not frame.isStreaming:
         raise ConfigError(
@@ -475,5 +477,12 @@ def start(
             "that reads the DataFrame",
             hint="sources: " + ", ".join(s.name for s in pipe.cfg.sources),
         )
-    pipe.start(follow, on_report, inputs={name: data})
+    from cdcflow.observe.server import reporting, watch
+
+    server = watch(pipe, pipe.cfg)
+    try:
+        pipe.start(follow, reporting(server, on_report), inputs={name: data})
+    except BaseException:
+        pipe.close()
+        raise
     return pipe

@@ -70,6 +70,17 @@ class CatalogConfig(_Model):
     options: dict[str, str] = Field(default_factory=dict)
 
 
+class MetricsConfig(_Model):
+    """Where a running pipeline answers ``/metrics`` (Prometheus), ``/healthz``, ``/readyz``,
+    ``/status.json`` and its status page (``/``); ``ready_intervals``: ``/readyz`` answers
+    ready while a batch succeeded (or a trigger found nothing new) within that many follow
+    intervals."""
+
+    port: int = Field(ge=0, le=65535)
+    host: str = "127.0.0.1"
+    ready_intervals: int = Field(default=3, ge=1)
+
+
 class SparkConfig(_Model):
     """Spark settings; ``conf`` is passed through."""
 
@@ -560,6 +571,8 @@ class PipelineConfig(_Model):
     outputs: list[OutputConfig] = Field(default_factory=list)
     #: maintenance of the tables between batches (``off``: none)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    #: a running pipeline's metrics, health endpoints and status page
+    metrics: MetricsConfig | None = None
 
     @field_validator("maintenance", mode="before")
     @classmethod

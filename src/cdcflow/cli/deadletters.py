@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from cdcflow.cli.results import _common, _config_arg, _internal, _session, emit
+from cdcflow.cli.results import (
+    _common,
+    _config_arg,
+    _reading,
+    _session,
+    emit_listing,
+    open_results,
+)
 
 
 @click.command("dead-letters")
@@ -24,6 +31,7 @@ from cdcflow.cli.results import _common, _config_arg, _internal, _session, emit
 )
 @click.option("--all", "include_replayed", is_flag=True, help="List replayed ones too.")
 @_common
+@_reading
 def dead_letters_cmd(
     config: str,
     limit: int,
@@ -35,22 +43,26 @@ def dead_letters_cmd(
     include_replayed: bool,
     output: str,
     full: bool,
+    use_spark: bool,
 ) -> None:
     """List dead-lettered messages (origin, error code and message, the message's bytes:
     escaped and cut in a table, whole and base64 in JSON), or replay them."""
-    from cdcflow.pipeline.replay import DeadLetterFilter, list_dead_letters, replay_dead_letters
+    from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters, source_ids
 
-    cfg, spark = _session(config, short=not replay)
     chosen = DeadLetterFilter(codes, tables, sources, since, include_replayed)
     if replay:
+        cfg, spark = _session(config, short=False)
         result = replay_dead_letters(cfg, spark, chosen)
         click.echo(result.summary())
         if result.exit_status:
             raise click.exceptions.Exit(result.exit_status)
         return
-    if _internal(cfg, spark, "dead_letters") is None:
+    chosen.since_time()  # a bad --since is refused before anything is read
+    results = open_results(config, use_spark)
+    ids = source_ids(results.cfg, sources) if sources else None
+    whole = full or output == "json"
+    found = results.dead_letters(chosen, ids, limit, None if whole else 80)
+    if found is None:
         click.echo("no dead letters")
         return
-    whole = full or output == "json"
-    columns, rows = list_dead_letters(cfg, spark, chosen, limit, raw_bytes=None if whole else 80)
-    emit(columns, rows, output, full)
+    emit_listing(found, output, full)

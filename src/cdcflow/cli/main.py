@@ -16,46 +16,60 @@ from cdcflow.errors import CdcflowError, CommandFailed
 
 _DEBUG = False
 
-#: (module, click command attribute); modules are imported when the CLI starts, and import
-#: nothing heavy at module level.
-COMMANDS: list[tuple[str, str]] = [
-    ("cdcflow.cli.inspect", "inspect_cmd"),
-    ("cdcflow.cli.pipeline", "run_cmd"),
-    ("cdcflow.cli.pipeline", "demo_cmd"),
-    ("cdcflow.cli.results", "tables_cmd"),
-    ("cdcflow.cli.results", "show_cmd"),
-    ("cdcflow.cli.results", "sql_cmd"),
-    ("cdcflow.cli.deadletters", "dead_letters_cmd"),
-    ("cdcflow.cli.results", "history_cmd"),
-    ("cdcflow.cli.results", "watermarks_cmd"),
-    ("cdcflow.cli.serve", "serve_cmd"),
-    ("cdcflow.cli.jars", "jars_cmd"),
-    ("cdcflow.cli.catalog", "migrate_catalog_cmd"),
-    ("cdcflow.cli.maintain", "maintain_cmd"),
-]
+#: Command name → (module, click command attribute). A command's module is imported when the
+#: command runs (or help lists the commands), so each command imports only what it needs.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "inspect": ("cdcflow.cli.inspect", "inspect_cmd"),
+    "run": ("cdcflow.cli.pipeline", "run_cmd"),
+    "demo": ("cdcflow.cli.pipeline", "demo_cmd"),
+    "tables": ("cdcflow.cli.results", "tables_cmd"),
+    "show": ("cdcflow.cli.results", "show_cmd"),
+    "sql": ("cdcflow.cli.results", "sql_cmd"),
+    "dead-letters": ("cdcflow.cli.deadletters", "dead_letters_cmd"),
+    "history": ("cdcflow.cli.results", "history_cmd"),
+    "watermarks": ("cdcflow.cli.results", "watermarks_cmd"),
+    "status": ("cdcflow.cli.status", "status_cmd"),
+    "serve": ("cdcflow.cli.serve", "serve_cmd"),
+    "jars": ("cdcflow.cli.jars", "jars_cmd"),
+    "migrate-catalog": ("cdcflow.cli.catalog", "migrate_catalog_cmd"),
+    "maintain": ("cdcflow.cli.maintain", "maintain_cmd"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+class _Commands(click.Group):
+    """The commands of :data:`COMMANDS`, each imported when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        import importlib
+
+        found = COMMANDS.get(cmd_name)
+        if found is None:
+            return None
+        module, name = found
+        command: click.Command = getattr(importlib.import_module(module), name)
+        return command
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (and Spark's last lines).")
+@click.option("-v", "--verbose", is_flag=True, help="Show Spark's own lines on stderr.")
 @click.version_option(package_name="cdcflow")
-def cli(debug: bool) -> None:
+def cli(debug: bool, verbose: bool) -> None:
     """cdcflow: CDC messages of every dialect → exact Apache Iceberg replicas on Spark."""
     global _DEBUG
     _DEBUG = debug
+    from cdcflow.spark.session import JvmOutput
 
-
-def _register(module: str, name: str) -> None:
-    import importlib
-
-    cmd = getattr(importlib.import_module(module), name)
-    cli.add_command(cmd)
+    # the JVM a command starts keeps Spark's and log4j's lines to itself, unless -v
+    JvmOutput.enabled = True
+    JvmOutput.verbose = verbose
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one error funnel for every command."""
-    for module, name in COMMANDS:
-        if name not in cli.commands:
-            _register(module, name)
     try:
         rv = cli.main(args=argv, prog_name="cdcflow", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
@@ -99,6 +113,11 @@ def _report(exc: Exception, error: CdcflowError) -> int:
     if error.hint:
         click.echo(f"hint: {error.hint}", err=True)
     if _DEBUG:
+        from cdcflow.spark import session
+
+        if session.JVM_OUTPUT is not None and session.JVM_OUTPUT.kept:
+            click.echo("Spark's last lines:", err=True)
+            click.echo("\n".join(session.JVM_OUTPUT.kept), err=True)
         raise exc
     return 1 if isinstance(error, CommandFailed) else 2
 

@@ -17,7 +17,13 @@ from cdcflow.cli.main import echo_err
 @click.command("run")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--follow", is_flag=True, help="Keep following the landing zones.")
-def run_cmd(config: str, follow: bool) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics, /healthz, /readyz and the status page on this port (as metrics: "
+    "{port: …} in CONFIG does; 0: any free port).",
+)
+def run_cmd(config: str, follow: bool, metrics_port: int | None) -> None:
     """Run the pipeline described by CONFIG (YAML): decode the landing zones and apply the
     events to Iceberg tables. Stops when everything present is processed, unless --follow;
     Ctrl-C or SIGTERM then stops after the batch in progress.
@@ -27,6 +33,7 @@ def run_cmd(config: str, follow: bool) -> None:
     same pipeline)."""
     from cdcflow.config import load_config_file
     from cdcflow.errors import CdcflowError
+    from cdcflow.observe.server import reporting, watch
     from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.report import format_report
     from cdcflow.spark.session import session_running
@@ -38,14 +45,23 @@ def run_cmd(config: str, follow: bool) -> None:
     pipeline.check_paths()
     with StopSignals.spare_spark():
         pipeline.open()
+    try:
+        server = watch(pipeline, cfg, metrics_port)
+    except BaseException:
+        pipeline.close()
+        raise
     echo_err(
         f"pipeline {cfg.pipeline}: {len(cfg.sources)} source(s) → "
         f"{cfg.catalog.name}.{cfg.namespace}" + (" (following)" if follow else "")
     )
+    if server is not None:
+        echo_err(f"metrics, health and the status page on {server.url}")
     with StopSignals() as signals:
         result = pipeline.run(
             follow=follow,
-            on_report=lambda r: click.echo(format_report(r, source=len(cfg.sources) > 1)),
+            on_report=reporting(
+                server, lambda r: click.echo(format_report(r, source=len(cfg.sources) > 1))
+            ),
             should_stop=signals.received,
             raise_on_failure=False,
         )

@@ -1,11 +1,12 @@
 """How the read commands print a value of each Spark type: one rendering for JSON lines, one
-for aligned tables.
+for aligned tables. A column's type is given as its :class:`~cdcflow.observe.values.Shape`, the
+same whether Spark or pyiceberg read it.
 
 JSON (``--output json``): numbers and booleans as JSON numbers and booleans (NaN and infinities
 as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``), decimals exact as strings,
 timestamps ISO-8601 in UTC with ``Z``, ``timestamp_ntz`` without a zone, dates ``YYYY-MM-DD``,
-binary base64, structs and maps as objects (map keys as their text), arrays as arrays — each
-recursively.
+binary base64, structs and maps as objects (map keys as their text, entries in key order),
+arrays as arrays — each recursively.
 
 Tables: the same values as text, with thousands separators in integers, timestamps in UTC as
 ``YYYY-MM-DD HH:MM:SS[.ffffff]``, binary as its text with undecodable bytes escaped
@@ -20,23 +21,17 @@ import datetime as dt
 import json
 import math
 import unicodedata
+from collections.abc import Iterable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from cdcflow.observe.values import ANY, ARRAY, MAP, STRUCT, WALL_CLOCK, Shape
 from cdcflow.types import decimal_text
-
-if TYPE_CHECKING:
-    from pyspark.sql.types import DataType
 
 UTC = dt.UTC
 #: Characters a terminal would act on or hide: control and format characters, line breaks.
 _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _kind(data_type: DataType | None) -> str:
-    """The rendering family of a Spark type (``""``: judged from the Python value)."""
-    return "" if data_type is None else type(data_type).__name__
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
@@ -57,22 +52,20 @@ def _instant(value: dt.datetime, sep: str, utc: bool, zone: str = "") -> str:
     return value.replace(tzinfo=None).isoformat(sep=sep, timespec=spec) + zone
 
 
-def json_value(value: Any, data_type: DataType | None = None) -> Any:
-    """The JSON value of a Spark value of ``data_type`` (``None``: judged from the value, a
-    naive datetime taken as a ``timestamp``)."""
+def json_value(value: Any, shape: Shape = ANY) -> Any:
+    """The JSON value of a Spark value of a column of ``shape`` (:data:`ANY`: judged from the
+    value, a naive datetime taken as a ``timestamp``)."""
     if value is None:
         return None
-    kind = _kind(data_type)
-    if kind == "StructType":
-        fields = data_type.fields  # type: ignore[union-attr]
-        return {f.name: json_value(value[i], f.dataType) for i, f in enumerate(fields)}
-    if kind == "ArrayType":
-        inner = data_type.elementType  # type: ignore[union-attr]
-        return [json_value(v, inner) for v in value]
-    if kind == "MapType":
-        kt, vt = data_type.keyType, data_type.valueType  # type: ignore[union-attr]
-        return {_key_text(k, kt): json_value(v, vt) for k, v in value.items()}
-    if kind == "TimestampNTZType":
+    kind = shape.kind
+    if kind == STRUCT:
+        return {name: json_value(value[i], inner) for i, (name, inner) in enumerate(shape.fields)}
+    if kind == ARRAY:
+        return [json_value(v, shape.element or ANY) for v in value]
+    if kind == MAP:
+        kt, vt = shape.key or ANY, shape.value or ANY
+        return _entries((_key_text(k, kt), json_value(v, vt)) for k, v in value.items())
+    if kind == WALL_CLOCK:
         return _instant(value, "T", utc=False)
     if isinstance(value, bool):
         return value
@@ -93,20 +86,25 @@ def json_value(value: Any, data_type: DataType | None = None) -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, dict):
-        return {_key_text(k, None): json_value(v) for k, v in value.items()}
+        return _entries((_key_text(k, ANY), json_value(v)) for k, v in value.items())
     if isinstance(value, list | tuple):
         return [json_value(v) for v in value]
     return str(value)
 
 
-def _key_text(key: Any, data_type: DataType | None) -> str:
-    found = json_value(key, data_type)
+def _entries(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """A map's entries by key: their order in a map carries no meaning, and readers differ."""
+    return dict(sorted(pairs, key=lambda kv: kv[0]))
+
+
+def _key_text(key: Any, shape: Shape) -> str:
+    found = json_value(key, shape)
     return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
 
 
-def json_line(columns: list[str], row: Any, types: list[DataType | None]) -> str:
+def json_line(columns: list[str], row: Any, shapes: list[Shape]) -> str:
     """One row as a compact JSON object (non-ASCII text kept as is)."""
-    doc = {c: json_value(v, t) for c, v, t in zip(columns, row, types, strict=True)}
+    doc = {c: json_value(v, t) for c, v, t in zip(columns, row, shapes, strict=True)}
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
@@ -126,16 +124,16 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
-def text_value(value: Any, data_type: DataType | None = None) -> str:
-    """The text of a Spark value of ``data_type`` in a table cell (uncut)."""
+def text_value(value: Any, shape: Shape = ANY) -> str:
+    """The text of a Spark value of a column of ``shape`` in a table cell (uncut)."""
     if value is None:
         return ""
-    kind = _kind(data_type)
-    if kind in ("StructType", "ArrayType", "MapType") or isinstance(value, dict | list):
-        found = json_value(value, data_type)
+    kind = shape.kind
+    if kind in (STRUCT, ARRAY, MAP) or isinstance(value, dict | list):
+        found = json_value(value, shape)
         text = json.dumps(found, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         return printable(text)
-    if kind == "TimestampNTZType":
+    if kind == WALL_CLOCK:
         return _instant(value, " ", utc=False)
     if isinstance(value, bool):
         return "true" if value else "false"

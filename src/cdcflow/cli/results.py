@@ -1,12 +1,16 @@
 """Commands to look at results without writing Spark code.
 
 Every command prints a table (numbers with thousands separators, long values cut unless
-``--full``) or, with ``--output json``, one JSON object per line.
+``--full``) or, with ``--output json``, one JSON object per line. ``tables``, ``show``,
+``history``, ``dead-letters``, ``watermarks`` and ``status`` read the catalog with pyiceberg
+(no JVM) where it can open it, else with Spark (:mod:`cdcflow.observe.tables`); ``sql`` and
+``dead-letters --replay`` run on Spark.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -14,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cdcflow.cli.render import json_line, text_value
+from cdcflow.observe.status import duration
+from cdcflow.observe.values import ANY, Shape
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Row, SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql import DataFrame, SparkSession
 
     from cdcflow.config import PipelineConfig
+    from cdcflow.observe.tables import Listing, Results
     from cdcflow.spark.session import SparkSettings
 
 _CUT = 60
@@ -63,19 +69,6 @@ def _session(config: str, short: bool = True) -> tuple[PipelineConfig, SparkSess
     return cfg, open_session(cfg, read_settings(cfg, short))
 
 
-def duration(seconds: float | None) -> str:
-    """``2d 03:04:05``, ``04:05``... for a number of seconds."""
-    if seconds is None:
-        return ""
-    sign = "-" if seconds < 0 else ""
-    total = round(abs(seconds))
-    days, rest = divmod(total, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{sign}{days}d {clock}" if days else f"{sign}{clock}"
-
-
 def _cut(text: str, full: bool) -> str:
     if not full and len(text) > _CUT:
         return text[: _CUT - 1] + "…"
@@ -87,11 +80,11 @@ def emit(
     rows: Sequence[Sequence[Any]],
     output: str,
     full: bool = False,
-    types: Sequence[DataType | None] | None = None,
+    shapes: Sequence[Shape] | None = None,
 ) -> None:
     """Print rows as an aligned table or as JSON lines (see :mod:`cdcflow.cli.render`);
-    ``types``: the Spark type of each column, where the values come from Spark."""
-    kinds: list[DataType | None] = list(types) if types is not None else [None] * len(columns)
+    ``shapes``: each column's type, where the values come from a table."""
+    kinds: list[Shape] = list(shapes) if shapes is not None else [ANY] * len(columns)
     if output == "json":
         for row in rows:
             click.echo(json_line(list(columns), row, kinds))
@@ -116,9 +109,21 @@ def emit(
         click.echo(line(r))
 
 
+def emit_listing(listing: Listing, output: str, full: bool = False) -> None:
+    """Print a listing's rows (:func:`emit`)."""
+    emit(listing.columns, listing.rows, output, full, listing.shapes)
+
+
+def say(message: str, output: str) -> None:
+    """A line that is not a row: on stdout beside a table, on stderr beside JSON lines."""
+    click.echo(message, err=output == "json")
+
+
 def _frame(df: DataFrame, limit: int, output: str, full: bool) -> None:
+    from cdcflow.observe.values import spark_shape
+
     rows = [tuple(r) for r in df.limit(limit).collect()]
-    emit(df.columns, rows, output, full, [f.dataType for f in df.schema.fields])
+    emit(df.columns, rows, output, full, [spark_shape(f.dataType) for f in df.schema.fields])
 
 
 _config_arg = click.argument("config", type=click.Path(dir_okay=False))
@@ -135,27 +140,47 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--full", is_flag=True, help="Do not cut long values.")(fn)
 
 
-def _internal(cfg: PipelineConfig, spark: SparkSession, name: str) -> str | None:
-    from cdcflow.iceberg.catalog import Catalog
+def _reading(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--spark",
+        "use_spark",
+        is_flag=True,
+        help="Read through Spark even where pyiceberg can open the catalog.",
+    )(fn)
 
-    catalog = Catalog(cfg.catalog.name)
-    internal = f"{cfg.namespace}__cdcflow"
-    if not catalog.exists(spark, internal, name):
-        return None
-    return catalog.ident(internal, name)
+
+def open_results(config: str, use_spark: bool = False) -> Results:
+    """A pipeline's tables for a read command: read with pyiceberg where it can open the
+    catalog, else (or with ``use_spark``) with Spark, saying why in one line. Nothing is
+    created: a catalog that does not exist is ``CATALOG_NOT_FOUND``."""
+    from cdcflow.config import load_config_file
+    from cdcflow.observe.catalog import CatalogUnreadable, check_exists, open_catalog
+    from cdcflow.observe.tables import IcebergResults, SparkResults
+
+    cfg = load_config_file(config)
+    check_exists(cfg.catalog)
+    if not use_spark:
+        try:
+            return IcebergResults(cfg, open_catalog(cfg.catalog))
+        except CatalogUnreadable as e:
+            click.echo(
+                f"cdcflow: catalog {cfg.catalog.name!r}: {e.reason}; reading it with Spark",
+                err=True,
+            )
+    _, spark = _session(config)
+    return SparkResults(cfg, spark)
 
 
 @click.command("tables")
 @_config_arg
 @_common
-def tables_cmd(config: str, output: str, full: bool) -> None:
+@_reading
+def tables_cmd(config: str, output: str, full: bool, use_spark: bool) -> None:
     """List the replica tables of a pipeline with their row counts."""
-    from cdcflow.pipeline.results import replica_names, row_counts
-
-    cfg, spark = _session(config)
-    names = replica_names(cfg, spark)
-    counts = row_counts(cfg, spark, names)
-    rows = [(f"{cfg.catalog.name}.{cfg.namespace}.{n}", counts[n]) for n in names if n in counts]
+    results = open_results(config, use_spark)
+    names = results.replica_names()
+    counts = results.row_counts(names)
+    rows = [(f"{results.where}.{n}", counts[n]) for n in names if n in counts]
     emit(["table", "rows"], rows, output, full)
 
 
@@ -164,12 +189,16 @@ def tables_cmd(config: str, output: str, full: bool) -> None:
 @click.argument("table")
 @click.option("--limit", default=20, show_default=True)
 @_common
-def show_cmd(config: str, table: str, limit: int, output: str, full: bool) -> None:
-    """Show rows of a replica table."""
-    from cdcflow.pipeline.results import replica
-
-    cfg, spark = _session(config)
-    _frame(replica(cfg, spark, table), limit, output, full)
+@_reading
+def show_cmd(config: str, table: str, limit: int, output: str, full: bool, use_spark: bool) -> None:
+    """Show rows of a replica table in key order (a history table's versions by key and
+    start, a changelog's events by sequence), and how many more there are."""
+    results = open_results(config, use_spark)
+    listing = results.show(table, limit)
+    emit_listing(listing, output, full)
+    more = (listing.total or 0) - len(listing.rows)
+    if more > 0:
+        say(f"… {more:,} more row(s) of {listing.total:,} (--limit shows more)", output)
 
 
 @click.command("sql")
@@ -196,17 +225,28 @@ def sql_cmd(config: str, query: str, limit: int, output: str, full: bool) -> Non
         raise problem from e
 
 
-def _rows_or_json(df: DataFrame, empty: str, output: str, full: bool) -> list[Row] | None:
-    """A listing's rows to render as a table; ``None`` when it was said already (``empty``
-    when there are none, or the rows as JSON lines)."""
-    found = df.collect()
-    if not found:
-        click.echo(empty, err=output == "json")
-        return None
-    if output == "json":
-        emit(df.columns, found, output, full, [f.dataType for f in df.schema.fields])
-        return None
-    return found
+#: Columns of ``cdcflow history`` (as a table).
+HISTORY_COLUMNS = [
+    "source",
+    "batch",
+    "started",
+    "events",
+    "applied",
+    "duplicates",
+    "stale",
+    "conflicts",
+    "dead-lettered",
+    "seconds",
+    "slowest stage or action",
+]
+#: The ledger of replayed dead letters ends so (:mod:`cdcflow.pipeline.replay`).
+REPLAY_LEDGER = "/replay"
+
+
+def batch_source(row: dict[str, Any]) -> str:
+    """A batch's source as ``history`` names it: replays of dead letters marked so."""
+    name = str(row.get("source") or row["pipeline"])
+    return f"{name} (replay)" if str(row.get("pipeline") or "").endswith(REPLAY_LEDGER) else name
 
 
 @click.command("history")
@@ -220,20 +260,20 @@ def _rows_or_json(df: DataFrame, empty: str, output: str, full: bool) -> list[Ro
     "snapshots before → after.",
 )
 @_common
-def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) -> None:
+@_reading
+def history_cmd(
+    config: str, limit: int, upkeep: bool, output: str, full: bool, use_spark: bool
+) -> None:
     """Show the batch history of a pipeline: counts, the seconds each stage took, and the
     maintenance actions between the batches (JSON output: the batches only; with
-    --maintenance: the maintenance actions only)."""
-    from pyspark.sql.functions import col
-
+    --maintenance: the maintenance actions only). Replays of dead letters are marked
+    ``(replay)`` after their source."""
     from cdcflow.iceberg.maintain import change_text
-    from cdcflow.pipeline.results import history, maintenance
 
-    cfg, spark = _session(config)
+    results = open_results(config, use_spark)
     if upkeep:
-        df = maintenance(cfg, spark).orderBy("at", ascending=False).limit(limit)
-        found = _rows_or_json(df, "no maintenance yet", output, full)
-        if found is None:
+        found = results.maintenance(limit)
+        if _said(found, "no maintenance yet", output, full) or found is None:
             return
         actions: list[tuple[Any, ...]] = [
             (
@@ -246,35 +286,19 @@ def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) 
                 f"{r['bytes_before']:,} → {r['bytes_after']:,}",
                 f"{r['snapshots_before']} → {r['snapshots_after']}",
             )
-            for r in found
+            for r in found.dicts()
         ]
         columns = ["batch", "at", "table", "action", "seconds", "files", "bytes", "snapshots"]
         emit(columns, actions, output, full)
         return
-    df = history(cfg, spark).orderBy("started_at", "batch_id", ascending=False).limit(limit)
-    found = _rows_or_json(df, "no batches yet", output, full)
-    if found is None:
+    batches = results.batches(limit)
+    if _said(batches, "no batches yet", output, full) or batches is None:
         return
-    columns = [
-        "source",
-        "batch",
-        "started",
-        "events",
-        "applied",
-        "duplicates",
-        "stale",
-        "conflicts",
-        "dead-lettered",
-        "seconds",
-        "slowest stage or action",
-    ]
     listed: list[tuple[Any, tuple[Any, ...]]] = []
-    for r in found:
-        d = r.asDict()
-        stages = d.get("stages") or {}
-        slowest = max(stages.items(), key=lambda kv: kv[1]) if stages else None
+    for d in batches.dicts():
+        slowest = slowest_stage(d.get("stages") or {})
         row = (
-            d.get("source") or d["pipeline"],
+            batch_source(d),
             d["batch_id"],
             d["started_at"],
             d["events"],
@@ -286,10 +310,14 @@ def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) 
             round(d["seconds"], 1),
             f"{slowest[0]} {slowest[1]:.1f}s" if slowest else "",
         )
-        listed.append((d["started_at"], row))
+        listed.append((_instant(d["started_at"]), row))
     # the maintenance actions of the same span, listed by time with the batches they followed
-    oldest = min(d for d, _ in listed)
-    for a in maintenance(cfg, spark).where(col("at") >= oldest).collect():
+    oldest = min(at for at, _ in listed)
+    upkeep_rows = results.maintenance()
+    for a in upkeep_rows.dicts() if upkeep_rows else []:
+        at = _instant(a["at"])
+        if at < oldest:
+            continue
         change = change_text(
             a["action"],
             (a["files_before"], a["files_after"]),
@@ -303,45 +331,60 @@ def history_cmd(config: str, limit: int, upkeep: bool, output: str, full: bool) 
             round(a["seconds"], 1),
             f"{a['action']} {a['namespace']}.{a['table']} ({change})",
         )
-        listed.append((a["at"], row))
+        listed.append((at, row))
     listed.sort(key=lambda t: t[0], reverse=True)
-    rows = [row for _, row in listed]
-    emit(columns, rows, output, full)
+    emit(HISTORY_COLUMNS, [row for _, row in listed], output, full)
+
+
+def _said(found: Listing | None, empty: str, output: str, full: bool) -> bool:
+    """Whether a listing was said already: ``empty`` when it has no rows, its rows as JSON
+    lines; else it is for a table of the command's own."""
+    if not found or not found.rows:
+        say(empty, output)
+        return True
+    if output == "json":
+        emit_listing(found, output, full)
+        return True
+    return False
+
+
+def slowest_stage(stages: dict[str, float]) -> tuple[str, float] | None:
+    """The stage that took longest; of stages as long, the one that runs first."""
+    from cdcflow.pipeline.report import STAGES
+
+    def rank(name: str) -> tuple[int, str]:
+        return (STAGES.index(name) if name in STAGES else len(STAGES), name)
+
+    ordered = sorted(stages.items(), key=lambda kv: rank(kv[0]))
+    return max(ordered, key=lambda kv: kv[1]) if ordered else None
+
+
+def _instant(value: dt.datetime) -> dt.datetime:
+    """A ``timestamp`` as an aware UTC time, whichever reader gave it (PySpark: naive, in the
+    local time zone)."""
+    return (value if value.tzinfo is not None else value.astimezone()).astimezone(dt.UTC)
 
 
 @click.command("watermarks")
 @_config_arg
 @click.option("--limit", default=100, show_default=True)
 @_common
-def watermarks_cmd(config: str, limit: int, output: str, full: bool) -> None:
+@_reading
+def watermarks_cmd(config: str, limit: int, output: str, full: bool, use_spark: bool) -> None:
     """Show how far each scope (table or topic) is resolved — complete up to a point of the
     source's time — and how far that lags behind now."""
-    cfg, spark = _session(config)
-    ident = _internal(cfg, spark, "watermarks")
-    if ident is None:
+    results = open_results(config, use_spark)
+    found = results.watermarks()
+    if found is None:
         click.echo("no resolved watermarks yet (the producers sent no RESOLVED events)")
         return
-    df = spark.sql(
-        f"""
-        SELECT coalesce(src, '') AS source, dialect, scope, count(*) AS partitions,
-               min(resolved_at) AS resolved_to,
-               unix_micros(current_timestamp()) / 1e6 - unix_micros(min(resolved_at)) / 1e6
-                 AS lag_seconds
-        FROM {ident} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-        """
-    )
+    now = dt.datetime.now(dt.UTC)
     rows = []
-    for r in df.limit(limit).collect():
-        lag = r["lag_seconds"]
-        rows.append(
-            (
-                r["source"],
-                r["dialect"],
-                r["scope"],
-                r["partitions"],
-                r["resolved_to"],
-                round(lag, 3) if output == "json" else duration(lag),
-            )
+    for w in found[:limit]:
+        lag = (now - _instant(w.resolved_to)).total_seconds() if w.resolved_to else None
+        shown: Any = (
+            (round(lag, 3) if lag is not None else None) if output == "json" else duration(lag)
         )
+        rows.append((w.source, w.dialect, w.scope, w.partitions, w.resolved_to, shown))
     columns = ["source", "dialect", "scope", "partitions", "resolved_to"]
     emit([*columns, "lag_seconds" if output == "json" else "lag"], rows, output, full)

@@ -4,11 +4,14 @@ The only thing a batch collects to the driver before planning is this aggregate:
 table and operation the count, whether any event is partial, the distinct ``types`` maps, the
 distinct key-name sets, sequence shapes, the highest ``TRUNCATE`` and whether keys travel by
 position only; plus the number of rejected messages and of segments. The aggregate is also the
-first action on the batch, so it is where decoding happens.
+first action on the batch, so it is where decoding happens. It also gives what observing a
+pipeline needs without a job of its own: each table's newest source commit time and the
+rejected messages by error code.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -108,6 +111,8 @@ class TableMeta:
     shapes: dict[str, int] = field(default_factory=dict)
     truncate: str | None = None
     positional_keys: bool = False
+    #: the newest source commit time (``timestamp``) among the table's events
+    newest: dt.datetime | None = None
     #: the same figures per identity (database, schema, table) seen under this name
     identities: dict[Identity, TableMeta] = field(default_factory=dict)
 
@@ -137,6 +142,7 @@ class TableMeta:
         if op == "TRUNCATE" and r["max_seq"] is not None:
             self.truncate = max(self.truncate or "", r["max_seq"])
         self.positional_keys = self.positional_keys or bool(r["positional_keys"])
+        self.newest = _later(self.newest, r["newest_ts"])
 
     def merged(self, identities: set[Identity]) -> TableMeta:
         """The figures of some of this table's identities only."""
@@ -156,6 +162,7 @@ class TableMeta:
             if sub.truncate:
                 out.truncate = max(out.truncate or "", sub.truncate)
             out.positional_keys = out.positional_keys or sub.positional_keys
+            out.newest = _later(out.newest, sub.newest)
             out.identities[ident] = sub
         return out
 
@@ -186,6 +193,8 @@ class BatchMeta:
     rejected: int = 0
     #: the files (``origin``) the batch's rows came from
     origins: set[str] = field(default_factory=set)
+    #: rejected messages by error code
+    rejected_codes: dict[str, int] = field(default_factory=dict)
 
     def add(self, rows: list[Row]) -> None:
         """Fold in rows of :func:`aggregate`."""
@@ -194,6 +203,8 @@ class BatchMeta:
             n = int(r["n"])
             if r["_rejected"]:
                 self.rejected += n
+                code = r["error_code"]
+                self.rejected_codes[code] = self.rejected_codes.get(code, 0) + n
                 continue
             target, op = r["_target"], r["operation"]
             if op == SEGMENT:
@@ -215,20 +226,25 @@ class BatchMeta:
 
 def aggregate(spark: SparkSession, frame: DataFrame) -> list[Row]:
     """The metadata aggregate of a decoded frame (with :func:`with_batch_columns`): one query
-    of one grouping, a row per table, operation, identity and distinct ``types`` map, each
-    with its events and newest sequence (:meth:`BatchMeta.add` folds the rows, so a table
-    whose events carry several ``types`` maps comes in several rows)."""
+    of one grouping, a row per table, operation, identity, error code and distinct ``types``
+    map, each with its events, newest sequence and newest source commit time
+    (:meth:`BatchMeta.add` folds the rows, so a table whose events carry several ``types`` maps
+    comes in several rows)."""
     return spark.sql(
-        "SELECT _target, operation, error_code IS NOT NULL AS _rejected, "
+        "SELECT _target, operation, error_code IS NOT NULL AS _rejected, error_code, "
         f"metadata[{lit(SHAPE_KEY)}] AS shape, database, schema, `table`, count(*) AS n, "
         "max(partial) AS has_partial, "
         "array(named_struct('types', to_json(types), 'n', count(*), 'newest', max(sequence))) "
         "AS type_sets, collect_set(array_sort(map_keys(key))) AS key_sets, "
-        "max(sequence) AS max_seq, "
+        "max(sequence) AS max_seq, max(`timestamp`) AS newest_ts, "
         f"max(key IS NULL AND metadata[{lit(KEY_VALUES)}] IS NOT NULL) AS positional_keys, "
         f"collect_set(origin) AS origins FROM {view(frame, 'meta')} "
-        "GROUP BY 1, 2, 3, 4, 5, 6, 7, to_json(types)"
+        "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, to_json(types)"
     ).collect()
+
+
+def _later(a: dt.datetime | None, b: dt.datetime | None) -> dt.datetime | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def batch_meta(spark: SparkSession, frame: DataFrame) -> BatchMeta:

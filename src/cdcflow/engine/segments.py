@@ -43,6 +43,16 @@ _COLS = (
     "src, dialect, grp, idx, final, total, raw, origin, offset, line, item, batch_id, first_seen"
 )
 _NOW_PROPERTY = "cdcflow.segments-now"
+#: Counts by error code of a grouped subquery (``error_code``, ``n``) as one map value.
+_BY_CODE = "map_from_entries(collect_list(struct(coalesce(error_code, ''), n)))"
+
+
+def _add(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    out = dict(a)
+    for k, v in b.items():
+        if v:
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,9 @@ class SegmentResult:
     late: int = 0
     #: segments of the groups dead-lettered by this batch (one dead letter each)
     dead_segments: int = 0
+    #: the batch's dead letters of this stage (``rejected``, ``late``, ``dead_segments``) by
+    #: error code
+    codes: dict[str, int] = field(default_factory=dict)
     #: cached frame behind ``assembled``; release with :meth:`release` after the batch
     cache: DataFrame | None = None
     #: the write that records new segments and closes judged groups (run it before the batch's
@@ -207,15 +220,17 @@ class SegmentStage:
               (SELECT count(*) FROM {judged_view}
                  WHERE _status IN ('invalid', 'expired')) AS dead_groups,
               (SELECT count(*) FROM {fresh_view}) AS fresh,
-              (SELECT count(*) FROM {judged_view}
-                 WHERE _status IS NULL AND error_code IS NOT NULL) AS rejected,
+              (SELECT {_BY_CODE} FROM (SELECT error_code, count(*) AS n FROM {judged_view}
+                 WHERE _status IS NULL AND error_code IS NOT NULL GROUP BY 1)) AS rejected,
               (SELECT count(*) FROM {new_view} n JOIN {closed_view} c
                  ON c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp
                WHERE c.outcome <> 'complete') AS late,
-              (SELECT count(*) FROM ({closing})
-                 WHERE outcome IN ('invalid', 'expired')) AS dead_segments
+              (SELECT {_BY_CODE} FROM (SELECT error_code, count(*) AS n FROM ({closing})
+                 WHERE outcome IN ('invalid', 'expired') GROUP BY 1)) AS dead_segments
             """
         ).collect()[0]
+        rejected_codes = {str(k): int(v) for k, v in (counts["rejected"] or {}).items()}
+        dead_codes = {str(k): int(v) for k, v in (counts["dead_segments"] or {}).items()}
 
         statements: list[Statement] = []
         if recorded is None and (counts["fresh"] or counts["complete"] or counts["dead_groups"]):
@@ -271,9 +286,10 @@ class SegmentStage:
             complete=int(counts["complete"]),
             pending=int(counts["pending"]),
             dead_groups=int(counts["dead_groups"]),
-            rejected=int(counts["rejected"]),
+            rejected=sum(rejected_codes.values()),
             late=int(counts["late"]),
-            dead_segments=int(counts["dead_segments"]),
+            dead_segments=sum(dead_codes.values()),
+            codes=_add(_add(rejected_codes, dead_codes), {"SEGMENT_LATE": int(counts["late"])}),
             cache=judged,
             statements=statements,
         )

@@ -166,9 +166,15 @@ class Catalog:
     ) -> dict[str, dict[str, str]]:
         """Snapshot summaries of ``(pipeline, batch)`` commits of a table, by step (walking back
         from the current snapshot until an older batch of the pipeline)."""
+        return self.commits(spark, namespace, name, pipeline, batch_id)[0]
+
+    def commits(
+        self, spark: SparkSession, namespace: str, name: str, pipeline: str, batch_id: int
+    ) -> tuple[dict[str, dict[str, str]], int]:
+        """:meth:`summaries`, and the number of snapshots the table's metadata holds."""
         table = self.load(spark, namespace, name)
         if table is None:
-            return {}
+            return {}, 0
         jvm = spark._jvm
         assert jvm is not None
         parser = jvm.org.apache.iceberg.SnapshotParser
@@ -186,7 +192,7 @@ class Catalog:
                     break
             parent = snap.parentId()
             snap = table.snapshot(parent) if parent is not None else None
-        return out
+        return out, int(table.operations().current().snapshots().size())
 
     def current_summary(
         self, spark: SparkSession, namespace: str, name: str

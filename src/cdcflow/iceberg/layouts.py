@@ -100,6 +100,8 @@ HISTORY_FIELDS: Fields = (
     ("undelivered", "bigint"),
     # a Kafka source that goes on past lost offsets: <topic>-<partition> → <from>-<to>
     ("skipped", "map<string,string>"),
+    # per table, the newest source commit time among the batch's events (its freshness)
+    ("source_times", "map<string,timestamp>"),
 )
 
 TOMBSTONES = "tombstones"

@@ -40,13 +40,14 @@ class Statement:
 
 @dataclass(frozen=True)
 class Written:
-    """What running a statement did: skipped (already committed), its snapshot summary (when
-    asked for), seconds."""
+    """What running a statement did: skipped (already committed), its snapshot summary and
+    the table's number of snapshots after it (when asked for), seconds."""
 
     statement: Statement
     skipped: bool
     summary: Mapping[str, str]
     seconds: float
+    snapshots: int = 0
 
     def count(self, key: str) -> int:
         """An integer figure of the commit's summary (``added-records``...), 0 when absent."""
@@ -78,7 +79,10 @@ class Writer:
         with commit_properties(spark, props):
             spark.sql(s.sql)
         summary: Mapping[str, str] = {}
+        snapshots = 0
         if s.report:
-            found = self.catalog.summaries(spark, s.namespace, s.table, self.pipeline, batch_id)
+            found, snapshots = self.catalog.commits(
+                spark, s.namespace, s.table, self.pipeline, batch_id
+            )
             summary = found.get(s.step, {})
-        return Written(s, False, summary, time.perf_counter() - started)
+        return Written(s, False, summary, time.perf_counter() - started, snapshots)

@@ -264,7 +264,8 @@ class BatchRunner:
             actions = self.maintain(spark, batch_id)
             if actions:
                 lines = tuple(a.line() for a in actions)
-                report = BatchReport(**{**report.__dict__, "maintenance": lines})
+                done = {"maintenance": lines, "actions": tuple(actions)}
+                report = BatchReport(**{**report.__dict__, **done})
         self.reports.add(report)
         self.shared.reports.add(report)
         if time.time() - self.last_expiry > min(EXPIRY_INTERVAL, self.cfg.retention_seconds):
@@ -517,7 +518,9 @@ class BatchRunner:
             hold.release()
         if hold.unchanged:
             return hold, events, meta
-        released = BatchMeta(segments=meta.segments, rejected=meta.rejected)
+        released = BatchMeta(
+            segments=meta.segments, rejected=meta.rejected, rejected_codes=meta.rejected_codes
+        )
         released.add(aggregate(spark, hold.events))
         return hold, hold.events, released
 
@@ -653,6 +656,13 @@ class BatchRunner:
         duplicates = sum(o.duplicates for o in outcomes)
         conflicts = sum(o.conflicts for o in outcomes)
         stale = sum(o.stale for o in outcomes)
+        undelivered = max(0, dead_n - dead_input) if self.cfg.outputs else 0
+        codes = dict(meta.rejected_codes)
+        for found in [*(o.dead_letter_codes for o in outcomes), seg.codes if seg else {}]:
+            for code, n in found.items():
+                codes[code] = codes.get(code, 0) + n
+        if undelivered:
+            codes["DELIVERY_FAILED"] = codes.get("DELIVERY_FAILED", 0) + undelivered
         report = BatchReport(
             batch_id=ctx.batch_id,
             events=total,
@@ -662,7 +672,7 @@ class BatchRunner:
             stale=stale,
             dead_lettered=dead_input,
             applied=total - duplicates - conflicts - stale - dead_input,
-            undelivered=max(0, dead_n - dead_input) if self.cfg.outputs else 0,
+            undelivered=undelivered,
             source=self.src.name,
             tables={o.table: o.events for o in outcomes},
             seconds=time.time() - ctx.started,
@@ -673,6 +683,7 @@ class BatchRunner:
             released=hold.released if hold is not None else 0,
             stages=dict(clock.seconds),
             skipped=dict(self.skipped),
+            dead_letter_codes=codes,
         )
         with clock.stage("history"):
             self.writes.history(ctx, report)

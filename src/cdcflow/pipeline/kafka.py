@@ -6,7 +6,8 @@ each batch compares where it was to start — the previous batch's end offsets, 
 checkpoint (``offsets/<batch id - 1>``) — with where each partition's log starts now (asked of
 the broker with Kafka's own client, already on the classpath with Spark's connector), and the
 batch history records the offsets skipped: ``<topic>-<partition>`` → ``<from>-<to>``. No
-Spark job is run for it.
+Spark job is run for it. The same client tells a running pipeline's metrics where each
+partition's log ends (the offsets not read yet).
 """
 
 from __future__ import annotations
@@ -60,6 +61,17 @@ def log_starts(
     broker with the source's own connection settings (``kafka.*`` options)."""
     if not partitions:
         return {}
+    consumer = open_consumer(spark, options)
+    try:
+        return offsets(spark, consumer, partitions, ends=False, seconds=30)
+    finally:
+        consumer.close()
+
+
+def open_consumer(spark: SparkSession, options: Mapping[str, str]) -> Any:
+    """A Kafka consumer in the driver's JVM (Kafka's own client, on the classpath with Spark's
+    connector) with the source's connection settings (``kafka.*`` options); nothing is
+    subscribed or committed."""
     jvm: Any = spark.sparkContext._jvm
     props = jvm.java.util.Properties()
     for key, value in options.items():
@@ -69,19 +81,29 @@ def log_starts(
     props.setProperty("key.deserializer", deserializer)
     props.setProperty("value.deserializer", deserializer)
     props.setProperty("enable.auto.commit", "false")
-    consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
-    try:
-        wanted = jvm.java.util.ArrayList()
-        for topic, partition in partitions:
-            wanted.add(jvm.org.apache.kafka.common.TopicPartition(topic, partition))
-        found = consumer.beginningOffsets(wanted, jvm.java.time.Duration.ofSeconds(30))
-        out: dict[tuple[str, int], int] = {}
-        for entry in found.entrySet():
-            tp = entry.getKey()
-            out[(str(tp.topic()), int(tp.partition()))] = int(entry.getValue())
-        return out
-    finally:
-        consumer.close()
+    return jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
+
+
+def offsets(
+    spark: SparkSession,
+    consumer: Any,
+    partitions: list[tuple[str, int]],
+    ends: bool,
+    seconds: float,
+) -> dict[tuple[str, int], int]:
+    """Where each partition's log starts, or (``ends``) ends, now: asked of the broker with
+    ``consumer`` (:func:`open_consumer`), waiting at most ``seconds``."""
+    jvm: Any = spark.sparkContext._jvm
+    wanted = jvm.java.util.ArrayList()
+    for topic, partition in partitions:
+        wanted.add(jvm.org.apache.kafka.common.TopicPartition(topic, partition))
+    wait = jvm.java.time.Duration.ofMillis(int(seconds * 1000))
+    found = consumer.endOffsets(wanted, wait) if ends else consumer.beginningOffsets(wanted, wait)
+    out: dict[tuple[str, int], int] = {}
+    for entry in found.entrySet():
+        tp = entry.getKey()
+        out[(str(tp.topic()), int(tp.partition()))] = int(entry.getValue())
+    return out
 
 
 def skipped(

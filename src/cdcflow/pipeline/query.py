@@ -205,6 +205,8 @@ class Pipeline:
         self._sources: dict[str, tuple[SourceConfig, SourceRecord]] = {}
         self._launchers: list[Callable[[], StreamingQuery]] = []
         self._restarts: dict[int, int] = {}
+        #: called when the pipeline closes (what watches it stops)
+        self.on_close: list[Callable[[], None]] = []
 
     @property
     def spark(self) -> SparkSession:
@@ -243,6 +245,13 @@ class Pipeline:
         if self.checkpoint is not None:
             self.checkpoint.release()
             self.checkpoint = None
+        while self.on_close:
+            self.on_close.pop()()
+
+    @property
+    def records(self) -> dict[str, SourceRecord]:
+        """The sources as the checkpoint records them, by name (once open)."""
+        return {name: record for name, (_, record) in self._sources.items()}
 
     def __enter__(self) -> Pipeline:
         self.open()

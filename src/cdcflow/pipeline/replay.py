@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -87,16 +87,23 @@ class DeadLetterFilter:
             parts.append(f"`table` IN ({_list(self.tables)})")
         if self.sources:
             parts.append(f"source IN ({_list(source_ids or ())})")
-        if self.since:
-            try:
-                when = dt.datetime.fromisoformat(self.since)
-            except ValueError as e:
-                raise ConfigError(
-                    f"--since {self.since!r} is not an ISO-8601 time",
-                    hint="e.g. 2026-11-20 or 2026-11-20T08:00:00",
-                ) from e
+        when = self.since_time()
+        if when is not None:
             parts.append(f"first_seen >= timestamp {lit(when.isoformat(sep=' '))}")
         return " AND ".join(parts) or "true"
+
+    def since_time(self) -> dt.datetime | None:
+        """``since`` as a time (UTC when it names no zone), ``None`` when not given."""
+        if not self.since:
+            return None
+        try:
+            when = dt.datetime.fromisoformat(self.since)
+        except ValueError as e:
+            raise ConfigError(
+                f"--since {self.since!r} is not an ISO-8601 time",
+                hint="e.g. 2026-11-20 or 2026-11-20T08:00:00",
+            ) from e
+        return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def _list(values: Sequence[str]) -> str:
@@ -139,10 +146,14 @@ class ReplayResult:
 # ---------------------------------------------------------------------------- listing
 
 
-def _source_ids(cfg: PipelineConfig, spark: SparkSession, names: Sequence[str]) -> list[str]:
+def source_ids(
+    cfg: PipelineConfig, names: Sequence[str], session: Callable[[], SparkSession] | None = None
+) -> list[str]:
+    """The checkpoint ids of the sources named (a checkpoint off the local disk is read through
+    ``session()``); an unknown name is refused, naming the sources."""
     from cdcflow.pipeline.checkpoint import Checkpoint
 
-    known = Checkpoint(cfg, lambda: spark).records()
+    known = Checkpoint(cfg, session).records()
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(
@@ -150,46 +161,6 @@ def _source_ids(cfg: PipelineConfig, spark: SparkSession, names: Sequence[str]) 
             hint=f"sources: {', '.join(sorted(known)) or 'none yet'}",
         )
     return [known[n].id for n in names]
-
-
-def list_dead_letters(
-    cfg: PipelineConfig,
-    spark: SparkSession,
-    chosen: DeadLetterFilter,
-    limit: int,
-    raw_bytes: int | None = 80,
-) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Columns and rows of the chosen dead letters, oldest first (``raw``: the message's
-    bytes, cut to ``raw_bytes`` unless ``None``). A Kafka record's origin shows its offset:
-    ``kafka://<topic>/<partition>@<offset>``."""
-    from cdcflow.pipeline.results import dead_letters
-
-    ids = _source_ids(cfg, spark, chosen.sources) if chosen.sources else None
-    raw = "raw" if raw_bytes is None else f"substring(raw, 1, {int(raw_bytes)})"
-    replayed = ["replayed_at"] if chosen.include_replayed else []
-    df = (
-        dead_letters(cfg, spark)
-        .where(chosen.where(ids))
-        .orderBy("first_seen", "batch_id", "origin", "offset", "item")
-        .limit(int(limit))
-        .selectExpr(
-            "source",
-            "batch_id AS batch",
-            "first_seen",
-            "CASE WHEN origin LIKE 'kafka://%' THEN concat(origin, '@', offset) "
-            "ELSE origin END AS origin",
-            "line",
-            "offset",
-            "item",
-            "dialect",
-            "`table`",
-            "error_code",
-            "error_message",
-            f"{raw} AS raw",
-            *replayed,
-        )
-    )
-    return list(df.columns), [tuple(r) for r in df.collect()]
 
 
 # ---------------------------------------------------------------------------- replay

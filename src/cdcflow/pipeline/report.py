@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cdcflow.iceberg.maintain import Action
 
 #: Stages of a batch, in the order they run (``merge`` and ``internal`` overlap: replicas and
 #: internal tables are written concurrently).
@@ -25,6 +30,46 @@ STAGES: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
+class TableFiles:
+    """A table after the batch's commit to it, as the commit's snapshot summary says."""
+
+    records: int
+    data_files: int
+    delete_files: int
+    position_deletes: int
+    equality_deletes: int
+    bytes: int
+    #: snapshots in the table's metadata
+    snapshots: int
+
+    @classmethod
+    def of(cls, summary: Mapping[str, str], snapshots: int) -> TableFiles | None:
+        """The figures of a snapshot summary (``None`` for a summary without totals)."""
+        if "total-records" not in summary:
+            return None
+
+        def n(key: str) -> int:
+            value = summary.get(key, "0")
+            return int(value) if str(value).isdigit() else 0
+
+        return cls(
+            n("total-records"),
+            n("total-data-files"),
+            n("total-delete-files"),
+            n("total-position-deletes"),
+            n("total-equality-deletes"),
+            n("total-files-size"),
+            snapshots,
+        )
+
+    @property
+    def rows(self) -> int:
+        """Live rows: records less those deleted by delete files (exact while no delete file
+        refers to rows already gone, which a rewrite of the data files restores)."""
+        return max(0, self.records - self.position_deletes - self.equality_deletes)
+
+
+@dataclass(frozen=True)
 class TableOutcome:
     """What happened to one target table's events in a batch."""
 
@@ -36,6 +81,12 @@ class TableOutcome:
     stale: int = 0
     dead_lettered: int = 0
     seconds: float = 0.0
+    #: the newest source commit time among the table's events of the batch
+    newest: dt.datetime | None = None
+    #: the table after the batch's commit (``None``: nothing committed, or no summary)
+    files: TableFiles | None = None
+    #: the table's events dead-lettered by the batch, by error code
+    dead_letter_codes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def applied(self) -> int:
@@ -82,6 +133,10 @@ class BatchReport:
     skipped: dict[str, str] = field(default_factory=dict)
     #: maintenance run after the batch, an action a line (see :mod:`cdcflow.iceberg.maintain`)
     maintenance: tuple[str, ...] = ()
+    #: the same actions as data
+    actions: tuple[Action, ...] = ()
+    #: dead letters of the batch by error code (``undelivered`` events as ``DELIVERY_FAILED``)
+    dead_letter_codes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:

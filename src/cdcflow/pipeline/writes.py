@@ -12,6 +12,7 @@ watermarks), then the dead letters and the batch history. The statements' text c
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,7 +55,7 @@ from cdcflow.iceberg.layouts import (
 )
 from cdcflow.iceberg.tombstones import ensure_tombstones
 from cdcflow.iceberg.write import Statement, Writer, Written
-from cdcflow.pipeline.report import BatchReport, StageClock, TableOutcome
+from cdcflow.pipeline.report import BatchReport, StageClock, TableFiles, TableOutcome
 from cdcflow.spark.sql import lit, q, view
 
 if TYPE_CHECKING:
@@ -190,14 +191,18 @@ class BatchWrites:
         batch did to the table."""
         began = time.perf_counter()
         merged: Written | None = None
+        last: Written | None = None
         for step in steps:
             for name in step.after:
                 started[name].result()
             written = self.table_step(ctx, work, plan, step)
             if step.kind in ("merge", "insert"):
                 merged = written
+            if written is not None and written.statement.report:
+                last = written
         s = work.stats.get(plan.target, TableStats())
-        events = work.meta.tables[plan.target].events
+        tmeta = work.meta.tables[plan.target]
+        events = tmeta.events
         rejected = sum((s.rejected or {}).values())
         seconds = time.perf_counter() - began
         if plan.mode == "append":
@@ -221,6 +226,13 @@ class BatchWrites:
                 rejected,
                 seconds,
             )
+        # what observing the pipeline needs, from what the batch already knows
+        outcome = dataclasses.replace(
+            outcome,
+            newest=tmeta.newest,
+            files=TableFiles.of(last.summary, last.snapshots) if last else None,
+            dead_letter_codes=dict(s.rejected or {}),
+        )
         return outcome, time.perf_counter()
 
     def table_step(
@@ -240,7 +252,7 @@ class BatchWrites:
             return None
         if step.kind == "changelog":
             sql = changelog_sql(ident, stage.changelog_source(plan))
-            st = Statement(self.namespace, plan.name, "append", sql)
+            st = Statement(self.namespace, plan.name, "append", sql, report=True)
         elif step.kind == "truncate":
             assert plan.truncate is not None
             sql = truncate_sql(ident, plan.truncate)
@@ -279,7 +291,9 @@ class BatchWrites:
             ident = self.catalog.ident(self.namespace, plan.name)
             sql = history_write_sql(ident, plan, view(versions, "versions"), touched)
             # the append into a new table is skipped on a replay that finds it committed
-            st = Statement(self.namespace, plan.name, "versions", sql, once=not plan.exists)
+            st = Statement(
+                self.namespace, plan.name, "versions", sql, once=not plan.exists, report=True
+            )
             return self.writer.run(spark, st, ctx.batch_id, ctx.check)
         finally:
             release_checkpoint(versions)
@@ -324,10 +338,15 @@ class BatchWrites:
         tables = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.tables.items())
         stages = ", ".join(f"{lit(k)}, CAST({v:.3f} AS double)" for k, v in clock.seconds.items())
         lost = ", ".join(f"{lit(k)}, {lit(v)}" for k, v in sorted(report.skipped.items()))
+        times = ", ".join(
+            f"{lit(o.table)}, timestamp_micros({round(o.newest.timestamp() * 1e6)})"
+            for o in report.outcomes
+            if o.newest is not None
+        )
         sql = f"""
             INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
                                  duplicates, conflicts, stale, dead_lettered, tables, seconds,
-                                 stages, source, applied, undelivered, skipped)
+                                 stages, source, applied, undelivered, skipped, source_times)
             SELECT {lit(self.pipeline_id)}, {report.batch_id},
               timestamp_millis({int(ctx.started * 1000)}), current_timestamp(), {report.events},
               {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
@@ -336,6 +355,7 @@ class BatchWrites:
               {report.seconds:.3f}D,
               {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"},
               {lit(self.source)}, {report.applied}, {report.undelivered},
-              {f"map({lost})" if lost else "CAST(map() AS map<string,string>)"}
+              {f"map({lost})" if lost else "CAST(map() AS map<string,string>)"},
+              {f"map({times})" if times else "CAST(map() AS map<string,timestamp>)"}
         """
         self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import sys
+import threading
+import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -385,7 +389,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         builder = builder.master(plan.master).appName(settings.app_name)
     for k, v in plan.conf.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    with jvm_output(submitted is None):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
     _quiet_jvm_loggers(spark)
     return spark
@@ -443,3 +448,114 @@ def _quiet_jvm_loggers(spark: SparkSession) -> None:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
     except Exception:  # another logging backend than log4j 2: leave it as configured
         return
+
+
+# ---------------------------------------------------------------------------- the JVM's output
+
+#: A log4j line of Spark's console layout (``yy/MM/dd HH:mm:ss LEVEL logger: message``).
+_LOG_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
+#: What the JVM and Spark print as they start, before any log level applies.
+_START_LINES = (
+    "WARNING: Using incubator modules",
+    "Using Spark's default log4j profile",
+    'Setting default log level to "',
+    "To adjust logging level use sc.setLogLevel",
+)
+#: Warnings of Spark's a user must see, passed on in cdcflow's words (at most once a minute
+#: each): (pattern of the log line, what cdcflow says).
+PASSED_ON: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"WARN \S*NetworkClient: .*(could not be established|disconnected)"),
+        "cdcflow: a Kafka broker does not answer; Kafka's client keeps trying",
+    ),
+    (
+        re.compile(r"WARN \S*MemoryStore: Not enough space to cache"),
+        "cdcflow: Spark's memory is short (data is recomputed instead of cached): raise "
+        "spark.driver.memory in spark.conf",
+    ),
+)
+
+
+class JvmOutput:
+    """What a JVM that cdcflow starts writes on its standard error, read by this process:
+    Spark's and log4j's lines are kept back (the last ones are kept for ``--debug``), the
+    warnings of :data:`PASSED_ON` said in cdcflow's words, anything else passed on; with
+    ``verbose`` everything is passed on as written."""
+
+    #: set by the command line: filter the output of the JVMs it starts, and how
+    enabled = False
+    verbose = False
+
+    def __init__(self, keep: int = 200) -> None:
+        self.kept: deque[str] = deque(maxlen=keep)
+        self._said: dict[str, float] = {}
+        self._in_event = False
+
+    def line(self, text: str) -> str | None:
+        """What to print for one line of the JVM's output (``None``: nothing)."""
+        if self.verbose:
+            return text
+        stripped = text.rstrip("\n")
+        if _LOG_LINE.match(stripped):
+            self._in_event = True
+            self.kept.append(stripped)
+            for pattern, said in PASSED_ON:
+                if pattern.search(stripped):
+                    return self._once(said)
+            return None
+        if self._in_event and (stripped[:1].isspace() or stripped.startswith(("Caused by", "at "))):
+            self.kept.append(stripped)
+            return None
+        self._in_event = False
+        if stripped.startswith(_START_LINES) or not stripped:
+            return None
+        return text
+
+    def _once(self, said: str) -> str | None:
+        now = time.monotonic()
+        if now - self._said.get(said, -1e9) < 60:
+            return None
+        self._said[said] = now
+        return said + "\n"
+
+    def relay(self, fd: int) -> None:
+        """Read the JVM's output until it ends, printing what :meth:`line` says to."""
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as stream:
+            for text in stream:
+                shown = self.line(text)
+                if shown:
+                    try:
+                        sys.stderr.write(shown)
+                        sys.stderr.flush()
+                    except (OSError, ValueError):  # this process's stderr is gone
+                        continue
+
+
+#: The output of the JVM this process started, once started.
+JVM_OUTPUT: JvmOutput | None = None
+
+
+@contextmanager
+def jvm_output(launching: bool) -> Iterator[None]:
+    """While a JVM is launched, make its standard error a pipe that :class:`JvmOutput` reads
+    (when the command line asked for it: :attr:`JvmOutput.enabled`)."""
+    global JVM_OUTPUT
+    if not (launching and JvmOutput.enabled):
+        yield
+        return
+    output = JvmOutput()
+    read_end, write_end = os.pipe()
+    threading.Thread(
+        target=output.relay, args=(read_end,), name="cdcflow-jvm-output", daemon=True
+    ).start()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write_end)
+    JVM_OUTPUT = output
