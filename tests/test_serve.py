@@ -740,7 +740,16 @@ def test_config_errors_name_the_bad_key(tmp_path: Path, secrets_env: None) -> No
             load_serve_config(cfg, "(t)", tmp_path)
         return str(e.value)
 
-    assert "listen.prot: unknown key" in error(base_config(tmp_path, listen={"prot": 1}))
+    assert "listen.prot: unknown key. Did you mean 'port'? Allowed keys: host, port" in error(
+        base_config(tmp_path, listen={"prot": 1})
+    )
+    bad = base_config(tmp_path)
+    bad["endpoints"][1]["auth"]["signature"]["secret_evn"] = "X"
+    assert (
+        "endpoints.1.auth.signature.secret_evn: unknown key. Did you mean 'secret_env'? "
+        "Allowed keys: replay_window, require_event_id, require_timestamp, secret_env, "
+        "secret_file, timestamp_tolerance" in error(bad)
+    )
     bad = base_config(tmp_path)
     bad["endpoints"][0]["dialect"] = "cockroach"
     assert "endpoints.0.dialect" in error(bad) and "cockroachdb" in error(bad)

@@ -19,13 +19,14 @@ function. See ``docs/python-api.md``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cdcflow.config import PipelineConfig, SourceConfig, TableConfig, load_config, load_config_file
 from cdcflow.decode.spark import KAFKA_SCHEMA, Decoded, decode_dataframe
-from cdcflow.errors import ConfigError
+from cdcflow.errors import ConfigError, did_you_mean
 from cdcflow.pipeline.batch import source_options
 from cdcflow.pipeline.query import Pipeline, RunResult, bind_catalog
 from cdcflow.pipeline.report import BatchReport
@@ -286,6 +287,13 @@ def pipeline_config(
     ``parallel_tables``, ``outputs``, …). Unknown names and bad values raise ``ConfigError``
     naming them.
     """
+    unknown = sorted(set(settings) - set(PipelineConfig.model_fields))
+    if unknown:
+        known = sorted({*_SETTING_NAMES, *PipelineConfig.model_fields} - {"sources"})
+        raise ConfigError(
+            f"invalid configuration (Python API): {unknown[0]}: unknown key"
+            f"{did_you_mean(unknown[0], known) or '.'} Allowed keys: {', '.join(known)}"
+        )
     per_table = dict(keys) if isinstance(keys, Mapping) else {}
     common = _table_doc(
         {
@@ -327,6 +335,10 @@ def pipeline_config(
     if catalog is not None:
         doc["catalog"] = dict(catalog)
     return load_config(doc, "(Python API)")
+
+
+#: The keyword arguments of :func:`pipeline_config` beside the top-level configuration keys.
+_SETTING_NAMES = tuple(n for n in inspect.signature(pipeline_config).parameters if n != "settings")
 
 
 def _config(config: Config | None, settings: Mapping[str, Any]) -> PipelineConfig:
