@@ -677,11 +677,12 @@ def load_config_file(path: str | Path) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{p} must hold a mapping at the top level")
     cfg = load_config(data, f"({p})")
-    return _relative_to(cfg, p.parent)
+    return relative_to(cfg, p.parent)
 
 
-def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
-    """Resolve relative local paths against the configuration file's folder."""
+def relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
+    """The configuration with its relative local paths resolved against ``base`` (the
+    configuration file's folder)."""
 
     def fix(path: str) -> str:
         if "://" in path or Path(path).is_absolute():
