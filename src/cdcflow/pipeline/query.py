@@ -337,10 +337,15 @@ class Pipeline:
 
     def check_paths(self, given: Iterable[str] = ()) -> None:
         """Refuse a source whose landing zone does not exist (``SOURCE_PATH_MISSING``), unless
-        it may be created or a DataFrame is ``given`` for it (by source name); no Spark."""
-        for src in self.cfg.sources:
-            if src.name not in given:
-                self._check_path(src)
+        it may be created or a DataFrame is ``given`` for it (by source name), and a Kafka
+        source whose brokers do not answer or whose topics do not exist
+        (:mod:`cdcflow.pipeline.brokers`); no Spark."""
+        from cdcflow.pipeline.brokers import check_sources
+
+        read = [src for src in self.cfg.sources if src.name not in given]
+        for src in read:
+            self._check_path(src)
+        check_sources(read)
 
     def _check_path(self, src: SourceConfig) -> None:
         if src.kafka is not None:
