@@ -146,7 +146,8 @@ def _topics(
     from confluent_kafka.admin import AdminClient
 
     errors: list[Any] = []
-    client = AdminClient({**conf, "log_level": 0, "error_cb": errors.append})
+    settings: dict[str, Any] = {**conf, "log_level": 0, "error_cb": errors.append}
+    client = AdminClient(settings)
     deadline = time.monotonic() + timeout
     cause = "no answer"
     while True:
