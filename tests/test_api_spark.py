@@ -30,6 +30,7 @@ from tests import api_job
 from tests.kafka_shaped import kafka_batch, kafka_rendering, reference, same
 from tests.processes import pipeline_config
 from tests.scenario import ev
+from tests.scenario_world import DATABRICKS_FEED
 
 pytestmark = pytest.mark.spark
 _ROOT = Path(__file__).resolve().parents[1]
@@ -487,16 +488,7 @@ def test_the_catalog_is_given_once(spark: Any, tmp_path: Path) -> None:
 
 
 #: Databricks' ``apply_changes`` example: change rows of one table.
-CHANGES = [
-    (124, "Raul", "Oaxaca", "INSERT", 1),
-    (123, "Isabel", "Monterrey", "INSERT", 1),
-    (125, "Mercedes", "Tijuana", "INSERT", 2),
-    (126, "Lily", "Cancun", "INSERT", 2),
-    (123, None, None, "DELETE", 6),
-    (125, "Mercedes", "Guadalajara", "UPDATE", 6),
-    (125, "Mercedes", "Mexicali", "UPDATE", 5),
-    (123, "Isabel", "Chihuahua", "UPDATE", 5),
-]
+CHANGES = DATABRICKS_FEED
 CHANGES_SCHEMA = "userId bigint, name string, city string, operation string, sequenceNum bigint"
 
 
