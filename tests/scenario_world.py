@@ -24,21 +24,25 @@ HISTORY_TABLES = (
 )
 
 
+#: Databricks' ``apply_changes`` example, in its order: ``userId, name, city, operation,
+#: sequenceNum``.
+DATABRICKS_FEED: list[tuple[int, str | None, str | None, str, int]] = [
+    (124, "Raul", "Oaxaca", "INSERT", 1),
+    (123, "Isabel", "Monterrey", "INSERT", 1),
+    (125, "Mercedes", "Tijuana", "INSERT", 2),
+    (126, "Lily", "Cancun", "INSERT", 2),
+    (123, None, None, "DELETE", 6),
+    (125, "Mercedes", "Guadalajara", "UPDATE", 6),
+    (125, "Mercedes", "Mexicali", "UPDATE", 5),
+    (123, "Isabel", "Chihuahua", "UPDATE", 5),
+]
+
+
 def databricks_example(table: str) -> list[dict[str, Any]]:
-    """The change feed of the example, in its order: events carry ``operation`` and
+    """The change feed of the example as canonical events: they carry ``operation`` and
     ``sequenceNum`` as columns, and their commit positions say nothing (all 1)."""
-    feed = [
-        (124, "Raul", "Oaxaca", "INSERT", 1),
-        (123, "Isabel", "Monterrey", "INSERT", 1),
-        (125, "Mercedes", "Tijuana", "INSERT", 2),
-        (126, "Lily", "Cancun", "INSERT", 2),
-        (123, None, None, "DELETE", 6),
-        (125, "Mercedes", "Guadalajara", "UPDATE", 6),
-        (125, "Mercedes", "Mexicali", "UPDATE", 5),
-        (123, "Isabel", "Chihuahua", "UPDATE", 5),
-    ]
     out = []
-    for uid, name, city, op, n in feed:
+    for uid, name, city, op, n in DATABRICKS_FEED:
         image = {"userId": uid, "name": name, "city": city, "operation": op, "sequenceNum": n}
         if op == "DELETE":
             out.append(ev("DELETE", table, 1, before=image))

@@ -191,7 +191,9 @@ def test_defaults_are_the_yaml_defaults() -> None:
         ),
         (
             {"sequenceBy": "ts"},
-            "[CONFIG_INVALID] invalid configuration (Python API): sequenceBy: unknown key",
+            "[CONFIG_INVALID] invalid configuration (Python API): sequenceBy: unknown key. "
+            "Did you mean 'sequence_by'? Allowed keys: apply_as_deletes, apply_as_truncates, "
+            "catalog, checkpoint, column_list,",
         ),
         (
             {"apply_as_deletes": " "},

@@ -33,6 +33,7 @@ from tests import api_job
 from tests.kafka_shaped import kafka_batch, kafka_rendering, reference, same
 from tests.processes import pipeline_config
 from tests.scenario import ev
+from tests.scenario_world import DATABRICKS_FEED
 
 pytestmark = pytest.mark.spark
 _ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,11 @@ def test_raw_shapes_and_canonical_events(spark: Any) -> None:
     assert filled["id"].startswith("cdc-") and filled["partial"] is False
     with pytest.raises(RawShapeError) as e:
         raw_shape(spark.createDataFrame([(1, 2)], "a int, b int"))
-    assert str(e.value) == "[RAW_SHAPE] not a DataFrame of raw messages (columns: a int, b int)"
+    assert str(e.value) == (
+        "[RAW_SHAPE] not a DataFrame of raw messages (columns: a int, b int); a DataFrame of "
+        "change rows (one row per change with the table's columns) is applied with "
+        "cdcflow.api.apply_changes"
+    )
 
 
 def test_canonical_events_with_a_type_that_is_not_canonical_are_dead_letters(
@@ -497,3 +502,132 @@ def test_the_catalog_is_given_once(spark: Any, tmp_path: Path) -> None:
         f"spark.sql.catalog.side.warehouse={str(side)!r} (not {str(tmp_path / 'other')!r})"
     )
     assert cdc.pipeline(spark=spark, namespace="once").tables() == []  # the session's 'cdc'
+
+
+#: Databricks' ``apply_changes`` example: change rows of one table.
+CHANGES = DATABRICKS_FEED
+CHANGES_SCHEMA = "userId bigint, name string, city string, operation string, sequenceNum bigint"
+
+
+def test_apply_changes_over_a_dataframe_of_change_rows(spark: Any, tmp_path: Path) -> None:
+    """Databricks' example, as its users write it: a batch DataFrame of change rows applied as
+    one batch (types from its schema, deletes by a condition over its columns, the ordering
+    and operation columns left out), a truncate in the next; the same rows as a stream kept
+    as a history (scd2) through foreachBatch."""
+    from pyspark.sql import functions as F
+
+    settings: dict[str, Any] = {"namespace": "api_rows", "checkpoint": str(tmp_path / "chk")}
+    result = cdc.apply_changes(
+        target="users",
+        source=spark.createDataFrame(CHANGES, CHANGES_SCHEMA),
+        keys=["userId"],
+        sequence_by=F.col("sequenceNum"),
+        apply_as_deletes=F.expr("operation = 'DELETE'"),
+        except_column_list=["operation", "sequenceNum"],
+        stored_as_scd_type=1,
+        session=spark,
+        **settings,
+    )
+    assert repr(result) == "RunResult(batches=1, events=8, dead_lettered=0, exit_status=0)"
+    table = spark.table("cdc.api_rows.users")
+    assert [f.simpleString() for f in table.schema.fields[:3]] == [
+        "userId:bigint",
+        "name:string",
+        "city:string",
+    ]
+    assert table.columns == ["userId", "name", "city", "_cdc"]
+    rows = table.orderBy("userId").select("userId", "name", "city").collect()
+    assert [tuple(r) for r in rows] == [
+        (124, "Raul", "Oaxaca"),
+        (125, "Mercedes", "Guadalajara"),
+        (126, "Lily", "Cancun"),
+    ]
+    later = [(None, None, None, "TRUNCATE", 7), (127, "Ana", None, "INSERT", 8)]
+    result = cdc.apply_changes(
+        target="users",
+        source=spark.createDataFrame(later, CHANGES_SCHEMA),
+        keys=["userId"],
+        sequence_by="sequenceNum",
+        apply_as_deletes="operation = 'DELETE'",
+        apply_as_truncates="operation = 'TRUNCATE'",
+        except_column_list=["operation", "sequenceNum"],
+        **settings,
+    )
+    assert result.exit_status == 0
+    rows = spark.sql("SELECT userId, name FROM cdc.api_rows.users").collect()
+    assert [tuple(r) for r in rows] == [(127, "Ana")]
+    assert [r["batch_id"] for r in spark.table("cdc.api_rows__cdcflow.batches").collect()] in (
+        [0, 1],
+        [1, 0],
+    )
+
+    folder = tmp_path / "feed"
+    spark.createDataFrame(CHANGES, CHANGES_SCHEMA).write.parquet(str(folder))
+    stream = spark.readStream.schema(CHANGES_SCHEMA).parquet(str(folder))
+    pipe = cdc.apply_changes(
+        target="users",
+        source=stream,
+        keys=["userId"],
+        sequence_by="sequenceNum",
+        apply_as_deletes="operation = 'DELETE'",
+        except_column_list=["operation"],
+        stored_as_scd_type=2,
+        namespace="api_rows_history",
+        checkpoint=str(tmp_path / "chk_history"),
+    )
+    assert isinstance(pipe, cdc.Pipeline)
+    assert pipe.wait().dead_lettered == 0
+    versions = spark.sql(
+        "SELECT userId, city, sequenceNum, __END_AT IS NULL AS current "
+        "FROM cdc.api_rows_history.users ORDER BY userId, sequenceNum"
+    ).collect()
+    assert [tuple(r) for r in versions] == [
+        (123, "Monterrey", 1, False),
+        (123, "Chihuahua", 5, False),
+        (124, "Oaxaca", 1, True),
+        (125, "Tijuana", 2, False),
+        (125, "Mexicali", 5, False),
+        (125, "Guadalajara", 6, True),
+        (126, "Cancun", 2, True),
+    ]
+
+
+def test_apply_changes_refuses_what_cannot_order_or_key_the_rows(spark: Any) -> None:
+    rows = spark.createDataFrame([(1, 1.5, "a")], "id bigint, version double, name string")
+    with pytest.raises(ConfigError) as e:
+        cdc.apply_changes(target="t", source=rows, keys=["ids"], sequence_by="version")
+    assert (
+        str(e.value)
+        == "[CONFIG_INVALID] keys: no column 'ids' in the change rows. Did you mean 'id'?"
+    )
+    with pytest.raises(ConfigError) as e:
+        cdc.apply_changes(target="t", source=rows, keys=["id"], sequence_by="version")
+    assert str(e.value) == (
+        "[CONFIG_INVALID] sequence_by: column 'version' of type double cannot order changes"
+    )
+    with pytest.raises(ConfigError) as e:
+        cdc.apply_changes(
+            target="t", source=rows, keys=["id"], sequence_by="id", apply_as_deletes="op = 'D'"
+        )
+    assert str(e.value).startswith(
+        "[CONFIG_INVALID] apply_as_deletes/apply_as_truncates is not a condition over the change "
+        "rows' columns ("
+    )
+
+
+def test_a_whole_configuration_mapping_beside_the_session(spark: Any, tmp_path: Path) -> None:
+    """``cdc.pipeline(session=spark, **settings)`` with the settings' own ``spark:`` section
+    (``spark=spark`` clashed with it); a SparkSession given as ``spark=`` still is one."""
+    settings = {
+        "pipeline": "mapping",
+        "checkpoint": str(tmp_path / "chk"),
+        "namespace": "api_mapping",
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+        "catalog": {"name": "cdc", "warehouse": _warehouse(spark)},
+    }
+    pipe = cdc.pipeline(session=spark, **settings)
+    assert pipe.spark is spark and pipe.cfg.spark.master == "local[2]"
+    assert cdc.pipeline(spark=spark, namespace="api_mapping").spark is spark
+    with pytest.raises(ConfigError) as e:
+        cdc.pipeline(session=spark, spark=spark)
+    assert str(e.value) == "[CONFIG_INVALID] give the SparkSession once: session="

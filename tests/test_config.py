@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,51 @@ def test_unknown_key_is_named() -> None:
         load_config({**BASE, "tabels": {}})
     assert e.value.code == "CONFIG_INVALID"
     assert "tabels: unknown key" in e.value.message
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {**BASE, "namepsace": "shop"},
+            "namepsace: unknown key. Did you mean 'namespace'? Allowed keys: catalog, checkpoint, "
+            "consistency, follow_interval, maintenance, namespace, outputs, parallel_tables, "
+            "pipeline, segment_wait, sources, spark, tables, tombstone_retention",
+        ),
+        (
+            {"sources": [{"name": "s", "path": "/x", "dialekt": "debezium"}]},
+            "sources.0.dialekt: unknown key. Did you mean 'dialect'? Allowed keys: create_path, "
+            "dialect, kafka, keys, max_files_per_batch, name, options, path, renamed_from, "
+            "replica_name, types",
+        ),
+        (
+            {**BASE, "tables": {"orders": {"delete": "soft"}}},
+            "tables.orders.delete: unknown key. Did you mean 'deletes'? Allowed keys: "
+            "apply_as_deletes, apply_as_truncates, columns, deletes, except_columns, "
+            "ignore_null_updates, keys, maintenance, mode, name, sequence_by, table_properties, "
+            "track_history_columns, track_history_except_columns",
+        ),
+        (
+            {"sources": [{"name": "s", "kafka": {"bootstrap_servers": "b:9092", "topic": ["t"]}}]},
+            "sources.0.kafka.topic: unknown key. Did you mean 'topics'? Allowed keys: "
+            "bootstrap_servers, fail_on_data_loss, max_offsets_per_trigger, options, pattern, "
+            "secrets, starting_offsets, topics",
+        ),
+        (
+            {**BASE, "tables": {"t": {"maintenance": {"often": 1}}}},
+            "tables.t.maintenance.often: unknown key. Allowed keys: enabled, every_batches, "
+            "keep_snapshots, orphan_age, orphan_interval, rewrite_data_files, "
+            "rewrite_delete_files, snapshot_retention",
+        ),
+    ],
+    ids=["top", "source", "table", "kafka", "no-close-match"],
+)
+def test_unknown_key_gets_the_closest_and_the_allowed_keys(
+    data: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(data)
+    assert e.value.message == f"invalid configuration: {message}"
 
 
 def test_bad_literal_lists_allowed_values() -> None:

@@ -553,3 +553,60 @@ def test_the_python_api_reads_a_topic_as_docs_python_api_shows(
     result = pipe.wait()
     assert result.failure is None and result.dead_lettered == 0
     assert_replicas(spark, "api_topic", w)
+
+
+@pytest.mark.services
+def test_missing_topics_and_refused_credentials_are_named_before_spark(
+    kafka: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic or a pattern that names nothing on the broker, and SASL credentials the broker
+    refuses, stop a Kafka source before Spark starts; right credentials pass, and no secret
+    appears in the errors."""
+    from cdcflow.pipeline.brokers import check_sources
+    from cdcflow.testing.kafka import create_topics
+    from cdcflow.testing.services.kafka import SASL_USER
+
+    create_topics(kafka.bootstrap, {"precheck.orders"}, 1)
+
+    def check(**source: Any) -> None:
+        cfg = load_config({"sources": [{"name": "pg", "dialect": "debezium", "kafka": source}]})
+        check_sources(cfg.sources, timeout=5)
+
+    check(bootstrap_servers=kafka.bootstrap, topics=["precheck.orders"])
+    check(bootstrap_servers=kafka.bootstrap, pattern="precheck\\..*")
+    with pytest.raises(CdcflowError) as e:
+        check(bootstrap_servers=kafka.bootstrap, topics=["precheck.orders", "precheck.order"])
+    assert str(e.value) == (
+        f"[KAFKA_TOPIC_MISSING] source 'pg': no topic 'precheck.order' at bootstrap_servers "
+        f"{kafka.bootstrap}. Did you mean 'precheck.orders'?"
+    )
+    assert e.value.hint is not None and "precheck.orders" in e.value.hint
+    with pytest.raises(CdcflowError) as e:
+        check(bootstrap_servers=kafka.bootstrap, pattern="nothing\\..*")
+    assert str(e.value) == (
+        f"[KAFKA_TOPIC_MISSING] source 'pg': pattern 'nothing\\\\..*' matches no topic at "
+        f"bootstrap_servers {kafka.bootstrap}"
+    )
+    user, password = SASL_USER
+    sasl = {
+        "bootstrap_servers": kafka.sasl_bootstrap,
+        "topics": ["precheck.orders"],
+        "options": {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN"},
+        "secrets": {"kafka.sasl.jaas.config": {"env": "PRECHECK_JAAS"}},
+    }
+    module = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    monkeypatch.setenv(
+        "PRECHECK_JAAS", f'{module} required username="{user}" password="{password}";'
+    )
+    check(**sasl)
+    wrong = "not-the-" + password
+    monkeypatch.setenv("PRECHECK_JAAS", f'{module} required username="{user}" password="{wrong}";')
+    started = time.monotonic()
+    with pytest.raises(CdcflowError) as e:
+        check(**sasl)
+    assert time.monotonic() - started < 6
+    assert str(e.value).startswith(
+        f"[KAFKA_UNREACHABLE] source 'pg': the Kafka brokers at bootstrap_servers "
+        f"{kafka.sasl_bootstrap} could not be reached: the brokers refused the credentials ("
+    ), str(e.value)
+    assert wrong not in str(e.value) + str(e.value.hint) and password not in str(e.value)

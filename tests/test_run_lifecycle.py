@@ -148,6 +148,20 @@ def test_checks_that_need_no_spark_answer_before_spark_starts(tmp_path: Path) ->
         f"[SOURCE_PATH_MISSING] source 's': landing zone {tmp_path / 'landing'} does not exist",
         "hint: check the path, or set create_path: true on the source to create it",
     ]
+    # a Kafka source whose brokers do not answer (it took minutes and a Java trace)
+    gone = tmp_path / "gone.yaml"
+    gone.write_text(
+        "pipeline: gone\nsources:\n  - name: pg\n    dialect: debezium\n"
+        "    kafka: {bootstrap_servers: '127.0.0.1:1', topics: [dbserver1.public.orders]}\n"
+    )
+    rc, seconds, imported, err = _run_without_spark(gone)
+    assert rc == 2 and not imported and seconds < 5.0, (rc, seconds, err)
+    assert err.startswith(
+        "[KAFKA_UNREACHABLE] source 'pg': the Kafka brokers at bootstrap_servers 127.0.0.1:1 "
+        "could not be reached: no broker answered (127.0.0.1:1/bootstrap: Connect to "
+        "ipv4#127.0.0.1:1 failed: Connection refused"
+    ), err
+    assert err.splitlines()[-1].startswith("hint: check the source's kafka.bootstrap_servers")
 
 
 def test_follow_stopped_with_its_jvm_by_sigterm_stops_cleanly_and_expiry_waits(

@@ -740,7 +740,16 @@ def test_config_errors_name_the_bad_key(tmp_path: Path, secrets_env: None) -> No
             load_serve_config(cfg, "(t)", tmp_path)
         return str(e.value)
 
-    assert "listen.prot: unknown key" in error(base_config(tmp_path, listen={"prot": 1}))
+    assert "listen.prot: unknown key. Did you mean 'port'? Allowed keys: host, port" in error(
+        base_config(tmp_path, listen={"prot": 1})
+    )
+    bad = base_config(tmp_path)
+    bad["endpoints"][1]["auth"]["signature"]["secret_evn"] = "X"
+    assert (
+        "endpoints.1.auth.signature.secret_evn: unknown key. Did you mean 'secret_env'? "
+        "Allowed keys: replay_window, require_event_id, require_timestamp, secret_env, "
+        "secret_file, timestamp_tolerance" in error(bad)
+    )
     bad = base_config(tmp_path)
     bad["endpoints"][0]["dialect"] = "cockroach"
     assert "endpoints.0.dialect" in error(bad) and "cockroachdb" in error(bad)
@@ -876,3 +885,56 @@ def test_serve_does_not_import_pyspark(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"CONFIG" in proc.stdout
+
+
+def test_concurrent_landings_share_their_folder_and_journal_flushes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight bodies landed at once: each writer returns only once its own file is in place and
+    its folder flushed, but the folder is flushed for many files at a time, and the replay
+    journal's lines of eight commits are flushed together too (a flush each before)."""
+    zone = landing_mod.LandingZone(tmp_path / "landing")
+    zone.prepare(["crdb"])
+    journal = landing_mod.ReplayJournal(zone.root / "_serve" / "replay.log", 3600.0)
+    flushed: list[list[str]] = []
+    real_fsync_dir = landing_mod.fsync_dir
+    real_fsync = os.fsync
+
+    def fsync_dir(path: Path) -> None:
+        time.sleep(0.2)  # a slow disk: the other writers queue meanwhile
+        flushed.append(sorted(p.name for p in path.iterdir()))
+        real_fsync_dir(path)
+
+    journal_flushes = []
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("replay.log"):
+            time.sleep(0.2)
+            journal_flushes.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(landing_mod, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(landing_mod.os, "fsync", fsync)
+    landed: dict[int, tuple[Path, int]] = {}
+    start_line = threading.Barrier(8)
+
+    def writer(i: int) -> None:
+        start_line.wait()
+        path = zone.land("crdb", b'{"i": %d}' % i)
+        # returned: its file is in place, and a folder flush came after its rename
+        landed[i] = (path, len([f for f in flushed if path.name in f]))
+        assert journal.claim(f"id-{i}") == "new"
+        journal.commit(f"id-{i}")
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(landed) == list(range(8))
+    for i, (path, flushes_after) in landed.items():
+        assert path.read_bytes() == b'{"i": %d}' % i and flushes_after >= 1
+    assert 1 <= len(flushed) <= 3, flushed  # 8 before
+    assert 1 <= len(journal_flushes) <= 3, journal_flushes  # 8 before
+    again = landing_mod.ReplayJournal(zone.root / "_serve" / "replay.log", 3600.0)
+    assert all(again.claim(f"id-{i}") == "duplicate" for i in range(8))

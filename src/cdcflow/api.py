@@ -19,13 +19,14 @@ function. See ``docs/python-api.md``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cdcflow.config import PipelineConfig, SourceConfig, TableConfig, load_config, load_config_file
 from cdcflow.decode.spark import KAFKA_SCHEMA, Decoded, decode_dataframe
-from cdcflow.errors import ConfigError
+from cdcflow.errors import ConfigError, did_you_mean
 from cdcflow.pipeline.batch import source_options
 from cdcflow.pipeline.query import Pipeline, RunResult, bind_catalog
 from cdcflow.pipeline.report import BatchReport
@@ -42,6 +43,7 @@ __all__ = [
     "RunResult",
     "SourceConfig",
     "TableConfig",
+    "apply_changes",
     "decode",
     "foreach_batch",
     "pipeline",
@@ -286,6 +288,13 @@ def pipeline_config(
     ``parallel_tables``, ``outputs``, …). Unknown names and bad values raise ``ConfigError``
     naming them.
     """
+    unknown = sorted(set(settings) - set(PipelineConfig.model_fields))
+    if unknown:
+        known = sorted({*_SETTING_NAMES, *PipelineConfig.model_fields} - {"sources"})
+        raise ConfigError(
+            f"invalid configuration (Python API): {unknown[0]}: unknown key"
+            f"{did_you_mean(unknown[0], known) or '.'} Allowed keys: {', '.join(known)}"
+        )
     per_table = dict(keys) if isinstance(keys, Mapping) else {}
     common = _table_doc(
         {
@@ -329,6 +338,10 @@ def pipeline_config(
     return load_config(doc, "(Python API)")
 
 
+#: The keyword arguments of :func:`pipeline_config` beside the top-level configuration keys.
+_SETTING_NAMES = tuple(n for n in inspect.signature(pipeline_config).parameters if n != "settings")
+
+
 def _config(config: Config | None, settings: Mapping[str, Any]) -> PipelineConfig:
     if config is None:
         return pipeline_config(**settings)
@@ -364,22 +377,42 @@ def session(config: Config | None = None, **settings: Any) -> SparkSession:
 
 
 def pipeline(
-    config: Config | None = None, *, spark: SparkSession | None = None, **settings: Any
+    config: Config | None = None, *, session: SparkSession | None = None, **settings: Any
 ) -> Pipeline:
     """The pipeline of a configuration (or of keyword arguments, see
-    :func:`pipeline_config`) on ``spark`` (default: the active session, else one built from
+    :func:`pipeline_config`) on ``session`` (default: the active session, else one built from
     the configuration), to start, apply from one's own ``foreachBatch``
     (:meth:`Pipeline.foreach_batch`) or read results (:meth:`Pipeline.table`,
     :meth:`Pipeline.dead_letters`, :meth:`Pipeline.history`).
 
+    ``spark=`` is the configuration's ``spark:`` section, as in the YAML file (so
+    ``pipeline(session=spark, **settings)`` takes a whole configuration mapping); a
+    SparkSession given as ``spark=`` is taken as ``session``.
+
     The catalog is the configuration's: a session without a catalog of its name is given it;
     one whose catalog differs from the one the configuration names is refused
     (``CATALOG_MISMATCH``); a configuration without ``catalog`` uses the session's."""
+    given = _session_of(session, settings)
     cfg = _config(config, settings)
-    spark = spark or _active()
-    if spark is not None:
-        bind_catalog(spark, cfg)
-    return Pipeline(cfg, spark)
+    found = given or _active()
+    if found is not None:
+        bind_catalog(found, cfg)
+    return Pipeline(cfg, found)
+
+
+def _session_of(session: SparkSession | None, settings: dict[str, Any]) -> SparkSession | None:
+    """``session``, or a SparkSession given as ``spark=`` (taken out of ``settings``, where
+    ``spark`` is otherwise the configuration's ``spark:`` section)."""
+    found = settings.get("spark")
+    if found is None or isinstance(found, Mapping):
+        return session
+    if session is not None:
+        raise ConfigError(
+            "give the SparkSession once: session=",
+            hint="spark= is the configuration's spark: section (master, conf, …)",
+        )
+    del settings["spark"]
+    return found  # type: ignore[no-any-return]
 
 
 def _active() -> SparkSession | None:
@@ -434,14 +467,15 @@ def foreach_batch(
     config: Config | None = None,
     *,
     source: str | None = None,
-    spark: SparkSession | None = None,
+    session: SparkSession | None = None,
     on_report: Callable[[BatchReport], None] | None = None,
     **settings: Any,
 ) -> BatchApplier:
     """The function to give ``writeStream.foreachBatch`` (or to call with a DataFrame and a
     batch id) that applies the micro-batches of one source — the sole source unless named —
-    of a configuration, or of keyword arguments (see :func:`pipeline_config`)."""
-    return BatchApplier(pipeline(config, spark=spark, **settings), source, on_report)
+    of a configuration, or of keyword arguments (see :func:`pipeline_config`); ``session``
+    as for :func:`pipeline`."""
+    return BatchApplier(pipeline(config, session=session, **settings), source, on_report)
 
 
 def start(
@@ -486,3 +520,83 @@ def start(
         pipe.close()
         raise
     return pipe
+
+
+def apply_changes(
+    target: str,
+    source: DataFrame,
+    keys: Sequence[str],
+    sequence_by: Ordering,
+    *,
+    apply_as_deletes: Condition | None = None,
+    apply_as_truncates: Condition | None = None,
+    column_list: Sequence[str] | None = None,
+    except_column_list: Sequence[str] | None = None,
+    stored_as_scd_type: int | str = 1,
+    ignore_null_updates: bool = False,
+    track_history_column_list: Sequence[str] | None = None,
+    track_history_except_column_list: Sequence[str] | None = None,
+    session: SparkSession | None = None,
+    follow: bool = False,
+    on_report: Callable[[BatchReport], None] | None = None,
+    **settings: Any,
+) -> RunResult | Pipeline:
+    """Apply a DataFrame of change rows to the replica ``target``, as Databricks'
+    ``apply_changes`` does: ``source`` holds one row per change, its columns the table's
+    (``userId, name, city, operation, sequenceNum``), its types the replica's.
+
+    ``keys``: the key columns; ``sequence_by``: the column (or columns, compared in turn; a
+    name, names, or a ``Column`` of one column or a ``struct``) ordering each key's changes —
+    integers, dates, timestamps or text. ``apply_as_deletes`` / ``apply_as_truncates``: a
+    condition over the rows' columns (Spark SQL text or a ``Column``, e.g. ``"operation =
+    'DELETE'"``) marking rows that delete their key / truncate the table; the others are
+    upserts. ``column_list`` / ``except_column_list``: the only columns written / columns not
+    written (key columns always are; the ordering and operation columns are written unless
+    left out so). ``stored_as_scd_type``: 1 (current state) or 2 (history, with
+    ``track_history_column_list`` / ``track_history_except_column_list``).
+    ``ignore_null_updates``: a row's ``NULL`` values leave the columns as they are. Other
+    keyword arguments are the pipeline's settings (:func:`pipeline_config`: ``namespace``,
+    ``checkpoint``, ``pipeline``, ``catalog``, …).
+
+    The rows become canonical events in Spark SQL and go through the batch function of
+    ``cdcflow run``, with its guarantees (dedup, ordering, tombstones, the commit ledger,
+    dead letters). A streaming ``source`` is applied by a streaming query through
+    ``foreachBatch`` (``follow``: keep following); the started :class:`Pipeline` is returned
+    (``.wait()`` gives the :class:`RunResult`). A batch ``source`` is applied as one batch
+    (the next batch id of the pipeline's history) and its :class:`RunResult` returned.
+    """
+    from cdcflow.pipeline.changes import change_events
+
+    if getattr(source, "isStreaming", None) is None:
+        raise ConfigError(
+            f"source must be a DataFrame of change rows, got {type(source).__name__}",
+            hint="e.g. spark.read.table('cdc_feed') or spark.readStream.table('cdc_feed')",
+        )
+    given = _session_of(session, settings)
+    order = _ordering_names(sequence_by)
+    cfg = pipeline_config(
+        keys=list(keys),
+        ignore_null_updates=ignore_null_updates,
+        column_list=column_list,
+        except_column_list=except_column_list,
+        stored_as_scd_type=stored_as_scd_type,
+        track_history_column_list=track_history_column_list,
+        track_history_except_column_list=track_history_except_column_list,
+        **settings,
+    )
+    events = change_events(
+        source, target, list(keys), order or [], apply_as_deletes, apply_as_truncates
+    )
+    spark = given or source.sparkSession
+    bind_catalog(spark, cfg)
+    pipe = Pipeline(cfg, spark)
+    name = cfg.sources[0].name
+    if events.isStreaming:
+        pipe.start(follow, on_report, inputs={name: events})
+        return pipe
+    try:
+        runner = pipe.foreach_batch(name, on_report)
+        runner(events, pipe.next_batch(name))
+    finally:
+        pipe.close()
+    return RunResult(reports=runner.reports)

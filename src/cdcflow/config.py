@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -36,7 +37,7 @@ from pydantic import (
     model_validator,
 )
 
-from cdcflow.errors import ConfigError
+from cdcflow.errors import ConfigError, did_you_mean
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -629,16 +630,17 @@ class PipelineConfig(_Model):
         return parse_duration(self.tombstone_retention)
 
 
-def validation_message(err: ValidationError, what: str) -> str:
-    """A configuration's validation errors, naming each bad key. Values given are not echoed
-    (they may be secrets), but for a key taking one of a few fixed words (a literal), where
-    the word given is shown beside those allowed."""
+def validation_message(err: ValidationError, what: str, model: type[BaseModel]) -> str:
+    """A configuration's validation errors, naming each bad key; an unknown key gets the
+    closest allowed one and the keys allowed where it stands (``model``: the configuration's
+    model). Values given are not echoed (they may be secrets), but for a key taking one of a
+    few fixed words (a literal), where the word given is shown beside those allowed."""
     lines = []
     for e in err.errors(include_url=False):
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + _allowed_keys(model, e["loc"])
         elif e["type"] == "literal_error" and isinstance(e.get("input"), str | int | bool):
             msg = f"{msg} (got {e['input']!r})"
         elif msg.startswith("Value error, "):
@@ -647,12 +649,48 @@ def validation_message(err: ValidationError, what: str) -> str:
     return f"invalid {what}: " + "; ".join(lines)
 
 
+def _allowed_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """``. Did you mean 'x'? Allowed keys: …`` for the unknown key at ``loc``, ``""`` where
+    the mapping it stands in is not a model's (a free-form mapping takes any key)."""
+    found = _model_at(model, loc[:-1])
+    if found is None:
+        return ""
+    known = sorted(found.model_fields)
+    return f"{did_you_mean(str(loc[-1]), known) or '.'} Allowed keys: {', '.join(known)}"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model of the mapping at ``loc`` (list indexes and mapping keys stepped through)."""
+    current: Any = model
+    steps = list(loc)
+    while steps:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        found = current.model_fields.get(str(steps.pop(0)))
+        if found is None:
+            return None
+        current = found.annotation
+        while True:  # X | None, list[X], dict[str, X]: into X, as far as the location goes
+            args = [a for a in get_args(current) if a is not type(None)]
+            origin = get_origin(current)
+            if origin in (Union, UnionType):
+                models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+                current = models[0] if len(models) == 1 else None
+            elif origin in (list, dict) and args and steps:
+                steps.pop(0)
+                current = args[-1]
+            else:
+                break
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
 def load_config(data: Mapping[str, Any], origin: str = "") -> PipelineConfig:
     """Validate a configuration mapping; errors name each bad key and the allowed values."""
     try:
         return PipelineConfig.model_validate(dict(data))
     except ValidationError as e:
-        raise ConfigError(validation_message(e, f"configuration {origin}".strip())) from None
+        what = f"configuration {origin}".strip()
+        raise ConfigError(validation_message(e, what, PipelineConfig)) from None
 
 
 def load_config_file(path: str | Path) -> PipelineConfig:
@@ -667,11 +705,12 @@ def load_config_file(path: str | Path) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{p} must hold a mapping at the top level")
     cfg = load_config(data, f"({p})")
-    return _relative_to(cfg, p.parent)
+    return relative_to(cfg, p.parent)
 
 
-def _relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
-    """Resolve relative local paths against the configuration file's folder."""
+def relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
+    """The configuration with its relative local paths resolved against ``base`` (the
+    configuration file's folder)."""
 
     def fix(path: str) -> str:
         if "://" in path or Path(path).is_absolute():

@@ -13,11 +13,14 @@ restart), and ``kafka:`` sources read them.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdcflow.config import PipelineConfig, load_config
+import yaml
+
+from cdcflow.config import PipelineConfig, load_config, load_config_file, relative_to
+from cdcflow.errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,6 +31,38 @@ if TYPE_CHECKING:
 HISTORY_DEMO = ("savegress", "orders")
 
 
+def demo_settings(
+    workdir: Path,
+    dialect: str,
+    options: Any,
+    tables: Mapping[str, Any] | None = None,
+    kafka: Mapping[str, Any] | None = None,
+    catalog: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The configuration the demo writes for one dialect's landing zone, or for its topics
+    (``kafka``: the source's ``kafka:`` section; ``tables``: the ``tables:`` section), as the
+    YAML file holds it: paths relative to ``workdir`` (the file's folder); ``catalog``: the
+    ``catalog:`` section (default: the embedded catalog in ``<workdir>/warehouse``)."""
+    keys = {t: list(k) for t, k in options.table_keys.items()}
+    types = {t: dict(c) for t, c in options.column_types.items()}
+    source: dict[str, Any] = {"name": dialect}
+    source.update({"kafka": dict(kafka)} if kafka else {"path": f"landing/{dialect}"})
+    source.update({"dialect": dialect, "keys": keys, "types": types})
+    if options.extra:
+        source["options"] = dict(options.extra)
+    doc: dict[str, Any] = {
+        "pipeline": f"demo_{dialect}",
+        "checkpoint": f"checkpoints/{dialect}",
+        "namespace": f"demo_{dialect}",
+        "catalog": dict(catalog or {"name": "cdc", "warehouse": "warehouse"}),
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+        "sources": [source],
+    }
+    if tables:
+        doc["tables"] = dict(tables)
+    return doc
+
+
 def demo_config(
     workdir: Path,
     dialect: str,
@@ -35,43 +70,81 @@ def demo_config(
     tables: Mapping[str, Any] | None = None,
     kafka: Mapping[str, Any] | None = None,
 ) -> PipelineConfig:
-    """The configuration the demo writes for one dialect's landing zone, or for its topics
-    (``kafka``: the source's ``kafka:`` section; ``tables``: the ``tables:`` section)."""
-    keys = {t: list(k) for t, k in options.table_keys.items()}
-    types = {t: dict(c) for t, c in options.column_types.items()}
-    extra = dict(options.extra)
-    return load_config(
-        {
-            "pipeline": f"demo_{dialect}",
-            "checkpoint": str(workdir / "checkpoints" / dialect),
-            "namespace": f"demo_{dialect}",
-            "catalog": {"name": "cdc", "warehouse": str(workdir / "warehouse")},
-            "spark": {"master": "local[2]", "shuffle_partitions": 2},
-            "sources": [
-                {
-                    "name": dialect,
-                    **(
-                        {"kafka": dict(kafka)}
-                        if kafka
-                        else {"path": str(workdir / "landing" / dialect)}
-                    ),
-                    "dialect": dialect,
-                    "keys": keys,
-                    "types": types,
-                    "options": extra,
-                }
-            ],
-            "tables": dict(tables or {}),
-        },
-        "(demo)",
+    """The configuration of :func:`demo_settings`, its paths under ``workdir``."""
+    return relative_to(
+        load_config(demo_settings(workdir, dialect, options, tables, kafka)), workdir
     )
 
 
+def write_config(workdir: Path, doc: Mapping[str, Any]) -> tuple[Path, PipelineConfig]:
+    """Write a pipeline's configuration to ``<workdir>/<source>.yaml``; the file and the
+    configuration read back from it (what the demo runs)."""
+    path = workdir / f"{doc['sources'][0]['name']}.yaml"
+    path.write_text(_HEADER + yaml.safe_dump(dict(doc), sort_keys=False))
+    return path, load_config_file(path)
+
+
+_HEADER = (
+    "# written by `cdcflow demo`: the pipeline it ran (paths relative to this file); look with\n"
+    "# `cdcflow tables FILE`, `cdcflow show FILE TABLE`, `cdcflow history FILE`\n"
+)
+
+
+def _session_catalog(spark: SparkSession) -> dict[str, Any] | None:
+    """The ``catalog:`` section naming the running session's catalog ``cdc``, which the demo
+    then writes its replicas into (``None`` when it has none)."""
+    conf = "spark.sql.catalog.cdc"
+    warehouse = spark.conf.get(f"{conf}.warehouse", None)
+    if warehouse is None:
+        return None
+    found: dict[str, Any] = {"name": "cdc", "warehouse": warehouse}
+    kind = spark.conf.get(f"{conf}.type", None)
+    if kind:
+        found["type"] = kind
+    uri = spark.conf.get(f"{conf}.uri", None)
+    if uri:
+        found["uri"] = uri
+    return found
+
+
+def _chosen(dialects: Sequence[str] | None, known: Sequence[str]) -> list[str]:
+    """The dialects a demo runs: ``dialects`` (each one it can run), else all it knows."""
+    for name in dialects or ():
+        if name not in known:
+            raise ConfigError(
+                f"the demo has no dialect {name!r}{did_you_mean(name, known)}",
+                hint="dialects: " + ", ".join(known),
+            )
+    return list(dialects or known)
+
+
+def how_to_look(echo: Callable[[str], None], files: list[Path]) -> None:
+    """The demo's last lines: the configuration files it wrote and the read commands over
+    them."""
+    if not files:
+        return
+    echo("")
+    echo("the pipelines' configurations: " + ", ".join(str(f) for f in files))
+    first = next((f for f in files if f.stem == "debezium"), files[0])
+    echo("look at the replicas with the read commands, e.g.:")
+    echo(f"  cdcflow tables {first}")
+    echo(f"  cdcflow show {first} orders")
+    echo(f"  cdcflow history {first}")
+
+
 def run_demo(
-    workdir: Path, *, seed: int = 7, transactions: int = 150, echo: Callable[[str], None] = print
+    workdir: Path,
+    *,
+    seed: int = 7,
+    transactions: int = 150,
+    echo: Callable[[str], None] = print,
+    dialects: Sequence[str] | None = None,
 ) -> bool:
-    """Run the demo; returns whether every replica equals the oracle."""
-    from cdcflow.pipeline.query import Pipeline, open_session
+    """Run the demo (every dialect with a renderer, or ``dialects``); returns whether every
+    replica equals the oracle. Each dialect's pipeline configuration is written to
+    ``<workdir>/<dialect>.yaml`` and run from there; a session already running in this
+    process is used, and the files name its catalog ``cdc``."""
+    from cdcflow.pipeline.query import Pipeline, bind_catalog, open_session
     from cdcflow.pipeline.report import format_report
     from cdcflow.spark.session import session_running
     from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
@@ -82,8 +155,14 @@ def run_demo(
     workdir.mkdir(parents=True)
     spark = None
     own_session = not session_running()
+    if not own_session:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+    catalog = _session_catalog(spark) if spark is not None else None
     all_ok = True
-    for dialect in renderer_names():
+    files: list[Path] = []
+    for dialect in _chosen(dialects, renderer_names()):
         render = renderer(dialect)
         # one workload per dialect: the same seed, limited to what the format can express
         workload = generate(
@@ -101,9 +180,12 @@ def run_demo(
         first = render(workload, landing, seed=seed, transactions=slice(0, split))
         history = HISTORY_DEMO[1] if dialect == HISTORY_DEMO[0] else None
         tables = {history: {"mode": "scd2"}} if history else {}
-        cfg = demo_config(workdir, dialect, first.options, tables)
+        doc = demo_settings(workdir, dialect, first.options, tables, catalog=catalog)
+        path, cfg = write_config(workdir, doc)
+        files.append(path)
         if spark is None:
             spark = open_session(cfg)
+        bind_catalog(spark, cfg)
         pipe = Pipeline(cfg, spark)
         echo(f"[{dialect}] run 1: {len(first.files)} file(s) in {landing}")
         pipe.run(on_report=lambda r: echo("  " + format_report(r)))
@@ -125,6 +207,7 @@ def run_demo(
         spark.stop()  # as `cdcflow run` does
     echo("")
     echo("every replica equals the oracle" if all_ok else "SOME REPLICAS DIFFER FROM THE ORACLE")
+    how_to_look(echo, files)
     return all_ok
 
 
@@ -170,11 +253,17 @@ def compare_replicas(
 
 
 def run_kafka_demo(
-    workdir: Path, *, seed: int = 7, transactions: int = 150, echo: Callable[[str], None] = print
+    workdir: Path,
+    *,
+    seed: int = 7,
+    transactions: int = 150,
+    echo: Callable[[str], None] = print,
+    dialects: Sequence[str] | None = None,
 ) -> bool:
     """The demo over Kafka: a broker of its own (stopped at the end), each dialect with a
-    Kafka form produced into topics as its producer would and read by a ``kafka:`` source;
-    returns whether every replica equals the oracle."""
+    Kafka form (or those of ``dialects``) produced into topics as its producer would and read
+    by a ``kafka:`` source, its configuration written to ``<workdir>/<dialect>.yaml``; returns
+    whether every replica equals the oracle."""
     from cdcflow.pipeline.query import Pipeline, open_session
     from cdcflow.pipeline.report import format_report
     from cdcflow.spark.session import session_running
@@ -189,12 +278,13 @@ def run_kafka_demo(
     own_session = not session_running()
     spark = None
     all_ok = True
+    files: list[Path] = []
     broker = KafkaBroker(workdir / "kafka")
     echo("starting a Kafka broker (KRaft, from its Maven artifacts) ...")
     bootstrap = broker.start()
     echo(f"broker at {bootstrap}")
     try:
-        for dialect in KAFKA_DIALECTS:
+        for dialect in _chosen(dialects, KAFKA_DIALECTS):
             workload = generate(
                 seed, tables=3, transactions=transactions, features=renderer_features(dialect)
             )
@@ -206,7 +296,9 @@ def run_kafka_demo(
                 f"{len(parts)} partitions (with duplicates and a producer restart's resend)"
             )
             kafka = {"bootstrap_servers": bootstrap, "topics": sent.topics}
-            cfg = demo_config(workdir, dialect, sent.options, kafka=kafka)
+            doc = demo_settings(workdir, dialect, sent.options, kafka=kafka)
+            path, cfg = write_config(workdir, doc)
+            files.append(path)
             if spark is None:
                 spark = open_session(cfg)
             Pipeline(cfg, spark).run(on_report=lambda r: echo("  " + format_report(r)))
@@ -219,4 +311,5 @@ def run_kafka_demo(
         echo("broker stopped")
     echo("")
     echo("every replica equals the oracle" if all_ok else "SOME REPLICAS DIFFER FROM THE ORACLE")
+    how_to_look(echo, files)
     return all_ok

@@ -539,10 +539,14 @@ def raw_shape(df: DataFrame) -> str:
     if len(fields) == 1 and next(iter(fields.values())) in ("binary", "string"):
         return MESSAGES
     found = ", ".join(f"{n} {t}" for n, t in fields.items()) or "none"
+    # the message says it too: a Python traceback shows the message, not the hint
     raise RawShapeError(
-        f"not a DataFrame of raw messages (columns: {found})",
+        f"not a DataFrame of raw messages (columns: {found}); a DataFrame of change rows (one "
+        "row per change with the table's columns) is applied with cdcflow.api.apply_changes",
         hint="give binaryFile rows (path, content), rows of Spark's Kafka source (key, value, "
-        "topic, partition, offset, timestamp, headers), or one binary or string column",
+        "topic, partition, offset, timestamp, headers), or one binary or string column; or "
+        "apply change rows with cdcflow.api.apply_changes(target=..., source=df, keys=[...], "
+        "sequence_by=...) (docs/python-api.md)",
     )
 
 

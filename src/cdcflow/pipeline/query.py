@@ -27,6 +27,7 @@ from cdcflow.pipeline.batch import ADAPTIVE, BatchRunner, Shared, source_options
 from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
 from cdcflow.pipeline.report import BatchReport, Reports
 from cdcflow.spark.errors import DEBUG_HINT, first_line
+from cdcflow.spark.sql import lit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -143,7 +144,7 @@ class SourceMissing(ConfigError):
     code = "SOURCE_PATH_MISSING"
 
 
-@dataclass
+@dataclass(repr=False)
 class RunResult:
     """What a run did: the batch reports of every source (totals over all, the most recent
     reports themselves), and whether it ended on a failure (the exception) or was stopped."""
@@ -151,6 +152,14 @@ class RunResult:
     reports: Reports = field(default_factory=Reports)
     failure: BaseException | None = None
     stopped: bool = False
+
+    def __repr__(self) -> str:
+        failure = f", failure={str(self.failure)!r}" if self.failure is not None else ""
+        return (
+            f"RunResult(batches={self.reports.batches}, events={self.events}, "
+            f"dead_lettered={self.dead_lettered}, "
+            f"exit_status={self.exit_status}{failure}{', stopped' if self.stopped else ''})"
+        )
 
     @property
     def events(self) -> int:
@@ -309,6 +318,15 @@ class Pipeline:
         self.runners.append(runner)
         return runner
 
+    def next_batch(self, source: str | None = None) -> int:
+        """The id to give the next batch of a source applied outside a streaming query: one
+        above the highest the pipeline's history has for it (0 for the first)."""
+        _, record = self._source(source)
+        found = (
+            self.history().where(f"pipeline = {lit(record.ledger)}").agg({"batch_id": "max"})
+        ).first()
+        return 0 if found is None or found[0] is None else int(found[0]) + 1
+
     def checkpoint_location(self, source: str | None = None) -> str:
         """Where the streaming query of a source keeps its checkpoint: inside the pipeline's
         checkpoint folder, so that the two stay together."""
@@ -346,10 +364,15 @@ class Pipeline:
 
     def check_paths(self, given: Iterable[str] = ()) -> None:
         """Refuse a source whose landing zone does not exist (``SOURCE_PATH_MISSING``), unless
-        it may be created or a DataFrame is ``given`` for it (by source name); no Spark."""
-        for src in self.cfg.sources:
-            if src.name not in given:
-                self._check_path(src)
+        it may be created or a DataFrame is ``given`` for it (by source name), and a Kafka
+        source whose brokers do not answer or whose topics do not exist
+        (:mod:`cdcflow.pipeline.brokers`); no Spark."""
+        from cdcflow.pipeline.brokers import check_sources
+
+        read = [src for src in self.cfg.sources if src.name not in given]
+        for src in read:
+            self._check_path(src)
+        check_sources(read)
 
     def _check_path(self, src: SourceConfig) -> None:
         if src.kafka is not None:

@@ -399,7 +399,8 @@ def load_serve_config(
     try:
         cfg = ServeConfig.model_validate(dict(data))
     except ValidationError as e:
-        raise ConfigError(validation_message(e, f"serve configuration {origin}".strip())) from None
+        what = f"serve configuration {origin}".strip()
+        raise ConfigError(validation_message(e, what, ServeConfig)) from None
     root = base or Path.cwd()
 
     def fix(path: str) -> str:

@@ -2,9 +2,16 @@
 
 A body is acknowledged only after it is on disk under its final name: it is written to a temp
 file whose name starts with ``_`` (the pipeline, like Spark's file source, ignores names
-starting with ``_`` or ``.``), ``fsync``-ed, renamed into place with :func:`os.replace` and the
-folder is ``fsync``-ed. A crash at any moment leaves either the complete file or nothing
-visible (at worst a ``_…tmp`` file, removed at the next start).
+starting with ``_`` or ``.``), flushed, renamed into place with :func:`os.replace` and the
+folder is flushed. A crash at any moment leaves either the complete file or nothing visible
+(at worst a ``_…tmp`` file, removed at the next start).
+
+Concurrent requests share their flushes (:class:`GroupCommit`): each writer flushes its own
+temp file (concurrent ``fsync`` calls share the filesystem's journal commits), then the first
+waiting writer renames every file flushed meanwhile into place and flushes each of their
+folders once — one flush for many files; the replay journal's lines of concurrent requests are
+appended and flushed together the same way. Each writer returns only once its own file (or
+line) is durable.
 
 Final names sort in landing order and are unique: UTC time to the microsecond (never going
 backwards within a process), a counter and random hex:
@@ -20,8 +27,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 
@@ -67,9 +75,10 @@ class Withdrawn(CdcflowError):
 
 
 def write_durably(final: Path, data: bytes, still_wanted: Callable[[], bool] | None = None) -> None:
-    """Write ``data`` to ``final`` by temp file + fsync + rename + folder fsync.
+    """Write ``data`` to ``final`` by temp file + fsync + rename + folder fsync (the folder's
+    shared with concurrent writers, see :data:`FILES`).
 
-    ``still_wanted`` is asked after the fsync and before the rename: ``False`` removes the temp
+    ``still_wanted`` is asked after the flush and before the rename: ``False`` removes the temp
     file and raises :class:`Withdrawn` (nothing became visible). Raises :class:`DiskFull` when
     the disk is full; the temp file is removed on any failure.
     """
@@ -82,14 +91,11 @@ def write_durably(final: Path, data: bytes, still_wanted: Callable[[], bool] | N
             while view:
                 n = os.write(fd, view)
                 view = view[n:]
+            # each writer's own: concurrent fsyncs share the filesystem's journal commits
             os.fsync(fd)
         finally:
             os.close(fd)
-        if still_wanted is not None and not still_wanted():
-            tmp.unlink()
-            raise Withdrawn("the file was withdrawn before it became visible")
-        os.replace(tmp, final)
-        fsync_dir(final.parent)
+        FILES.commit(_Landing(tmp, final, still_wanted))
     except OSError as e:
         try:
             tmp.unlink()
@@ -98,6 +104,86 @@ def write_durably(final: Path, data: bytes, still_wanted: Callable[[], bool] | N
         if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
             raise DiskFull("the landing zone's disk is full") from None
         raise
+
+
+T = TypeVar("T")
+
+
+class GroupCommit(Generic[T]):
+    """Flushes shared by concurrent writers: :meth:`commit` hands one item over and returns
+    once a flush covered it (raising what that flush raised for it). A writer that finds no
+    flush running flushes everything handed over until then, its own item included; the
+    others wait for it, or for the next one."""
+
+    def __init__(self, flush: Callable[[list[T]], list[BaseException | None]]) -> None:
+        """``flush``: makes items durable; returns, per item, what failed for it."""
+        self._flush = flush
+        self._cond = threading.Condition()
+        self._queue: list[tuple[object, T]] = []
+        self._done: dict[object, BaseException | None] = {}
+        self._flushing = False
+
+    def commit(self, item: T) -> None:
+        """Hand ``item`` over and wait until it is durable."""
+        ticket = object()
+        with self._cond:
+            self._queue.append((ticket, item))
+            while ticket not in self._done:
+                if self._flushing:
+                    self._cond.wait()
+                    continue
+                batch, self._queue = self._queue, []
+                self._flushing = True
+                self._cond.release()
+                try:
+                    outcomes = self._run([i for _, i in batch])
+                finally:
+                    self._cond.acquire()
+                    self._flushing = False
+                    self._cond.notify_all()
+                for (done, _), outcome in zip(batch, outcomes, strict=True):
+                    self._done[done] = outcome
+            failure = self._done.pop(ticket)
+        if failure is not None:
+            raise failure
+
+    def _run(self, batch: list[T]) -> list[BaseException | None]:
+        try:
+            return self._flush(batch)
+        except BaseException as e:  # for every item of the batch: none of them is durable
+            return [e] * len(batch)
+
+
+@dataclass
+class _Landing:
+    """A temp file whose data is durable, waiting for its rename and its folder's flush."""
+
+    tmp: Path
+    final: Path
+    still_wanted: Callable[[], bool] | None
+
+
+def _land_files(batch: list[_Landing]) -> list[BaseException | None]:
+    """Rename the wanted temp files into place, then flush each of their folders once."""
+    outcomes: list[BaseException | None] = [None] * len(batch)
+    folders: set[Path] = set()
+    for i, item in enumerate(batch):
+        try:
+            if item.still_wanted is not None and not item.still_wanted():
+                item.tmp.unlink()
+                outcomes[i] = Withdrawn("the file was withdrawn before it became visible")
+                continue
+            os.replace(item.tmp, item.final)
+            folders.add(item.final.parent)
+        except Exception as e:
+            outcomes[i] = e
+    for folder in folders:
+        fsync_dir(folder)
+    return outcomes
+
+
+#: The shared flushes of landed files.
+FILES: GroupCommit[_Landing] = GroupCommit(_land_files)
 
 
 class Names:
@@ -185,6 +271,7 @@ class ReplayJournal:
         self._lock = threading.Lock()
         self._seen: dict[str, float] = {}
         self._pending: set[str] = set()
+        self._lines: GroupCommit[bytes] = GroupCommit(self._append)
         self._load()
 
     def _load(self) -> None:
@@ -218,23 +305,29 @@ class ReplayJournal:
             return "new"
 
     def commit(self, key: str) -> None:
-        """Remember ``key`` durably (after its body landed)."""
+        """Remember ``key`` durably (after its body landed); the lines of concurrent commits
+        are appended and flushed together."""
         now = time.time()
-        line = _line(now, key)
-        with self._lock:
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, line)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            finally:
+        try:
+            self._lines.commit(_line(now, key))
+        finally:
+            with self._lock:
                 self._seen[key] = now
                 self._pending.discard(key)
-            if len(self._seen) > 1000 and len(self._seen) % 1000 == 0:
-                cutoff = now - self.window
-                self._seen = {k: v for k, v in self._seen.items() if v >= cutoff}
+                if len(self._seen) > 1000 and len(self._seen) % 1000 == 0:
+                    cutoff = now - self.window
+                    self._seen = {k: v for k, v in self._seen.items() if v >= cutoff}
+
+    def _append(self, lines: list[bytes]) -> list[BaseException | None]:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            data = memoryview(b"".join(lines))
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return [None] * len(lines)
 
     def release(self, key: str) -> None:
         """Forget a claim whose body did not land."""

@@ -1,9 +1,11 @@
 """The ``cdcflow serve`` HTTP receiver: authenticate, decode, land durably, then acknowledge.
 
-Standard library (``http.server``, ``ssl``, ``hmac``), ``prometheus_client`` for ``/metrics``
-and cdcflow's decoders: it starts without Spark or a JVM. One thread per connection; a request
-is *in flight* from the moment its POST is read until its answer is sent, and requests over
-``max_in_flight`` are answered 503.
+HTTP is uvicorn's (an ASGI server on asyncio, HTTP/1.1 parsed by h11, connections kept alive
+between requests); ``prometheus_client`` serves ``/metrics``, and cdcflow's decoders decode:
+it starts without Spark or a JVM. Bodies are read on the event loop; authentication,
+decoding and landing run in a pool of ``max_in_flight`` threads, whose durable writes share
+their flushes (:mod:`cdcflow.serve.landing`). A request is *in flight* from the moment its
+POST is read until its answer is sent, and requests over ``max_in_flight`` are answered 503.
 
 Per POST to a configured endpoint, in order:
 
@@ -21,6 +23,7 @@ Per POST to a configured endpoint, in order:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -31,14 +34,14 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import orjson
+import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
@@ -57,6 +60,8 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 _CE_HEADER = "ce-"
 _DRAIN_LIMIT = 1024 * 1024
 _KEPT_HEADERS = ("content-type", "x-savegress-event-id", "x-savegress-timestamp")
+#: The HTTP/1.1 parser uvicorn runs (h11: headers bounded, see docs/webhooks.md).
+HTTP_PARSER = "h11"
 
 
 @dataclass
@@ -160,7 +165,7 @@ def _error(status: int, code: str, message: str, **extra: Any) -> Response:
 
 
 def _header_text(value: str | None) -> str | None:
-    """A header as ``http.server`` gives it (ISO-8859-1 decoded) back as the sent text, or
+    """A header as :class:`Headers` gives it (ISO-8859-1 decoded) back as the sent text, or
     ``None``; non-UTF-8 bytes stay as they were decoded (and so fail ASCII checks)."""
     if value is None:
         return None
@@ -214,7 +219,7 @@ class Endpoint:
     def __repr__(self) -> str:
         return f"Endpoint({self.runtime!r})"
 
-    def authenticate_headers(self, headers: Message) -> Response | None:
+    def authenticate_headers(self, headers: Headers) -> Response | None:
         """Checks that need no body: the bearer token."""
         token = self.runtime.bearer_token
         if token is None:
@@ -230,7 +235,7 @@ class Endpoint:
             )
         return None
 
-    def authenticate_body(self, headers: Message, body: bytes) -> Response | None:
+    def authenticate_body(self, headers: Headers, body: bytes) -> Response | None:
         """The unified format's signature and timestamp (the body is signed, nothing else)."""
         secret = self.runtime.signing_secret
         sig = self.runtime.config.auth.signature
@@ -256,7 +261,7 @@ class Endpoint:
             return _error(401, "AUTH_MISSING_EVENT_ID", f"missing {signing.EVENT_ID_HEADER}")
         return None
 
-    def replay_key(self, headers: Message, body: bytes) -> tuple[str | None, Response | None]:
+    def replay_key(self, headers: Headers, body: bytes) -> tuple[str | None, Response | None]:
         """The key replays are recognised by: the event id inside the signed body (``id``,
         ``batch_id``), else the body's digest; a header id contradicting a single event's
         signed id is refused."""
@@ -356,33 +361,10 @@ class Receiver:
             return 200, payload, content_type
         return 404, orjson.dumps({"status": "error", "code": "NOT_FOUND"}), "application/json"
 
-    def post(
-        self,
-        endpoint: Endpoint,
-        headers: Message,
-        read_body: Callable[[int], bytes],
-        remote: str,
-    ) -> Response:
-        """Handle one POST to a configured endpoint (the caller holds an in-flight slot)."""
-        denied = endpoint.authenticate_headers(headers)
-        if denied is not None:
-            denied.close = True
-            return denied
-        try:
-            body = read_body(self.max_body)
-        except BodyTooLarge:
-            return _error(
-                413, "BODY_TOO_LARGE", f"the body is over {self.max_body} bytes", close=True
-            )
-        except BadFraming as e:
-            return _error(400, "BAD_FRAMING", str(e), close=True)
-        except BodyTimeout:
-            return _error(
-                408,
-                "BODY_TIMEOUT",
-                f"the body did not arrive within {self.body_timeout:g}s; it was not kept",
-                close=True,
-            )
+    def post(self, endpoint: Endpoint, headers: Headers, body: bytes, remote: str) -> Response:
+        """Handle one POST to a configured endpoint whose headers passed
+        :meth:`Endpoint.authenticate_headers` and whose body was read (the caller holds an
+        in-flight slot)."""
         denied = endpoint.authenticate_body(headers, body)
         if denied is not None:
             return denied
@@ -413,7 +395,7 @@ class Receiver:
         return response
 
     def _decode_and_land(
-        self, endpoint: Endpoint, headers: Message, body: bytes, remote: str
+        self, endpoint: Endpoint, headers: Headers, body: bytes, remote: str
     ) -> Response:
         if not body.strip(b" \t\r\n"):
             return self._reject(endpoint, headers, body, "EMPTY_BODY", "the body is empty", remote)
@@ -464,7 +446,7 @@ class Receiver:
     def _reject(
         self,
         endpoint: Endpoint,
-        headers: Message,
+        headers: Headers,
         body: bytes,
         code: str,
         message: str,
@@ -492,7 +474,7 @@ class Receiver:
         return _error(400, code, message[:2000])
 
 
-def landed_form(headers: Mapping[str, str] | Message, body: bytes) -> bytes:
+def landed_form(headers: Mapping[str, str], body: bytes) -> bytes:
     """What lands for a body: the body itself, or — CloudEvents binary mode (``ce-*``
     headers) — a Kafka-record-shaped JSON document ``{"headers": {"ce_…": …}, "value": body}``
     so the attributes travel with the data (``value_base64`` when the body is not UTF-8)."""
@@ -518,230 +500,268 @@ def landed_form(headers: Mapping[str, str] | Message, body: bytes) -> bytes:
     return orjson.dumps(record)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "cdcflow-serve"
-    sys_version = ""
-    timeout = 60
-    _deadline = 0.0
-    # headers and body go out in separate writes: without TCP_NODELAY a keep-alive client's
-    # delayed ACK stalls every response by ~40 ms
-    disable_nagle_algorithm = True
-    server: ReceiverServer
+class Headers(Mapping[str, str]):
+    """A request's headers: names without case, values as ISO-8859-1 text (the bytes sent,
+    one character each); the first of a repeated header."""
 
-    def setup(self) -> None:
-        super().setup()
-        if isinstance(self.request, ssl.SSLSocket):
-            self.request.do_handshake()
+    def __init__(self, raw: Iterable[tuple[bytes, bytes]]) -> None:
+        self._pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
+        self._first: dict[str, str] = {}
+        for k, v in self._pairs:
+            self._first.setdefault(k, v)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+    def __getitem__(self, name: str) -> str:
+        return self._first[name.lower()]
 
-    def _send(
-        self, status: int, payload: bytes, ctype: str, headers: Mapping[str, str], close: bool
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(payload)))
-        for k, v in headers.items():
-            self.send_header(k, v)
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._first)
 
-    def _route(self) -> str:
-        path = self.path.split("?", 1)[0]
-        return path.rstrip("/") or "/"
+    def __len__(self) -> int:
+        return len(self._first)
 
-    def do_GET(self) -> None:
-        route = self._route()
-        if route in self.server.receiver.endpoints:
-            self._not_allowed()
+    def __repr__(self) -> str:
+        return f"Headers({sorted(self._first)})"
+
+
+#: Seconds an idle kept-alive connection stays open.
+KEEP_ALIVE = 60
+#: Seconds in-flight requests get to finish when the server stops.
+GRACE = 30
+_JSON = "application/json"
+
+
+def _answer_headers(ctype: str, length: int, extra: Mapping[str, str], close: bool) -> list[Any]:
+    out = [(b"content-type", ctype.encode()), (b"content-length", str(length).encode())]
+    out += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+    if close:
+        out.append((b"connection", b"close"))
+    return out
+
+
+class ReceiverApp:
+    """The receiver as an ASGI application (what uvicorn serves)."""
+
+    def __init__(self, receiver: Receiver, workers: ThreadPoolExecutor) -> None:
+        self.receiver = receiver
+        self.workers = workers
+
+    def __repr__(self) -> str:
+        return f"ReceiverApp({self.receiver!r})"
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
             return
-        status, payload, ctype = self.server.receiver.get(route, self.headers.get("Accept"))
-        self._send(status, payload, ctype, {}, False)
-
-    do_HEAD = do_GET
-
-    def _not_allowed(self) -> None:
-        """405 for a method other than POST on an endpoint's path."""
-        self._send(
-            405,
-            orjson.dumps({"status": "error", "code": "METHOD_NOT_ALLOWED"}),
-            "application/json",
-            {"Allow": "POST"},
-            True,
-        )
-
-    def do_POST(self) -> None:
-        receiver = self.server.receiver
         started = time.perf_counter()
-        route = self._route()
+        route = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        route = route.split("?", 1)[0].rstrip("/") or "/"
+        method = scope["method"]
+        headers = Headers(scope["headers"])
+        receiver = self.receiver
         endpoint = receiver.endpoints.get(route)
+        if method in ("GET", "HEAD") and endpoint is None:
+            status, payload, ctype = receiver.get(route, headers.get("accept"))
+            await self._send(send, status, payload, ctype, {}, False)
+            return
+        if method != "POST" and endpoint is not None:
+            doc = {"status": "error", "code": "METHOD_NOT_ALLOWED"}
+            await self._send(send, 405, orjson.dumps(doc), _JSON, {"Allow": "POST"}, True)
+            return
         if endpoint is None:
             resp = _error(404, "NOT_FOUND", "no endpoint at this path", close=True)
-            self._answer(resp, route, started, "-")
+            if method == "POST":
+                await self._answer(send, resp, started, "-")
+            else:
+                await self._send(send, 404, orjson.dumps(resp.doc), _JSON, resp.headers, True)
             return
+        client = scope.get("client")
+        remote = str(client[0]) if client else "-"
         with receiver.slot() as got:
             if not got:
                 resp = receiver.busy("OVERLOADED", "too many requests in flight")
             else:
                 try:
-                    resp = receiver.post(
-                        endpoint, self.headers, self._read_body, self.address_string()
-                    )
+                    resp = await self._post(endpoint, headers, receive, remote)
                 except Exception as e:  # never leak internals; never acknowledge
                     log.exception("unexpected error on %s: %s", route, type(e).__name__)
                     resp = _error(
                         500, "INTERNAL", "internal error; the body was not kept", close=True
                     )
-            self._answer(resp, route, started, endpoint.path)
+            await self._answer(send, resp, started, endpoint.path)
 
-    def _answer(self, resp: Response, route: str, started: float, metric_path: str) -> None:
-        receiver = self.server.receiver
-        reason = None if resp.status == 200 else resp.reason
-        receiver.metrics.observe(metric_path, resp.status, time.perf_counter() - started, reason)
-        self._send(
-            resp.status,
-            orjson.dumps(resp.doc),
-            "application/json",
-            resp.headers,
-            resp.close,
+    async def _post(
+        self, endpoint: Endpoint, headers: Headers, receive: Any, remote: str
+    ) -> Response:
+        receiver = self.receiver
+        denied = endpoint.authenticate_headers(headers)
+        if denied is not None:
+            denied.close = True
+            return denied
+        try:
+            body = await self._read_body(headers, receive)
+        except BodyTooLarge:
+            return _error(
+                413, "BODY_TOO_LARGE", f"the body is over {receiver.max_body} bytes", close=True
+            )
+        except BadFraming as e:
+            return _error(400, "BAD_FRAMING", str(e), close=True)
+        except BodyTimeout:
+            return _error(
+                408,
+                "BODY_TIMEOUT",
+                f"the body did not arrive within {receiver.body_timeout:g}s; it was not kept",
+                close=True,
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self.workers, receiver.post, endpoint, headers, body, remote
         )
 
-    def do_PUT(self) -> None:
-        route = self._route()
-        if route in self.server.receiver.endpoints:
-            self._not_allowed()
-            return
-        resp = _error(404, "NOT_FOUND", "no endpoint at this path", close=True)
-        self._send(resp.status, orjson.dumps(resp.doc), "application/json", resp.headers, True)
-
-    do_DELETE = do_PATCH = do_PUT
-
-    def _read_body(self, limit: int) -> bytes:
-        """The body, read before the receiver's ``body_timeout`` runs out (``BodyTimeout``)."""
-        self._deadline = time.monotonic() + self.server.receiver.body_timeout
-        try:
-            return self._read_body_in_time(limit)
-        except TimeoutError:
-            raise BodyTimeout from None
-        finally:
-            self.connection.settimeout(self.timeout)
-
-    def _remaining(self) -> float:
-        """Seconds left to read the body (the socket's timeout is set to them)."""
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise BodyTimeout
-        self.connection.settimeout(left)
-        return left
-
-    def _read(self, size: int) -> bytes:
-        """``size`` bytes (fewer when the connection closes), a piece at a time so a client
-        sending a byte now and then cannot stretch the deadline."""
-        parts: list[bytes] = []
-        got = 0
-        while got < size:
-            self._remaining()
-            piece = self.rfile.read1(min(size - got, 65536))
-            if not piece:
-                break
-            parts.append(piece)
-            got += len(piece)
-        return b"".join(parts)
-
-    def _readline(self, limit: int) -> bytes:
-        self._remaining()
-        return self.rfile.readline(limit)
-
-    def _read_body_in_time(self, limit: int) -> bytes:
-        encoding = (self.headers.get("Transfer-Encoding") or "").lower()
-        if "chunked" in encoding:
-            return self._read_chunked(limit)
-        length_text = self.headers.get("Content-Length")
-        if length_text is None:
-            raise BadFraming("Content-Length or chunked transfer encoding is required")
-        try:
-            length = int(length_text.strip())
-        except ValueError:
-            raise BadFraming("Content-Length is not a number") from None
-        if length < 0:
-            raise BadFraming("Content-Length is negative")
-        if length > limit:
-            # read (and drop) a moderately oversized body so the client sees the 413 instead
-            # of a reset connection; a huge one is not read
-            if length <= limit + _DRAIN_LIMIT:
-                self._read(length)
-            raise BodyTooLarge
-        data = self._read(length)
-        if len(data) != length:
-            raise BadFraming("the connection closed before the whole body arrived")
-        return data
-
-    def _read_chunked(self, limit: int) -> bytes:
+    async def _read_body(self, headers: Headers, receive: Any) -> bytes:
+        """The body, whole before the receiver's ``body_timeout`` runs out (``BodyTimeout``);
+        a moderately oversized one is read and dropped so the client sees the 413 instead of
+        a reset connection, a huge one is not read."""
+        limit = self.receiver.max_body
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        if not chunked:
+            length_text = headers.get("content-length")
+            if length_text is None:
+                raise BadFraming("Content-Length or chunked transfer encoding is required")
+            try:
+                length = int(length_text.strip())
+            except ValueError:
+                raise BadFraming("Content-Length is not a number") from None
+            if length > limit + _DRAIN_LIMIT:
+                raise BodyTooLarge
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.receiver.body_timeout
         parts: list[bytes] = []
         total = 0
         while True:
-            line = self._readline(1026)
+            left = deadline - loop.time()
+            if left <= 0:
+                raise BodyTimeout
             try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise BadFraming("bad chunk size") from None
-            if size == 0:
-                while self._readline(1026) not in (b"\r\n", b"\n", b""):
-                    pass
-                if total > limit:
-                    raise BodyTooLarge
-                return b"".join(parts)
-            total += size
+                message = await asyncio.wait_for(receive(), left)
+            except TimeoutError:
+                raise BodyTimeout from None
+            if message["type"] == "http.disconnect":
+                raise BadFraming("the connection closed before the whole body arrived")
+            chunk = message.get("body", b"")
+            total += len(chunk)
             if total > limit + _DRAIN_LIMIT:
                 raise BodyTooLarge
-            chunk = self._read(size)
-            if len(chunk) != size:
-                raise BadFraming("the connection closed inside a chunk")
             if total <= limit:
                 parts.append(chunk)
-            self._readline(3)
+            if not message.get("more_body", False):
+                break
+        if total > limit:
+            raise BodyTooLarge
+        return b"".join(parts)
+
+    async def _answer(self, send: Any, resp: Response, started: float, metric: str) -> None:
+        reason = None if resp.status == 200 else resp.reason
+        seconds = time.perf_counter() - started
+        self.receiver.metrics.observe(metric, resp.status, seconds, reason)
+        await self._send(send, resp.status, orjson.dumps(resp.doc), _JSON, resp.headers, resp.close)
+
+    @staticmethod
+    async def _send(
+        send: Any, status: int, payload: bytes, ctype: str, extra: Mapping[str, str], close: bool
+    ) -> None:
+        head = _answer_headers(ctype, len(payload), extra, close)
+        await send({"type": "http.response.start", "status": status, "headers": head})
+        await send({"type": "http.response.body", "body": payload})
 
 
-class ReceiverServer(ThreadingHTTPServer):
-    """The HTTP(S) server of a :class:`Receiver`."""
+class _Server(uvicorn.Server):
+    """uvicorn's server, leaving the process's signal handlers to ``cdcflow serve``."""
 
-    daemon_threads = True
-    allow_reuse_address = True
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ReceiverServer:
+    """The HTTP(S) server of a :class:`Receiver`: bound when made, serving in
+    :meth:`serve_forever` until :meth:`shutdown`."""
 
     def __init__(self, receiver: Receiver, address: tuple[str, int]) -> None:
         self.receiver = receiver
-        host = address[0]
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        super().__init__(address, _Handler)
+        host, port = address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # TCP named: asyncio sets TCP_NODELAY on the connections of TCP sockets only, and an
+        # answer's head and body are two writes (a kept-alive client's delayed ACK stalled
+        # every answer by ~40 ms)
+        self.socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.socket.bind((host, port))
+            self.socket.listen(2048)
+        except OSError:
+            self.socket.close()
+            raise
+        self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
         tls = receiver.settings.config.tls
         self.tls = tls is not None
+        self._workers = ThreadPoolExecutor(
+            max_workers=receiver.max_in_flight, thread_name_prefix="cdcflow-serve"
+        )
+        options: dict[str, Any] = {}
         if tls is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.minimum_version = ssl.TLSVersion.TLSv1_2
             ctx.load_cert_chain(tls.cert_file, tls.key_file)
-            self.socket = ctx.wrap_socket(
-                self.socket, server_side=True, do_handshake_on_connect=False
-            )
+            options = {
+                "ssl_certfile": tls.cert_file,
+                "ssl_keyfile": tls.key_file,
+                "ssl_context_factory": lambda config, default: ctx,
+            }
+        config = uvicorn.Config(
+            ReceiverApp(receiver, self._workers),
+            http=HTTP_PARSER,
+            lifespan="off",
+            log_config=None,
+            log_level="error",
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            headers=[("server", "cdcflow-serve")],
+            timeout_keep_alive=KEEP_ALIVE,
+            timeout_graceful_shutdown=GRACE,
+            **options,
+        )
+        self._server = _Server(config)
+        self._serving = threading.Event()
+        self._stopped = threading.Event()
 
     def __repr__(self) -> str:
         return f"ReceiverServer({self.url!r})"
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        if isinstance(host, bytes):
-            host = host.decode()
+        host, port = self.server_address
         shown = f"[{host}]" if ":" in str(host) else str(host)
         return f"{'https' if self.tls else 'http'}://{shown}:{port}"
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("connection error from %s", client_address, exc_info=True)
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Serve until :meth:`shutdown` (requests in flight then get :data:`GRACE` seconds).
+        ``poll_interval`` is accepted for the standard library's servers' callers."""
+        self._serving.set()
+        try:
+            asyncio.run(self._server.serve(sockets=[self.socket]))
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop serving and wait until :meth:`serve_forever` has returned."""
+        self._server.should_exit = True
+        if self._serving.is_set():
+            self._stopped.wait()
+
+    def server_close(self) -> None:
+        """Close the listening socket and the worker threads."""
+        self.socket.close()
+        self._workers.shutdown(wait=False)
 
 
 def make_server(settings: Settings) -> ReceiverServer:

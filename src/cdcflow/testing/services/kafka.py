@@ -46,16 +46,25 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
-def server_properties(home: Path, port: int, controller: int) -> str:
-    """The broker's configuration: one node, loopback only, three partitions per topic."""
+#: The user and password of the broker's SASL listener (PLAIN).
+SASL_USER = ("cdcflow", "cdcflow-sasl-secret")
+
+
+def server_properties(home: Path, port: int, controller: int, sasl: int) -> str:
+    """The broker's configuration: one node, loopback only, three partitions per topic; a
+    plain listener and a SASL one (PLAIN, :data:`SASL_USER`)."""
+    user, password = SASL_USER
     return f"""process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=\\
+    org.apache.kafka.common.security.plain.PlainLoginModule required user_{user}="{password}";
 log.dirs={home / "data"}
 num.partitions=3
 default.replication.factor=1
@@ -131,6 +140,14 @@ class KafkaBroker(Service):
             raise ServiceError(f"the broker in {self.home} is not running")
         return str(found)
 
+    @property
+    def sasl_bootstrap(self) -> str:
+        """``host:port`` of the running broker's SASL listener (PLAIN, :data:`SASL_USER`)."""
+        found = self.process.state.get("sasl_bootstrap")
+        if not found or self.process.pid is None:
+            raise ServiceError(f"the broker in {self.home} is not running")
+        return str(found)
+
     def _jvm(self) -> list[str]:
         lib = maven_jars(f"kafka-{self.version}", POM.format(version=self.version, log4j=LOG4J))
         return [
@@ -152,13 +169,20 @@ class KafkaBroker(Service):
         self.home.mkdir(parents=True, exist_ok=True)
         port = state.get("port") if state.get("port") and port_free(state["port"]) else None
         port = port or free_port()
+        taken = {port}
         controller = state.get("controller")
-        if not controller or not port_free(controller) or controller == port:
+        if not controller or not port_free(controller) or controller in taken:
             controller = free_port()
-            while controller == port:
+            while controller in taken:
                 controller = free_port()
+        taken.add(controller)
+        sasl = state.get("sasl_port")
+        if not sasl or not port_free(sasl) or sasl in taken:
+            sasl = free_port()
+            while sasl in taken:
+                sasl = free_port()
         props = self.home / "server.properties"
-        props.write_text(server_properties(self.home, port, controller))
+        props.write_text(server_properties(self.home, port, controller, sasl))
         (self.home / "log4j2.properties").write_text(
             log4j2("kafka", self.home / "server.log", {"kafka.request.logger": "warn"})
         )
@@ -174,7 +198,13 @@ class KafkaBroker(Service):
                 raise ServiceError(f"formatting Kafka's storage failed: {done.stdout}{done.stderr}")
             self.process.record(cluster_id=cluster)
         bootstrap = f"127.0.0.1:{port}"
-        self.process.record(port=port, controller=controller, bootstrap=bootstrap)
+        self.process.record(
+            port=port,
+            controller=controller,
+            bootstrap=bootstrap,
+            sasl_port=sasl,
+            sasl_bootstrap=f"127.0.0.1:{sasl}",
+        )
         started = time.monotonic()
         self.process.spawn(
             [*jvm, "kafka.Kafka", str(props)],
