@@ -29,6 +29,9 @@ from typing import Literal
 from cdcflow.dialects.base import Segment
 from cdcflow.transports.limits import LIMITS
 
+#: The code of a segment of a message already closed as incomplete or invalid.
+LATE = "SEGMENT_LATE"
+
 Status = Literal["complete", "pending", "invalid", "expired"]
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+from cdcflow.decode.segments import LATE
 from cdcflow.decode.spark import judge_groups
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.event import spark_schema_ddl
@@ -269,7 +270,7 @@ class SegmentStage:
             FROM ({closing}) WHERE outcome IN ('invalid', 'expired')
             UNION ALL
             SELECT {pipeline}, {bl}, current_timestamp(), n.origin, n.offset, n.line, n.item,
-                   n.dialect, CAST(NULL AS string), 'SEGMENT_LATE',
+                   n.dialect, CAST(NULL AS string), {lit(LATE)},
                    concat('segment ', n.idx, ' of split message ', n.grp,
                           ' arrived after the message was dead-lettered as ', c.outcome),
                    n.raw, n.src, 'message', CAST(NULL AS timestamp), CAST(NULL AS bigint)
@@ -289,7 +290,7 @@ class SegmentStage:
             rejected=sum(rejected_codes.values()),
             late=int(counts["late"]),
             dead_segments=sum(dead_codes.values()),
-            codes=_add(_add(rejected_codes, dead_codes), {"SEGMENT_LATE": int(counts["late"])}),
+            codes=_add(_add(rejected_codes, dead_codes), {LATE: int(counts["late"])}),
             cache=judged,
             statements=statements,
         )
