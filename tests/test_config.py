@@ -33,14 +33,14 @@ def test_unknown_key_is_named() -> None:
         (
             {**BASE, "namepsace": "shop"},
             "namepsace: unknown key. Did you mean 'namespace'? Allowed keys: catalog, checkpoint, "
-            "consistency, follow_interval, maintenance, namespace, outputs, parallel_tables, "
-            "pipeline, segment_wait, sources, spark, tables, tombstone_retention",
+            "consistency, follow_interval, maintenance, metrics, namespace, outputs, "
+            "parallel_tables, pipeline, segment_wait, sources, spark, tables, tombstone_retention",
         ),
         (
             {"sources": [{"name": "s", "path": "/x", "dialekt": "debezium"}]},
-            "sources.0.dialekt: unknown key. Did you mean 'dialect'? Allowed keys: create_path, "
-            "dialect, kafka, keys, max_files_per_batch, name, options, path, renamed_from, "
-            "replica_name, types",
+            "sources.0.dialekt: unknown key. Did you mean 'dialect'? Allowed keys: archive, "
+            "create_path, dialect, kafka, keys, max_files_per_batch, name, options, path, "
+            "renamed_from, replica_name, types",
         ),
         (
             {**BASE, "tables": {"orders": {"delete": "soft"}}},
