@@ -555,6 +555,19 @@ def test_the_python_api_reads_a_topic_as_docs_python_api_shows(
     assert_replicas(spark, "api_topic", w)
 
 
+def test_a_missing_topics_hint_lists_the_nearest_topics_first() -> None:
+    """On a broker of many topics, the hint of a missing topic shows those nearest to the name
+    asked, not the alphabet's first; it says when it leaves some out."""
+    from cdcflow.pipeline.brokers import _listed
+
+    topics = {f"aaa.t{i:02}" for i in range(30)} | {"precheck.orders"}
+    hint = _listed(topics, "precheck.order")
+    assert hint.startswith("topics there: precheck.orders, ") and hint.endswith(" …")
+    assert hint.count(", ") == 19
+    assert _listed({"b", "a"}, "zzz") == "topics there: a, b"
+    assert _listed(set(), "x") == "the brokers hold no topic"
+
+
 @pytest.mark.services
 def test_missing_topics_and_refused_credentials_are_named_before_spark(
     kafka: Any, monkeypatch: pytest.MonkeyPatch

@@ -152,7 +152,7 @@ def test_replay_killed_half_way_is_completed_by_the_next(spark: Any, tmp_path: P
         (
             DeadLetterFilter(since="2026-11-20", include_replayed=True),
             None,
-            "first_seen >= timestamp '2026-11-20 00:00:00'",
+            "first_seen >= timestamp '2026-11-20 00:00:00+00:00'",
         ),
     ],
 )

@@ -12,6 +12,7 @@ Spark's client then decides, as before. Secrets never appear in the errors.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 import time
@@ -115,10 +116,9 @@ def check_source(name: str, kafka: KafkaConfig, timeout: float = TIMEOUT) -> Non
     ]
     topics = _topics(name, kafka, conf, timeout, secrets)
     servers = f"bootstrap_servers {kafka.bootstrap_servers}"
-    listed = ", ".join(sorted(topics)[:20]) + (" …" if len(topics) > 20 else "")
-    hint = f"topics there: {listed}" if topics else "the brokers hold no topic"
+    missing = [t.strip() for t in kafka.topics or () if t.strip() not in topics]
+    hint = _listed(topics, missing[0] if missing else kafka.pattern or "")
     if kafka.topics is not None:
-        missing = [t.strip() for t in kafka.topics if t.strip() not in topics]
         if missing:
             raise KafkaTopicMissing(
                 f"source {name!r}: no topic {', '.join(map(repr, missing))} at {servers}"
@@ -136,6 +136,19 @@ def check_source(name: str, kafka: KafkaConfig, timeout: float = TIMEOUT) -> Non
             f"source {name!r}: pattern {kafka.pattern!r} matches no topic at {servers}",
             hint=hint,
         )
+
+
+def _listed(topics: set[str], asked: str, most: int = 20) -> str:
+    """The brokers' topics for a hint, those closest to what was asked first (a broker of
+    hundreds of topics lists the ones a typo meant, not the alphabet's first)."""
+    if not topics:
+        return "the brokers hold no topic"
+
+    def near(topic: str) -> tuple[float, str]:
+        return (-difflib.SequenceMatcher(None, asked, topic).ratio(), topic)
+
+    shown = sorted(topics, key=near)[:most]
+    return "topics there: " + ", ".join(shown) + (" …" if len(topics) > most else "")
 
 
 def _topics(
