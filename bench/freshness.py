@@ -126,6 +126,8 @@ def measure(rate: float, minutes: float, root: Path) -> dict[str, Any]:
 
     started = time.monotonic()
     report = run.run(spark)
+    if not report.ok:  # what differs, in the run's own words
+        print("\n".join(f"    {line}" for line in report.lines()), flush=True)
     rows = (
         sessions[-1]
         .sql(

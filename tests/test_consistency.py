@@ -57,6 +57,35 @@ def test_transactions_wait_for_their_commit(spark: Any, tmp_path: Path) -> None:
     )
     run(spark, cfg)
     assert _table_rows(spark, cfg, "t", "id, v") == [{"id": 1, "v": "b"}, {"id": 9, "v": "alone"}]
+    # a COMMIT that counts its events (Debezium's END) read before one of them (written to
+    # another topic): the transaction waits for it
+    counted = {"operation": "COMMIT", "transaction_id": "tx-2", "metadata": {"event_count": 2}}
+    land(
+        landing,
+        [ev("INSERT", "t", 20, after={"id": 2, "v": "c"}, transaction_id="tx-2"), counted],
+    )
+    reports = run(spark, cfg)
+    assert sum(r.held for r in reports) == 1
+    assert _table_rows(spark, cfg, "u", "id, v") == [{"id": 1, "v": "x"}]
+    assert {"id": 2, "v": "c"} not in _table_rows(spark, cfg, "t", "id, v")
+    land(landing, [ev("INSERT", "u", 21, after={"id": 2, "v": "y"}, transaction_id="tx-2")])
+    reports = run(spark, cfg)
+    assert sum(r.released for r in reports) == 1
+    assert {"id": 2, "v": "c"} in _table_rows(spark, cfg, "t", "id, v")
+    assert {"id": 2, "v": "y"} in _table_rows(spark, cfg, "u", "id, v")
+    # one that never gets its count (an event dead-lettered, or of a table not read) is
+    # released by the next batch
+    short = {"operation": "COMMIT", "transaction_id": "tx-3", "metadata": {"event_count": 5}}
+    land(
+        landing,
+        [ev("INSERT", "t", 30, after={"id": 3, "v": "d"}, transaction_id="tx-3"), short],
+    )
+    run(spark, cfg)
+    assert {"id": 3, "v": "d"} not in _table_rows(spark, cfg, "t", "id, v")
+    land(landing, [ev("INSERT", "t", 31, after={"id": 4, "v": "e"})])
+    reports = run(spark, cfg)
+    assert sum(r.released for r in reports) == 1
+    assert {"id": 3, "v": "d"} in _table_rows(spark, cfg, "t", "id, v")
 
 
 def test_resolved_watermark_releases_events(spark: Any, tmp_path: Path) -> None:

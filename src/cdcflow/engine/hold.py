@@ -4,7 +4,13 @@ transaction (or a point the producer has not declared complete) is ever visible.
 ``consistency: transactions`` — an event that names a ``transaction_id`` is held until the
 ``COMMIT`` marker of that transaction has been seen (in this batch or an earlier one); events
 without a transaction are applied at once. For producers that mark every transaction
-(``BEGIN``/``COMMIT``), e.g. the unified format.
+(``BEGIN``/``COMMIT``), e.g. the unified format. A ``COMMIT`` that says how many row events
+its transaction has (``metadata.event_count``, as Debezium's transaction ``END`` does) releases
+it in its own batch only when that many distinct events of it have arrived: a producer writes
+a transaction's events and its ``END`` to different topics and partitions, and a batch can
+read the ``END`` before an event written ahead of it. A transaction still short of its count
+is released by the next batch (an event dead-lettered, or of a table the source does not
+read, never arrives).
 
 ``consistency: resolved`` — an event is held until a ``RESOLVED`` watermark of its scope
 (its table, or ``*`` for a whole feed; the lowest over the scope's partitions) reaches its
@@ -33,6 +39,12 @@ if TYPE_CHECKING:
 
 MODES = ("none", "transactions", "resolved")
 _MARKERS = "(" + ", ".join(lit(m) for m in MARKERS) + ")"
+
+
+def _expected(row: str = "") -> str:
+    """The number of row events a ``COMMIT`` (``row``: its alias) says its transaction has,
+    when it says."""
+    return f"try_cast({row + '.' if row else ''}metadata['event_count'] AS bigint)"
 
 
 #: Transactions of a batch without their ``COMMIT`` in it, looked up by name in the held table
@@ -118,7 +130,7 @@ class HoldStage:
             WHERE operation NOT IN {_MARKERS} OR operation = 'COMMIT'
             """
         ).createOrReplaceTempView(all_view)
-        joins, ready = self._ready_condition(spark, new_view, b, open_txs)
+        joins, ready = self._ready_condition(spark, new_view, all_view, b, open_txs)
         judged_view = view_name("hold_judged")
         judged = spark.sql(
             f"SELECT a.*, a.operation = 'COMMIT' OR coalesce({ready}, false) AS _ready "
@@ -205,14 +217,20 @@ class HoldStage:
         )
 
     def _open_transactions(self, spark: SparkSession, new_view: str) -> list[str] | None:
-        """The transactions of the batch's events without their ``COMMIT`` in the batch (at
-        most :data:`OPEN_LIMIT`; ``None`` when there are more)."""
+        """The transactions of the batch's events without their ``COMMIT`` in the batch, or
+        whose ``COMMIT`` counts more events than the batch holds (at most
+        :data:`OPEN_LIMIT`; ``None`` when there are more)."""
         rows = spark.sql(
             f"""
-            SELECT DISTINCT e.transaction_id FROM {new_view} e
-            LEFT ANTI JOIN (SELECT transaction_id FROM {new_view} WHERE operation = 'COMMIT') c
-              ON c.transaction_id = e.transaction_id
-            WHERE e.transaction_id IS NOT NULL AND e.operation NOT IN {_MARKERS}
+            SELECT s.transaction_id FROM (
+              SELECT transaction_id, count(DISTINCT id) AS n FROM {new_view}
+              WHERE transaction_id IS NOT NULL AND operation NOT IN {_MARKERS}
+              GROUP BY transaction_id) s
+            LEFT JOIN (
+              SELECT transaction_id, max({_expected()}) AS expected FROM {new_view}
+              WHERE operation = 'COMMIT' GROUP BY transaction_id) c
+              ON c.transaction_id = s.transaction_id
+            WHERE c.transaction_id IS NULL OR s.n < c.expected
             LIMIT {OPEN_LIMIT + 1}
             """
         ).collect()
@@ -220,31 +238,48 @@ class HoldStage:
         return None if len(found) > OPEN_LIMIT else found
 
     def _ready_condition(
-        self, spark: SparkSession, new_view: str, b: int, open_txs: list[str] | None
+        self,
+        spark: SparkSession,
+        new_view: str,
+        all_view: str,
+        b: int,
+        open_txs: list[str] | None,
     ) -> tuple[str, str]:
-        """(joins, condition) deciding whether a row ``a`` may be applied now. ``open_txs``:
-        the batch's transactions without their ``COMMIT`` in it, when known — only theirs
-        can have been committed in an earlier batch (an event held earlier waits for a
-        ``COMMIT`` no batch before this one brought)."""
+        """(joins, condition) deciding whether a row ``a`` of ``all_view`` (the batch's rows
+        and those held earlier) may be applied now. ``open_txs``: the batch's transactions
+        without a complete ``COMMIT`` in it, when known — only theirs and those held earlier
+        can have been committed in an earlier batch."""
         if self.mode == "transactions":
             commits = view_name("hold_commits")
             recorded = ""
-            if open_txs is None or open_txs:
-                among = (
-                    f"AND transaction_id IN ({', '.join(lit(t) for t in open_txs)})"
-                    if open_txs
-                    else ""
-                )
+            if open_txs is None or open_txs or self.pending != 0:
+                among: list[str] = []
+                if open_txs:
+                    among.append(f"transaction_id IN ({', '.join(lit(t) for t in open_txs)})")
+                if self.pending != 0 and open_txs is not None:
+                    among.append(
+                        f"transaction_id IN (SELECT transaction_id FROM {all_view} "
+                        f"WHERE batch_id < {b})"
+                    )
                 recorded = (
                     f"SELECT transaction_id FROM {self.ident} "
-                    f"WHERE operation = 'COMMIT' AND batch_id < {b} {among} "
-                    f"AND (_source IS NULL OR _source = {lit(self.source)}) UNION ALL "
+                    f"WHERE operation = 'COMMIT' AND batch_id < {b} "
+                    + (f"AND ({' OR '.join(among)}) " if among else "")
+                    + f"AND (_source IS NULL OR _source = {lit(self.source)}) UNION ALL "
                 )
+            # a COMMIT of this batch completes its transaction when the events it counts are
+            # here (held earlier or in the batch); one of an earlier batch does in any case
             spark.sql(
                 f"""
                 SELECT DISTINCT transaction_id FROM (
                   {recorded}
-                  SELECT transaction_id FROM {new_view} WHERE operation = 'COMMIT')
+                  SELECT c.transaction_id FROM {new_view} c
+                  LEFT JOIN (
+                    SELECT transaction_id, count(DISTINCT id) AS n FROM {all_view}
+                    WHERE operation <> 'COMMIT' GROUP BY transaction_id) s
+                    ON s.transaction_id = c.transaction_id
+                  WHERE c.operation = 'COMMIT'
+                    AND NOT coalesce(coalesce(s.n, 0) < {_expected("c")}, false))
                 WHERE transaction_id IS NOT NULL
                 """
             ).createOrReplaceTempView(commits)
