@@ -7,6 +7,7 @@ steady batch costs, stage by stage and in Spark jobs. Each rate runs in a proces
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ RATES: tuple[float, ...] = tuple(
 MINUTES = float(os.environ.get("BENCH_FRESHNESS_MINUTES", "2"))
 #: Batches at the start of a run that read the connector's snapshot, left out of "steady".
 FIRST_BATCHES = 2
-#: The lag a rate must keep (p95, seconds) to count as sustained.
+#: The lag a rate must keep (p95 once running, seconds) to count as sustained.
 SUSTAINED_P95 = 10.0
 
 
@@ -50,7 +51,9 @@ def run_rates(rates: Sequence[float] = RATES, minutes: float = MINUTES) -> dict[
             print(line(found), flush=True)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    kept = [r for r in out["rates"] if r.get("equal") and r.get("lag_p95", 1e9) <= SUSTAINED_P95]
+    kept = [
+        r for r in out["rates"] if r.get("equal") and r.get("steady_lag_p95", 1e9) <= SUSTAINED_P95
+    ]
     out["highest_sustained_tx_per_second"] = max((r["tx_per_second"] for r in kept), default=None)
     return out
 
@@ -61,11 +64,18 @@ def line(r: Mapping[str, Any]) -> str:
     stages = ", ".join(f"{k} {v:.2f}" for k, v in steady["stages"].items() if v >= 0.005)
     return (
         f"  {r['tx_per_second']:g} tx/s: lag median {r['lag_median']:.1f}s, p95 "
-        f"{r['lag_p95']:.1f}s, max {r['lag_max']:.1f}s over {r['transactions']} transactions; "
+        f"{r['lag_p95']:.1f}s, max {r['lag_max']:.1f}s over {r['transactions']} transactions "
+        f"(once running: median {r['steady_lag_median']:.1f}s, p95 {r['steady_lag_p95']:.1f}s "
+        f"over {r['steady_transactions']}); "
         f"steady batch {steady['seconds']:.2f}s ({steady['events']:.0f} events, "
         f"{steady['jobs']:.0f} Spark jobs: {stages}); "
         + ("every replica equal" if r["equal"] else "REPLICAS DIFFER")
     )
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """A quantile of sorted values, as the live run's report takes it."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def _median(values: Sequence[float]) -> float:
@@ -131,7 +141,8 @@ def measure(rate: float, minutes: float, root: Path) -> dict[str, Any]:
     rows = (
         sessions[-1]
         .sql(
-            f"SELECT batch_id, events, seconds, stages FROM cdc.{run.namespace}__cdcflow.batches "
+            "SELECT batch_id, events, seconds, stages, finished_at FROM "
+            f"cdc.{run.namespace}__cdcflow.batches "
             "ORDER BY batch_id"
         )
         .collect()
@@ -141,12 +152,23 @@ def measure(rate: float, minutes: float, root: Path) -> dict[str, Any]:
     jobs = _jobs_per_batch(events)
     steady = [r for r in rows if r["batch_id"] >= FIRST_BATCHES and r["events"]]
     names = sorted({k for r in steady for k in (r["stages"] or {})})
+    # transactions committed once the start's batches were done (the JVM's start and the
+    # connector's snapshot left out): what a pipeline that has been running sees
+    warm = next((r["finished_at"] for r in rows if r["batch_id"] == FIRST_BATCHES - 1), None)
+    steady_lags = sorted(
+        lag
+        for at, lag in zip(report.lag_commits, report.lags, strict=True)
+        if warm is not None and at.astimezone(dt.UTC).replace(tzinfo=None) >= warm
+    )
     return {
         "tx_per_second": 3 * rate,
         "transactions": len(report.lags),
         "lag_median": report.lag(0.5),
         "lag_p95": report.lag(0.95),
         "lag_max": max(report.lags) if report.lags else float("nan"),
+        "steady_lag_median": _quantile(steady_lags, 0.5),
+        "steady_lag_p95": _quantile(steady_lags, 0.95),
+        "steady_transactions": len(steady_lags),
         "equal": report.ok,
         "batches": len(rows),
         "steady": {

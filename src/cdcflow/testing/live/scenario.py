@@ -123,6 +123,8 @@ class Report:
     tables: list[TableResult] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     lags: list[float] = field(default_factory=list)
+    #: when each transaction of :attr:`lags` committed in the source, in the same order
+    lag_commits: list[dt.datetime] = field(default_factory=list)
     connector_catch_up: float = 0.0
     connector_lag_bytes: list[int] = field(default_factory=list)
     dead_letters: list[str] = field(default_factory=list)
@@ -576,7 +578,9 @@ class LiveRun:
                     for seq in range(1, m.seq + 1):
                         if spec.name in touched.get(seq, ()):
                             visible.setdefault(seq, {}).setdefault(spec.name, m.committed_at)
-        self.report.lags = _lags(commits, touched, visible, self._connector_started)
+        lags = _lags(commits, touched, visible, self._connector_started)
+        self.report.lag_commits = [at for at, _ in lags]
+        self.report.lags = [lag for _, lag in lags]
         dead_letters = f"cdc.{self.namespace}__cdcflow.dead_letters"
         if spark.catalog.tableExists(dead_letters):  # made by the first dead letter
             dead = spark.sql(f"SELECT error_code, error_message FROM {dead_letters}").collect()
@@ -620,9 +624,9 @@ def _lags(
     touched: dict[int, set[str]],
     visible: dict[int, dict[str, dt.datetime]],
     since: dt.datetime,
-) -> list[float]:
-    """Seconds from each transaction's commit to the first snapshot commit that shows it in
-    every table it changed."""
+) -> list[tuple[dt.datetime, float]]:
+    """(commit time, seconds from the commit to the first snapshot commit that shows it in
+    every table it changed) of each transaction."""
     out = []
     for seq, at in commits.items():
         if at < since or seq not in visible:
@@ -630,5 +634,5 @@ def _lags(
         seen = visible[seq]
         if set(seen) != touched.get(seq, set()):
             continue
-        out.append((max(seen.values()) - at).total_seconds())
+        out.append((at, (max(seen.values()) - at).total_seconds()))
     return out
