@@ -35,8 +35,8 @@
     (``BENCH_FRESHNESS_RATES``, ``BENCH_FRESHNESS_MINUTES``: 2 each): end-to-end lag median,
     p95 and max, and a steady batch's seconds, stages and Spark jobs (``bench/freshness.py``).
 (n) months of files: a steady batch of 1,000 events beside 1,000 processed files, beside
-    200,000 (``BENCH_MONTHS_FILES``) left where they landed, and beside the same once the
-    source archives them (``archive:``) (``bench/months.py``).
+    200,000 (``BENCH_MONTHS_FILES``) left where they landed, and beside 200,000 read by a
+    source that archives what it processed (``archive:``) (``bench/months.py``).
 ``BENCH_FORMAT=3`` makes every table format 3 (deletion vectors), cdcflow's and the
 hand-written jobs' alike; ``BENCH_MAINTENANCE=off`` turns cdcflow's maintenance off.
 
