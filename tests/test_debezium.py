@@ -317,10 +317,9 @@ def test_a_unified_event_is_not_a_debezium_message_and_says_what_it_looks_like()
     }
     _, (rej,) = dbz.decode_file(unified)
     assert (rej.code, rej.message) == (
-        "NOT_AN_EVENT",
-        "not a Debezium change event: it has 'source' but no 'op' (an envelope names its "
-        "operation in 'op'; a flattened row has neither); it looks like a savegress message: "
-        "set the dialect to 'savegress' (or 'auto' to detect each message's)",
+        "OTHER_DIALECT",
+        "not a debezium message: it looks like a savegress message; set the source's dialect "
+        "to 'savegress' (or 'auto' to detect each message's)",
     )
 
 
