@@ -82,6 +82,7 @@ class CockroachDbDialect(Dialect):
     name: ClassVar[str] = "cockroachdb"
     capabilities = CAPABILITIES
     envelopes = MESSAGE_ENVELOPES
+    type_sources = ("cockroachdb",)
 
     # ------------------------------------------------------------------ files
 
