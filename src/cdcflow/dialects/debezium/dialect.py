@@ -345,7 +345,9 @@ class DebeziumDialect(Dialect):
             declared_here = self.options.types_for(table, schema, database)
             encodings = self._encoded[table, schema, database] = declared_fields(declared_here)
         if encodings:
-            fields = {**encodings, **fields}  # a message's own schema says how it was sent
+            # a message's schema that names a column's semantic type says how it was sent
+            named = {c: f for c, f in fields.items() if f[1]}
+            fields = {**fields, **{c: e for c, e in encodings.items() if c not in named}}
         types: dict[str, str] = {}
         unavailable: list[str] = []
         mismatch: list[str] = []
