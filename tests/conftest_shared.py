@@ -20,3 +20,20 @@ def shared_path(*parts: str) -> Path:
             "project (set CDCFLOW_SHARED to its location)"
         )
     return p
+
+
+def conformance_samples() -> list[tuple[Path, str | None]]:
+    """Every real sample under ../shared/conformance with the dialect that reads it (its
+    folder; in ``other/`` the unified format's ``savegress_*``, else none), or skip saying
+    what is missing."""
+    root = shared_path("conformance")
+    out: list[tuple[Path, str | None]] = []
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or p.parent == root:
+            continue
+        folder = p.parent.name
+        if folder == "other":
+            out.append((p, "savegress" if p.name.startswith("savegress_") else None))
+        else:
+            out.append((p, folder))
+    return out

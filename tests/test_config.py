@@ -86,6 +86,54 @@ def test_unknown_dialect_suggests_closest() -> None:
     assert "Did you mean 'savegress'" in e.value.message
 
 
+def _source(dialect: str, types: dict[str, str]) -> dict[str, Any]:
+    return {"sources": [{"name": "s", "path": "/x", "dialect": dialect, "types": {"t": types}}]}
+
+
+@pytest.mark.parametrize(
+    ("dialect", "declared", "found"),
+    [
+        ("debezium", "numeric(10,2", "unbalanced brackets in type 'numeric(10,2'"),
+        ("cockroachdb", "DECIMAL(10,2", "unbalanced brackets in type 'DECIMAL(10,2'"),
+        ("auto", "numerik", "no type any dialect reads: unknown postgres type 'numerik'"),
+        ("savegress", "io.debezium.time.MicroTimestamp", "no type savegress reads"),
+        ("debezium", "org.apache.kafka.connect.data.Decimal", "without its precision and scale"),
+        ("sqlserver_ces", "timestamptz", "unknown sqlserver type 'timestamptz'"),
+    ],
+)
+def test_declared_types_are_read_before_any_message(
+    dialect: str, declared: str, found: str
+) -> None:
+    """A declared type the source's dialect cannot read is a configuration error naming the
+    column, and what to declare — not a dead letter of every event at run time."""
+    with pytest.raises(ConfigError) as e:
+        load_config(_source(dialect, {"c": declared}))
+    assert e.value.message.startswith("invalid configuration: sources.0.types: t.c: ")
+    assert found in e.value.message and "declare" in e.value.message, e.value.message
+
+
+def test_declared_types_a_dialect_reads_pass() -> None:
+    declared = {
+        "a": "io.debezium.time.MicroTimestamp",
+        "b": "org.apache.kafka.connect.data.Decimal(10,2)",
+        "c": "timestamp_micros",
+        "d": "numeric(10,2)",
+        "e": "timestamp_ntz",
+    }
+    load_config(_source("debezium", declared))
+    load_config(_source("auto", declared))
+    load_config(_source("cockroachdb", {"p": "DECIMAL(10,2)", "at": "TIMESTAMPTZ"}))
+
+
+def test_an_endpoints_declared_types_are_read_by_its_dialect(tmp_path: Path) -> None:
+    from cdcflow.serve.config import load_serve_config
+
+    endpoint = {"path": "/d", "dialect": "debezium", "types": {"t": {"c": "numeric(10,2"}}}
+    with pytest.raises(ConfigError) as e:
+        load_serve_config({"landing": str(tmp_path), "endpoints": [endpoint]})
+    assert "endpoints.0.types: t.c: no type debezium reads: unbalanced" in e.value.message
+
+
 def test_durations() -> None:
     assert parse_duration("90s") == 90
     assert parse_duration("2h") == 7200

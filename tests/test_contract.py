@@ -14,6 +14,7 @@ import base64
 import io
 import itertools
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -48,9 +49,9 @@ from cdcflow.testing.workload import Workload, generate
 from cdcflow.transports import TRANSPORTS
 from cdcflow.transports.eventhubs import CAPTURE_SCHEMA
 from cdcflow.transports.json import dumps, loads_exact
-from cdcflow.transports.message import RawMessage
+from cdcflow.transports.message import KafkaCoordinates, RawMessage
 from cdcflow.types import json_default
-from tests.conftest_shared import SHARED
+from tests.conftest_shared import SHARED, conformance_samples
 from tests.dialect_harness import Decoded, DialectHarness
 from tests.golden import GOLDEN_DIR
 
@@ -534,8 +535,9 @@ def test_transports_of_its_own(name: str, transport: str, tmp_path: Path) -> Non
 
 
 def _conformance(name: str) -> list[Path]:
-    folder = SHARED / "conformance" / name
-    return sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []
+    if not (SHARED / "conformance").is_dir():
+        return []
+    return [p for p, owner in conformance_samples() if owner == name]
 
 
 @pytest.mark.parametrize("name", DIALECTS)
@@ -557,6 +559,54 @@ def test_wire_values_match_typed_values(name: str, tmp_path: Path) -> None:
                 cols.add_outcome(out, "src")
             rows.append(cols.to_batch().to_pylist())
         assert rows[0] == rows[1], f
+
+
+#: The topic of the Kafka records the real samples travel in (it would name a table).
+_TOPIC = "server1.public.customers"
+
+
+def _as_records(messages: list[RawMessage]) -> list[RawMessage]:
+    """JSON messages as the values of Kafka records of :data:`_TOPIC`, without keys."""
+    return [
+        RawMessage(m.data, f"kafka://{_TOPIC}/0", i, kafka=KafkaCoordinates(_TOPIC, 0, i))
+        for i, m in enumerate(messages)
+        if m.form == "json"
+    ]
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+def test_a_configured_dialect_reads_no_message_of_another(name: str) -> None:
+    """A source set to one dialect never turns another producer's message into columns: no
+    real sample of another dialect gives an event, in its file or as the value of a Kafka
+    record (whose topic would name a table); each message its own dialect reads is a
+    rejection ``OTHER_DIALECT`` naming that dialect, with the message's bytes and origin."""
+    fixed = Decoder(name)
+    named = Counter[str]()
+    for path, owner in conformance_samples():
+        if owner == name:
+            continue
+        data = path.read_bytes()
+        own = Decoder(owner or "auto")
+        framed = [m for m in own.frame(data, str(path)) if isinstance(m, RawMessage)]
+        records = _as_records(framed)
+        read = {
+            o.message.data
+            for o in [*own.decode_file(data, str(path)), *map(own.decode, records)]
+            if o.events and owner is not None
+        }
+        outcomes = [*fixed.decode_file(data, str(path)), *map(fixed.decode, records)]
+        for out in outcomes:
+            assert not out.events, (path.name, out.events[0])
+            assert out.rejections, (path.name, out.message.data[:80])
+            if out.message.data not in read:
+                continue
+            named[str(owner)] += 1
+            for r in out.rejections:
+                assert r.code == "OTHER_DIALECT", (path.name, r.code, r.message)
+                assert r.raw == out.message.data and f"like a {owner} message" in r.message
+            origin = out.message.origin or ""
+            assert origin == str(path) or origin.startswith(f"kafka://{_TOPIC}/")
+    assert set(named) == set(DIALECTS) - {name}, named
 
 
 # ---------------------------------------------------------------- bad input

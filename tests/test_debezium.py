@@ -6,6 +6,7 @@ oracle."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -15,14 +16,16 @@ import orjson
 import pytest
 
 from cdcflow import sequence
+from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import get_dialect
 from cdcflow.testing import oracle
 from cdcflow.testing.render_debezium import render
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.workload import generate
 from cdcflow.transports.message import KafkaCoordinates, RawMessage
+from cdcflow.types import to_wire
 from tests.conftest_shared import shared_path
-from tests.dialect_harness import DialectHarness, inspect, replay
+from tests.dialect_harness import DialectHarness, inspect, options, replay
 from tests.golden import check_golden
 
 DIALECT = "debezium"
@@ -317,10 +320,9 @@ def test_a_unified_event_is_not_a_debezium_message_and_says_what_it_looks_like()
     }
     _, (rej,) = dbz.decode_file(unified)
     assert (rej.code, rej.message) == (
-        "NOT_AN_EVENT",
-        "not a Debezium change event: it has 'source' but no 'op' (an envelope names its "
-        "operation in 'op'; a flattened row has neither); it looks like a savegress message: "
-        "set the dialect to 'savegress' (or 'auto' to detect each message's)",
+        "OTHER_DIALECT",
+        "not a debezium message: it looks like a savegress message; set the source's dialect "
+        "to 'savegress' (or 'auto' to detect each message's)",
     )
 
 
@@ -430,6 +432,94 @@ def test_connect_semantic_types() -> None:
     assert a["u"] == "6d3d3c1b-0000-4000-8000-000000000001" and types["u"] == "uuid"
     assert (a["j"], types["j"]) == ('{"a": 1}', "json")
     assert a["b"] == b"\x00\xff" and types["f"] == "float"
+
+
+def _schemaless(after: dict[str, Any]) -> dict[str, Any]:
+    """A PostgreSQL insert as the JSON converter writes it with ``schemas.enable=false``."""
+    source = {"connector": "postgresql", "db": "shop", "schema": "public", "table": "orders"}
+    return {"before": None, "after": after, "source": {**source, "lsn": 100}, "op": "c"}
+
+
+_UNSCALED = base64.b64encode((-12345).to_bytes(2, "big", signed=True)).decode()
+
+#: declared type → (the value Debezium sends without a schema, canonical type, typed value)
+SCHEMALESS: dict[str, tuple[Any, str, Any]] = {
+    "io.debezium.time.MicroTimestamp": (
+        1_704_186_000_000_000,
+        "timestamp_ntz",
+        dt.datetime(2024, 1, 2, 9),
+    ),
+    "io.debezium.time.NanoTimestamp": (
+        1_704_186_000_123_456_789,
+        "timestamp_ntz",
+        dt.datetime(2024, 1, 2, 9, 0, 0, 123456),
+    ),
+    "io.debezium.time.Timestamp": (
+        1_704_186_000_123,
+        "timestamp_ntz",
+        dt.datetime(2024, 1, 2, 9, 0, 0, 123000),
+    ),
+    "io.debezium.time.Date": (19_724, "date", dt.date(2024, 1, 2)),
+    "io.debezium.time.MicroTime": (34_200_000_001, "time", "09:30:00.000001"),
+    "io.debezium.time.ZonedTimestamp": (
+        "2024-01-02T10:00:00+01:00",
+        "timestamp",
+        dt.datetime(2024, 1, 2, 9, tzinfo=dt.UTC),
+    ),
+    "org.apache.kafka.connect.data.Decimal(10,2)": (_UNSCALED, "decimal(10,2)", Decimal("-123.45")),
+    "io.debezium.data.VariableScaleDecimal": (
+        {"scale": 3, "value": _UNSCALED},
+        "decimal(38,18)",
+        Decimal("-12.345000000000000000"),
+    ),
+    "timestamp_micros": (
+        1_704_186_000_000_000,
+        "timestamp",
+        dt.datetime(2024, 1, 2, 9, tzinfo=dt.UTC),
+    ),
+    "timestamp_millis": (1_704_186_000_000, "timestamp", dt.datetime(2024, 1, 2, 9, tzinfo=dt.UTC)),
+    "timestamp_seconds": (1_704_186_000, "timestamp", dt.datetime(2024, 1, 2, 9, tzinfo=dt.UTC)),
+    "timestamp_nanos": (
+        1_704_186_000_000_001_000,
+        "timestamp",
+        dt.datetime(2024, 1, 2, 9, 0, 0, 1, dt.UTC),
+    ),
+}
+
+
+@pytest.mark.parametrize("declared", sorted(SCHEMALESS))
+def test_values_sent_without_a_schema_read_as_their_declared_type(declared: str) -> None:
+    """Debezium's JSON converter without schemas sends its semantic types' encodings (epoch
+    counts, base64 unscaled decimals): a column declared by its semantic type, or an epoch
+    count by its unit, reads them — typed, and as the same wire string inside Spark."""
+    sent, canonical, expected = SCHEMALESS[declared]
+    types = {"orders": {"c": declared}}
+    (e,), rej = dbz.decode_file(_schemaless({"id": 1, "c": sent}), column_types=types)
+    assert not rej
+    assert (e["after"]["c"], e["types"]["c"]) == (expected, canonical)
+    msg = RawMessage(orjson.dumps(_schemaless({"id": 1, "c": sent})), origin="m.json")
+    (wire,) = Decoder(DIALECT, options(column_types=types), wire=True).decode(msg).events
+    assert wire["after"]["c"] == to_wire(expected)
+
+
+@pytest.mark.parametrize(
+    ("declared", "sent", "hint"),
+    [
+        ("timestamp", 1_704_186_000_000_000, "io.debezium.time.MicroTimestamp"),
+        ("timestamp_ntz", 1_704_186_000_000_000, "timestamp_micros"),
+        ("date", 19_724, "io.debezium.time.Date"),
+        ("numeric(10,2)", _UNSCALED, "org.apache.kafka.connect.data.Decimal(p,s)"),
+        ("org.apache.kafka.connect.data.Decimal(10,2)", "12.50", "base64 text"),
+    ],
+)
+def test_a_value_its_declared_type_cannot_read_says_what_to_declare(
+    declared: str, sent: Any, hint: str
+) -> None:
+    """A number is never guessed to be an instant (its unit depends on the column), nor text
+    to be base64: the dead letter names what to declare."""
+    types = {"orders": {"c": declared}}
+    _, (rej,) = dbz.decode_file(_schemaless({"id": 1, "c": sent}), column_types=types)
+    assert rej.code == "BAD_VALUE" and hint in rej.message, rej.message
 
 
 def test_payload_that_disagrees_with_its_schema_is_taken_as_written() -> None:

@@ -1,5 +1,6 @@
 """A pipeline over good files and poison files: every good event applied exactly, every bad
-message dead-lettered with its code, the run completes with the dead-letter exit status."""
+message — and every other producer's message — dead-lettered with its code, the run completes
+with the dead-letter exit status."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from cdcflow.config import load_config
@@ -20,6 +22,46 @@ from cdcflow.transports.json import BOM
 pytestmark = pytest.mark.spark
 
 DS = b'{"source_metadata":{"table":"t"},"payload":{"id":%s}}'
+
+_CES_DATA = {
+    "eventsource": {
+        "db": "d",
+        "schema": "dbo",
+        "tbl": "t",
+        "cols": [{"name": "id", "type": "int", "index": 0}],
+        "pkkey": [{"columnname": "id", "value": "1"}],
+        "transaction": {"commitlsn": "0000002d:00000108:0001", "sequencenumber": 1},
+    },
+    "eventrow": {"old": "{}", "current": '{"id": "1"}'},
+}
+#: One message each of Debezium (with its schema), CockroachDB, the unified format and SQL
+#: Server CES, all of a table t.
+OTHER_DIALECTS = tuple(
+    orjson.dumps(doc)
+    for doc in (
+        {
+            "schema": {"type": "struct", "name": "srv.public.t.Envelope"},
+            "payload": {
+                "before": None,
+                "after": {"id": 1},
+                "source": {"connector": "postgresql", "table": "t", "lsn": 1},
+                "op": "c",
+            },
+        },
+        {"after": {"id": 1}, "key": [1], "updated": "1.0000000000", "topic": "t"},
+        {"operation": "INSERT", "table": "t", "after": {"id": 1}, "position": {"lsn": "0/1"}},
+        {
+            "specversion": "1.0",
+            "type": "com.microsoft.SQL.CES.DML.V1",
+            "source": "/",
+            "id": "1",
+            "operation": "INS",
+            "segmentindex": 0,
+            "finalsegment": True,
+            "data": orjson.dumps(_CES_DATA).decode(),
+        },
+    )
+)
 
 #: Poison files (name → bytes) and the dead letters each must give.
 POISON: dict[str, tuple[bytes, list[str]]] = {
@@ -40,6 +82,8 @@ POISON: dict[str, tuple[bytes, list[str]]] = {
     "poison/empty.avro": (b"", ["EMPTY_FILE"]),
     "poison/empty.jsonl": (b"", ["EMPTY_FILE"]),
     "poison/truncated.avro": (b"Obj\x01\x04\x14avro.codec", ["CORRUPT_AVRO"]),
+    # other producers' messages at a datastream source: never columns of a table t
+    "poison/other-dialects.jsonl": (b"\n".join(OTHER_DIALECTS), ["OTHER_DIALECT"] * 4),
 }
 
 
@@ -87,3 +131,10 @@ def test_poison_files_among_good_ones(spark: Any, tmp_path: Path) -> None:
         assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
     # a rerun reads nothing again and changes nothing
     assert Pipeline(cfg, spark).run().dead_lettered == 0
+    # other producers' messages are kept whole, with where they came from
+    other = spark.sql(
+        "SELECT origin, raw FROM cdc.poison__cdcflow.dead_letters "
+        "WHERE error_code = 'OTHER_DIALECT'"
+    ).collect()
+    assert sorted(bytes(r["raw"]) for r in other) == sorted(OTHER_DIALECTS)
+    assert all(r["origin"].endswith("/poison/other-dialects.jsonl") for r in other)

@@ -136,8 +136,11 @@ def test_4_cockroachdb_resolved_of_the_wrong_type_is_bad_hlc(data: bytes, code: 
 
 
 def test_4_enriched_schema_fields_of_the_wrong_type() -> None:
+    # primary_keys beside table_name mark CockroachDB's enriched source (without them an op and
+    # a source are Debezium's marks: OTHER_DIALECT)
     doc = (
-        b'{"payload":{"after":{"id":1},"op":"c","source":{"table_name":"t"}},"schema":{"fields":7}}'
+        b'{"payload":{"after":{"id":1},"op":"c","source":{"table_name":"t","primary_keys":["id"]'
+        b'}},"schema":{"fields":7}}'
     )
     assert codes(outcomes(doc, dialect="cockroachdb")) == ["BAD_SCHEMA"]
     odd = (

@@ -139,6 +139,15 @@ def test_unknown_source_type_is_named() -> None:
         T.source_type("mysql", "_text")  # _name arrays are Postgres' (and CockroachDB's)
 
 
+@pytest.mark.parametrize("source", ["postgres", "cockroachdb", "oracle"])
+@pytest.mark.parametrize("native", ["numeric(10,2", "DECIMAL(10,2))", "array<int"])
+def test_a_name_whose_brackets_do_not_pair_up_is_no_type(source: str, native: str) -> None:
+    # CockroachDB's names win by the part before the first parenthesis: DECIMAL(10,2 read as
+    # decimal(38,18) before
+    with pytest.raises(T.ValueTypeError, match="unbalanced brackets"):
+        T.source_type(source, native)
+
+
 @pytest.mark.parametrize(
     ("value", "inferred"),
     [

@@ -33,6 +33,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -236,6 +237,21 @@ NAME_FIELDS: tuple[str, ...] = ("source", "database", "schema", "table")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
+def check_declared_types(
+    types: dict[str, dict[str, str]], info: ValidationInfo
+) -> dict[str, dict[str, str]]:
+    """The validator of a source's (or a receiver endpoint's) declared column types: each read
+    by its ``dialect`` before any message is (a dialect that failed its own check is left to
+    that error)."""
+    from cdcflow.dialects import declared_type_problems
+
+    dialect = info.data.get("dialect")
+    problems = declared_type_problems(dialect, types) if dialect is not None else []
+    if problems:
+        raise ValueError("; ".join(problems))
+    return types
+
+
 class SourceConfig(_Model):
     """One source of raw messages and how to decode them: a landing zone (``path``), Kafka
     topics (``kafka``), or a DataFrame given through the Python API (neither).
@@ -328,6 +344,8 @@ class SourceConfig(_Model):
             except UnknownDialectError as e:
                 raise ValueError(e.message) from None
         return v
+
+    _readable_types = field_validator("types")(check_declared_types)
 
 
 class MaintenanceConfig(_Model):

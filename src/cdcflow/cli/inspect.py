@@ -11,7 +11,7 @@ import click
 from cdcflow.cli.main import echo_err, resolve_paths
 from cdcflow.decode.decoder import Decoder
 from cdcflow.decode.segments import SegmentBuffer
-from cdcflow.dialects import dialect_names
+from cdcflow.dialects import declared_type_problems, dialect_names
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.event import dumps
 
@@ -88,7 +88,11 @@ def inspect_cmd(
     metadata.key_values, and one warning per table says how to name them (--key). Messages
     that carry no change on purpose (Kafka tombstones, key messages, heartbeats) are counted
     on stderr."""
-    options = DialectOptions(table_keys=_parse_keys(keys), column_types=_parse_types(types))
+    declared = _parse_types(types)
+    problems = declared_type_problems(dialect, declared)
+    if problems:
+        raise click.BadParameter("; ".join(problems), param_hint="--type")
+    options = DialectOptions(table_keys=_parse_keys(keys), column_types=declared)
     decoder = Decoder(dialect, options)
     failures = 0
     out = sys.stdout.buffer

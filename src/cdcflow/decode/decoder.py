@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.decode.detect import AutoDetector
+from cdcflow.decode.detect import MARKED, AutoDetector
 from cdcflow.decode.framing import frame_file
 from cdcflow.dialects import dialect_names, get_dialect
 from cdcflow.dialects.base import Columnar, Dialect, DialectOptions, Rejection, Segment
@@ -26,8 +26,8 @@ from cdcflow.types.canonical import CANONICAL_TYPES_TEXT, is_valid_type
 
 #: Code of a rejection for an exception no parser path foresaw (the last line of defence).
 DECODER_ERROR = "DECODER_ERROR"
-#: Code of a message that is not one of its dialect's at all.
-NOT_AN_EVENT = "NOT_AN_EVENT"
+#: Code of a message that another dialect recognises better than the configured one.
+OTHER_DIALECT = "OTHER_DIALECT"
 #: Code of a message whose events declare a column type that is not a canonical type (also
 #: the code of a configured type the source's type table cannot read).
 BAD_TYPE = "BAD_TYPE"
@@ -73,7 +73,7 @@ class Decoder:
         self.limits = Limits.from_options(self.options.extra.get("limits"))
         self.fixed: Dialect | None = None
         self.detector: AutoDetector | None = None
-        #: the other dialects, to say what a message the fixed one refuses looks like
+        #: the other dialects, to tell a message of theirs from the fixed one's
         self._others: AutoDetector | None = None
         if dialect == "auto":
             self.detector = AutoDetector(options, wire=wire)
@@ -156,32 +156,34 @@ class Decoder:
             carried = self.carried(msg)
             if dialect is None:
                 dialect = self._detect(carried)
+            else:
+                self._refuse_other(dialect, carried)
             results = dialect.decode(carried)
         except DecodeError as e:
             name = dialect.name if dialect is not None else None
-            message = e.message
-            if e.code == NOT_AN_EVENT and self.fixed is not None:
-                message += self._looks_like(carried)
-            return Outcome(msg, [], [Rejection(e.code, message, msg.data, dialect=name)])
+            return Outcome(msg, [], [Rejection(e.code, e.message, msg.data, dialect=name)])
         except Exception as e:  # one poison message must not stop a pipeline
             return Outcome(msg, [], [unexpected(e, msg.data, self._name(dialect))])
         return _outcome(msg, results)
 
-    def _looks_like(self, msg: RawMessage) -> str:
-        """For a message the fixed dialect says is none of its own: which other dialect
-        recognises it, as words to add to the rejection (``""`` when none does)."""
-        assert self.fixed is not None
+    def _refuse_other(self, dialect: Dialect, msg: RawMessage) -> None:
+        """``OTHER_DIALECT`` for a message the configured dialect finds none of its marks in
+        (:data:`~cdcflow.decode.detect.MARKED`) and another dialect recognises better: it is
+        never read as the configured dialect's (its fields would become columns)."""
+        doc = _document(msg)
+        own = dialect.score(msg, doc)
+        if own >= MARKED:
+            return
         if self._others is None:
-            names = [n for n in dialect_names() if n != self.fixed.name]
+            names = [n for n in dialect_names() if n != dialect.name]
             self._others = AutoDetector(self.options, names, wire=self.wire)
-        try:
-            found = self._others.detect(msg, _peek(msg) if msg.form == "json" else None)
-        except DecodeError:
-            return ""
-        return (
-            f"; it looks like a {found.name} message: set the dialect to {found.name!r} (or "
-            "'auto' to detect each message's)"
-        )
+        other = self._others.best(msg, doc, own)
+        if other is not None:
+            raise DecodeError(
+                f"not a {dialect.name} message: it looks like a {other.name} message; set "
+                f"the source's dialect to {other.name!r} (or 'auto' to detect each message's)",
+                code=OTHER_DIALECT,
+            )
 
     def carried(self, msg: RawMessage) -> RawMessage:
         """The message a transport record carries (a Kafka record written as JSON), else
@@ -196,25 +198,12 @@ class Decoder:
 
     def _detect(self, msg: RawMessage) -> Dialect:
         assert self.detector is not None
-        doc: Any = None
-        problem: DecodeError | None = None
-        if msg.form == "avro" and msg.avro is not None:
-            doc = msg.avro.value
-        elif msg.form == "json":
-            if msg.parsed:
-                doc = msg.doc
-            else:
-                try:
-                    doc = parse(msg.data)
-                    msg.doc, msg.parsed = doc, True
-                except DecodeError as e:
-                    problem = e
         try:
-            return self.detector.detect(msg, doc)
+            return self.detector.detect(msg, _document(msg))
         except DecodeError:
             # a message that is not even JSON (or Avro) is reported as such
-            if problem is not None:
-                raise problem from None
+            if msg.form == "json" and not msg.parsed:
+                parse(msg.data)
             if msg.form == "bytes" and transport_of_file(msg.origin) == AVRO:
                 raise DecodeError(
                     "neither an Avro object-container file nor a schemaless Avro record of a "
@@ -288,6 +277,13 @@ def _peek(msg: RawMessage) -> Any:
             return None
         msg.parsed = True
     return msg.doc
+
+
+def _document(msg: RawMessage) -> Any:
+    """What recognition reads of a message: its JSON value or Avro record, else ``None``."""
+    if msg.form == "avro" and msg.avro is not None:
+        return msg.avro.value
+    return _peek(msg) if msg.form == "json" else None
 
 
 def _outcome(msg: RawMessage, results: list[Any]) -> Outcome:

@@ -9,6 +9,11 @@ from cdcflow.dialects.base import Dialect, DialectOptions
 from cdcflow.errors import DecodeError
 from cdcflow.transports.message import RawMessage
 
+#: A recognition score at or above this says the message carries its dialect's own marks (a
+#: schema name, a spec version, its envelope's fields); below it a dialect guesses from the
+#: shape alone (an unmarked row beside a key, a flattened row), or does not know the message.
+MARKED: float = 0.9
+
 
 class AutoDetector:
     """Decides, message by message, which registered dialect produced it.
@@ -26,14 +31,19 @@ class AutoDetector:
     ) -> None:
         self.dialects = [get_dialect(n, options, wire=wire) for n in (names or dialect_names())]
 
-    def detect(self, msg: RawMessage, doc: Any) -> Dialect:
-        """The dialect of ``msg`` or :class:`DecodeError` ``DIALECT_UNDETECTED``."""
+    def best(self, msg: RawMessage, doc: Any, above: float = 0.0) -> Dialect | None:
+        """The dialect that recognises ``msg`` best with a score over ``above``, else ``None``
+        (``doc``: its parsed JSON value or Avro record, ``None`` when it is neither)."""
         best: Dialect | None = None
-        best_score = 0.0
         for d in self.dialects:
             score = d.score(msg, doc)
-            if score > best_score:
-                best, best_score = d, score
+            if score > above:
+                best, above = d, score
+        return best
+
+    def detect(self, msg: RawMessage, doc: Any) -> Dialect:
+        """The dialect of ``msg`` or :class:`DecodeError` ``DIALECT_UNDETECTED``."""
+        best = self.best(msg, doc)
         if best is None:
             raise DecodeError(
                 "no registered dialect recognises this message "

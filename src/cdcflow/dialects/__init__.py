@@ -8,9 +8,11 @@ the list of known names and the closest match.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 
 from cdcflow.dialects.base import Dialect, DialectOptions
 from cdcflow.errors import UnknownDialectError, did_you_mean
+from cdcflow.types import ValueTypeError
 
 AVAILABLE_DIALECTS: dict[str, str] = {
     "cockroachdb": "cdcflow.dialects.cockroachdb:CockroachDbDialect",
@@ -49,3 +51,35 @@ def dialect_class(name: str) -> type[Dialect]:
 def get_dialect(name: str, options: DialectOptions | None = None, *, wire: bool = False) -> Dialect:
     """An instance of the dialect registered as ``name`` (``wire``: values as wire strings)."""
     return dialect_class(name)(options, wire=wire)
+
+
+def declared_type_problems(dialect: str, types: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """What is wrong with a source's declared column types (``table → column → type``) for
+    ``dialect`` (``auto``: a type some dialect reads), one line per column naming it, with
+    what to declare instead; checked when a configuration is read, before any message."""
+    classes = [dialect_class(n) for n in (dialect_names() if dialect == "auto" else [dialect])]
+    problems: list[str] = []
+    for table, columns in types.items():
+        for column, native in columns.items():
+            problem = _unreadable(classes, native)
+            if problem is not None:
+                problems.append(f"{table}.{column}: {problem}")
+    return problems
+
+
+def _unreadable(classes: list[type[Dialect]], native: str) -> str | None:
+    """Why none of ``classes`` reads a declared type (``None`` when one does); for several,
+    in words of no dialect in particular."""
+    for cls in classes:
+        try:
+            cls.declared_type(native)
+        except ValueTypeError as e:
+            problem = str(e)
+        else:
+            return None
+    if len(classes) > 1:
+        try:
+            Dialect.declared_type(native)
+        except ValueTypeError as e:
+            problem = str(e)
+    return problem

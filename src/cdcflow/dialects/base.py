@@ -43,13 +43,16 @@ from cdcflow.transports.json import (
 from cdcflow.transports.limits import Limits
 from cdcflow.transports.message import AvroValue, RawMessage
 from cdcflow.types import (
+    CANONICAL_TYPES_TEXT,
     ValueTypeError,
     convert,
     parse_timestamp,
+    source_type,
     to_wire,
     wire_json,
     wire_value,
 )
+from cdcflow.types.vendors import vendors
 
 __all__ = [
     "BASE_TRANSPORTS",
@@ -124,13 +127,19 @@ class DialectOptions:
         found = self.table_keys.get(table)
         return tuple(found) if found is not None else None
 
-    def types_for(self, table: str | None, schema: str | None = None) -> Mapping[str, str]:
-        """Declared column types for a table (``schema.table`` or ``table``)."""
+    def types_for(
+        self, table: str | None, schema: str | None = None, database: str | None = None
+    ) -> Mapping[str, str]:
+        """Declared column types for a table (``schema.table``, ``table``, then
+        ``database.table``)."""
         if table is None:
             return {}
         if schema and f"{schema}.{table}" in self.column_types:
             return self.column_types[f"{schema}.{table}"]
-        return self.column_types.get(table, {})
+        found = self.column_types.get(table)
+        if not found and database:
+            found = self.column_types.get(f"{database}.{table}")
+        return found or {}
 
     @property
     def schema_dir(self) -> str | None:
@@ -264,6 +273,9 @@ class Dialect:
     capabilities: ClassVar[Capabilities]
     #: The dialect's message shapes, in the order both recognition and dispatch try them.
     envelopes: ClassVar[tuple[Envelope, ...]] = ()
+    #: The vendor type tables (:mod:`cdcflow.types.vendors`) declared column types are read
+    #: with, by the source a message names; empty: any of them.
+    type_sources: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -493,9 +505,7 @@ class Dialect:
         found = self._declared.get(cache_key)
         if found is not None:
             return found
-        declared = self.options.types_for(table, schema)
-        if not declared and database:
-            declared = self.options.types_for(table, database)
+        declared = self.options.types_for(table, schema, database)
         out: dict[str, str] = {}
         for col, native in declared.items():
             try:
@@ -506,6 +516,24 @@ class Dialect:
                 ) from None
         self._declared[cache_key] = out
         return out
+
+    @classmethod
+    def declared_type(cls, native: str) -> str:
+        """The canonical type a declared column type reads as — checked when a configuration
+        is read, before any message: ``ValueTypeError`` with what to declare instead when
+        none of the dialect's type tables (:attr:`type_sources`) reads it."""
+        sources = cls.type_sources or tuple(vendors())
+        first: ValueTypeError | None = None
+        for source in sources:
+            try:
+                return source_type(source, native)
+            except ValueTypeError as e:
+                first = first or e
+        raise ValueTypeError(
+            f"no type {cls.name or 'any dialect'} reads: {first} (type tables: "
+            f"{', '.join(sources)}); declare a type as the source database names it "
+            f"(numeric(10,2), varchar(20), …) or a canonical one ({CANONICAL_TYPES_TEXT})"
+        )
 
     def key_names(
         self, table: str | None, schema: str | None = None, database: str | None = None

@@ -143,6 +143,7 @@ class SqlServerCesDialect(Dialect):
 
     name: ClassVar[str] = "sqlserver_ces"
     capabilities = CAPABILITIES
+    type_sources = ("sqlserver",)
 
     # ------------------------------------------------------------------ recognition
 

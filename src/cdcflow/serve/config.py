@@ -48,7 +48,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from cdcflow.config import parse_duration, validation_message
+from cdcflow.config import check_declared_types, parse_duration, validation_message
 from cdcflow.errors import ConfigError
 from cdcflow.secrets import Secret, read_secret
 
@@ -196,6 +196,8 @@ class EndpointConfig(_Model):
                 raise ValueError(e.message) from None
         return v
 
+    _readable_types = field_validator("types")(check_declared_types)
+
     @field_validator("landing")
     @classmethod
     def _subdir(cls, v: str | None) -> str | None:
@@ -250,6 +252,16 @@ class GrpcEndpointConfig(_Model):
     keys: dict[str, list[str]] = Field(default_factory=dict)
     types: dict[str, dict[str, str]] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("types")
+    @classmethod
+    def _readable_types(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        from cdcflow.dialects import declared_type_problems
+
+        problems = declared_type_problems("savegress", v)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
     @field_validator("name")
     @classmethod

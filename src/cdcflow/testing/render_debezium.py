@@ -1,7 +1,8 @@
 """Renderer: logical changes → Debezium PostgreSQL connector messages in a landing zone.
 
 Messages are Kafka Connect JSON with their schema (``schemas.enable=true``; tables of plain
-column types without, their types declared), values in
+column types without, their types declared, and every other table of the rest without, its
+encodings declared by semantic type, ``schemas.enable=false``), values in
 Debezium's encodings (``Decimal`` as base64 bytes, ``MicroTimestamp``, ``ZonedTimestamp``,
 ``Date`` days, ``Json``), ``source.sequence`` as ``[last commit LSN, change LSN]`` text (the
 commit LSN of the transaction before; null for a new connector's first streamed transaction),
@@ -78,10 +79,30 @@ def _key_changed(ch: Change, workload: Workload) -> bool:
 PLAIN_TYPES = frozenset({"bigint", "int", "string", "boolean", "double", "json", "binary"})
 
 
+#: Canonical type → the declared type of a column sent in Debezium's encoding without its
+#: schema (the semantic type the schema would name).
+SEMANTIC_DECLARED: dict[str, str] = {
+    "decimal(10,2)": "org.apache.kafka.connect.data.Decimal(10,2)",
+    "timestamp": "io.debezium.time.ZonedTimestamp",
+    "timestamp_ntz": "io.debezium.time.MicroTimestamp",
+    "date": "io.debezium.time.Date",
+    "json": "io.debezium.data.Json",
+}
+
+
 def plain_table(workload: Workload, table: str) -> bool:
-    """Whether a table's messages are rendered without schemas (their types then come from
-    declarations)."""
+    """Whether a table holds only column types a message without schemas shows as they are."""
     return set(workload.initial_tables[table].columns.values()) <= PLAIN_TYPES
+
+
+def schemaless_table(workload: Workload, table: str) -> bool:
+    """Whether a table's messages are rendered without schemas (their types then come from
+    declarations): a table of plain types, and every other table of the rest, whose
+    Debezium encodings are declared by their semantic types (:func:`decode_options`)."""
+    if plain_table(workload, table):
+        return True
+    encoded = sorted(t for t in workload.initial_tables if not plain_table(workload, t))
+    return encoded.index(table) % 2 == 1
 
 
 def connect_value(value: Any, t: str, plain: bool = False) -> Any:
@@ -163,15 +184,16 @@ def _message(
         "ts_ms": source["ts_ms"],
         "transaction": transaction,
     }
-    if plain_table(workload, table):
+    if schemaless_table(workload, table):
         return payload
     return {"schema": _schema(workload, table, columns), "payload": payload}
 
 
 def _key_message(workload: Workload, table: str, row: dict[str, Any]) -> dict[str, Any]:
     d = workload.tables[table]
-    if plain_table(workload, table):
-        return {k: connect_value(row[k], d.columns[k], True) for k in d.key}
+    if schemaless_table(workload, table):
+        plain = plain_table(workload, table)
+        return {k: connect_value(row[k], d.columns[k], plain) for k in d.key}
     return {
         "schema": {
             "type": "struct",
@@ -304,11 +326,18 @@ def render_records(
 
 
 def decode_options(workload: Workload) -> DialectOptions:
-    """Key names for the decoder (the messages carry their types)."""
+    """Key names for the decoder, and column types: canonical ones, and for a table sent in
+    Debezium's encodings without schemas the semantic types its schema would name."""
+
+    def declared(table: str, t: str) -> str:
+        encoded = schemaless_table(workload, table) and not plain_table(workload, table)
+        return SEMANTIC_DECLARED.get(t, t) if encoded else t
+
     return DialectOptions(
         table_keys={t: d.key for t, d in workload.tables.items()},
         column_types={
-            t: {c: ct for c, ct in d.columns.items()} for t, d in workload.tables.items()
+            t: {c: declared(t, ct) for c, ct in d.columns.items()}
+            for t, d in workload.tables.items()
         },
     )
 

@@ -30,6 +30,7 @@ from cdcflow.dialects.cockroachdb.context import (
 from cdcflow.dialects.cockroachdb.envelopes import (
     ENRICHED_OPS,
     MESSAGE_ENVELOPES,
+    WRAPPED_FIELDS,
     Console,
     console_line,
     score,
@@ -81,6 +82,7 @@ class CockroachDbDialect(Dialect):
     name: ClassVar[str] = "cockroachdb"
     capabilities = CAPABILITIES
     envelopes = MESSAGE_ENVELOPES
+    type_sources = ("cockroachdb",)
 
     # ------------------------------------------------------------------ files
 
@@ -234,10 +236,20 @@ class CockroachDbDialect(Dialect):
         return self.unmatched(doc, ctx)
 
     def unmatched(self, doc: Mapping[str, Any], ctx: Any) -> Decoded | list[Decoded]:
-        """A JSON object of no envelope: an ``envelope=row`` message when the transport carries
-        its key or the source option says so, else ``UNKNOWN_ENVELOPE``."""
+        """A JSON object of no envelope: an ``envelope=row`` message when a key travels with it
+        or the source option says so, else ``UNKNOWN_ENVELOPE`` (and for row images beside
+        fields no changefeed option writes, unless the option says ``row``)."""
         envelope = self._envelope(None)
-        if ctx.transport or ctx.key is not None or envelope in ("row", "bare"):
+        if envelope in ("row", "bare"):
+            return self._bare(doc, {}, ctx, envelope="row")
+        if "after" in doc or "before" in doc:
+            other = sorted(map(str, doc.keys() - WRAPPED_FIELDS))
+            raise self.fail(
+                "UNKNOWN_ENVELOPE",
+                f"after/before beside fields no changefeed option writes ({other[:8]}): not a "
+                "wrapped message",
+            )
+        if ctx.key is not None:
             return self._bare(doc, {}, ctx, envelope="row")
         raise self.fail(
             "UNKNOWN_ENVELOPE",

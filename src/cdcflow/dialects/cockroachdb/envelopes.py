@@ -103,7 +103,8 @@ def _bare(doc: Mapping[str, Any]) -> bool:
 
 
 def _wrapped(doc: Mapping[str, Any]) -> bool:
-    return "after" in doc or "before" in doc
+    # a field no changefeed option writes says another producer's shape (GoldenGate's op_type)
+    return ("after" in doc or "before" in doc) and doc.keys() <= WRAPPED_FIELDS
 
 
 def _key_only(doc: Mapping[str, Any]) -> bool:
@@ -135,10 +136,6 @@ def _enriched_score(doc: Mapping[str, Any]) -> float:
     return 0.9 if is_enriched(doc) else 0.0  # an ``op`` and a ``source`` of another vendor
 
 
-def _wrapped_score(doc: Mapping[str, Any]) -> float:
-    return 0.9 if set(doc) <= WRAPPED_FIELDS else 0.0
-
-
 def _key_only_score(doc: Mapping[str, Any]) -> float:
     return 0.8 if "updated" in doc and isinstance(doc.get("key"), list) else 0.0
 
@@ -152,7 +149,7 @@ MESSAGE_ENVELOPES: tuple[Envelope, ...] = (
     Envelope("bare_resolved", _bare_resolved, "_bare_resolved", 0.95),
     Envelope("enriched", _enriched_like, "_enriched_event", _enriched_score),
     Envelope("bare", _bare, "_bare_message", 0.95),
-    Envelope("wrapped", _wrapped, "_wrapped", _wrapped_score),
+    Envelope("wrapped", _wrapped, "_wrapped", 0.9),
     Envelope("key_only", _key_only, "_wrapped", _key_only_score),
 )
 

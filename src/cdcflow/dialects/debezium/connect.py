@@ -6,13 +6,15 @@ infinities, MongoDB Extended JSON). Vendor type names are :mod:`cdcflow.types.ve
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
+import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from cdcflow.dialects.base import Dialect
-from cdcflow.types import decimal_type, json_bytes
+from cdcflow.types import MAX_PRECISION, ValueTypeError, decimal_type, json_bytes, source_type
 
 
 def as_list(value: Any) -> list[Any]:
@@ -31,10 +33,12 @@ def json_text(value: Any) -> str:
     return json_bytes(value).decode()
 
 
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 #: Connect semantic type name → canonical type (``None``: decided by the field's parameters).
 SEMANTIC: dict[str, str | None] = {
-    "org.apache.kafka.connect.data.Decimal": None,
-    "io.debezium.data.VariableScaleDecimal": "decimal(38,18)",
+    DECIMAL: None,
+    VARIABLE_DECIMAL: "decimal(38,18)",
     "org.apache.kafka.connect.data.Date": "date",
     "io.debezium.time.Date": "date",
     "org.apache.kafka.connect.data.Time": "time",
@@ -61,6 +65,14 @@ SEMANTIC: dict[str, str | None] = {
     "io.debezium.data.geometry.Geography": "json",
     "io.debezium.data.geometry.Point": "json",
 }
+#: Epoch counts a declared column type may name by their unit (Spark's function names): an
+#: integer since 1970-01-01 00:00 UTC read as a ``timestamp``.
+EPOCH_UNITS: dict[str, int] = {
+    "timestamp_seconds": 1,
+    "timestamp_millis": 1000,
+    "timestamp_micros": 1_000_000,
+    "timestamp_nanos": 1_000_000_000,
+}
 #: Units per second of the integer time types.
 _UNITS: dict[str, int] = {
     "org.apache.kafka.connect.data.Time": 1000,
@@ -71,7 +83,14 @@ _UNITS: dict[str, int] = {
     "io.debezium.time.Timestamp": 1000,
     "io.debezium.time.MicroTimestamp": 1_000_000,
     "io.debezium.time.NanoTimestamp": 1_000_000_000,
+    **EPOCH_UNITS,
 }
+#: Semantic names by their lower-case form (declared types are compared in any case).
+_SEMANTIC_NAMES: dict[str, str] = {n.lower(): n for n in SEMANTIC}
+#: ``org.apache.kafka.connect.data.Decimal(p,s)``: a declared decimal with its parameters.
+_DECLARED_DECIMAL = re.compile(
+    r"^org\.apache\.kafka\.connect\.data\.decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$"
+)
 _CONNECT: dict[str, str] = {
     "int8": "int",
     "int16": "int",
@@ -109,7 +128,7 @@ def connect_field(f: Mapping[str, Any]) -> Field:
     found = f.get("parameters")
     params: Mapping[str, Any] = found if isinstance(found, dict) else {}
     native = str(params.get("__debezium.source.column.type", "")).upper().split(" ")[0]
-    if name == "org.apache.kafka.connect.data.Decimal" or (
+    if name == DECIMAL or (
         ctype == "string" and not name and native in ("DECIMAL", "NUMERIC", "FIXED")
     ):
         p = params.get("connect.decimal.precision", params.get("__debezium.source.column.length"))
@@ -126,6 +145,91 @@ def connect_field(f: Mapping[str, Any]) -> Field:
         inner, inner_name, inner_ctype = connect_field(items)
         return f"array<{inner}>", inner_name, f"array:{inner_ctype}"
     return _CONNECT.get(ctype, "json"), name, ctype
+
+
+def declared_field(native: str) -> Field | None:
+    """The Connect field a declared column type names, for values sent without a schema (the
+    JSON converter's ``schemas.enable=false``): a Debezium or Kafka Connect semantic type
+    (``io.debezium.time.MicroTimestamp``; ``org.apache.kafka.connect.data.Decimal(p,s)`` with
+    the precision and scale its schema would carry), or an epoch count by its unit
+    (``timestamp_micros``). ``None`` for any other name; ``ValueTypeError`` for a Connect
+    decimal without its precision and scale, or with ones no decimal has."""
+    low = " ".join(native.lower().split())
+    name = _SEMANTIC_NAMES.get(low)
+    if name == DECIMAL:
+        raise ValueTypeError(
+            f"{native!r} without its precision and scale: declare those its schema would "
+            f"carry, e.g. {DECIMAL}(10,2) (the unscaled bytes do not say where the point is)"
+        )
+    if name is not None:
+        canonical = SEMANTIC[name]
+        assert canonical is not None
+        return canonical, name, "struct" if name == VARIABLE_DECIMAL else ""
+    m = _DECLARED_DECIMAL.match(low)
+    if m is not None:
+        p, s = int(m.group(1)), int(m.group(2))
+        if not 1 <= p <= MAX_PRECISION or s > p:
+            raise ValueTypeError(
+                f"{native!r}: a decimal's precision is 1 to {MAX_PRECISION} and its scale at "
+                "most its precision"
+            )
+        return decimal_type(p, s), DECIMAL, "bytes"
+    if low in EPOCH_UNITS:
+        return "timestamp", low, "int64"
+    return None
+
+
+#: What a column sent without a schema is declared as, for messages.
+DECLARE = (
+    "values Debezium's JSON converter sends without schemas are declared by their semantic "
+    "type (io.debezium.time.MicroTimestamp, io.debezium.time.Date, io.debezium.time.MicroTime, "
+    "io.debezium.time.ZonedTimestamp, org.apache.kafka.connect.data.Decimal(10,2), "
+    "io.debezium.data.VariableScaleDecimal, …) or an epoch count by its unit "
+    "(timestamp_millis, timestamp_micros, timestamp_nanos, timestamp_seconds)"
+)
+
+
+def declared_canonical(source: str, native: str) -> str:
+    """The canonical type of a declared column type: a semantic type or epoch unit's, else
+    the source database's."""
+    field = declared_field(native)
+    return field[0] if field is not None else source_type(source, native)
+
+
+def schemaless_hint(t: str, value: Any) -> str:
+    """What to declare for a value that a plain declared type cannot read, as words to add to
+    the ``BAD_VALUE`` (``""`` when the value is not one of Debezium's encodings)."""
+    number = type(value) is int
+    if t in ("timestamp", "timestamp_ntz") and number:
+        return (
+            "; a number's unit is never guessed: declare its Debezium type "
+            "(io.debezium.time.MicroTimestamp, io.debezium.time.Timestamp, "
+            "io.debezium.time.NanoTimestamp) or its epoch unit (timestamp_micros, …)"
+        )
+    if t == "date" and number:
+        return "; days since 1970-01-01 are declared io.debezium.time.Date"
+    if t == "time" and number:
+        return "; declare its Debezium type (io.debezium.time.MicroTime, io.debezium.time.Time)"
+    if t.startswith("decimal") and isinstance(value, str):
+        return f"; a decimal sent as base64 is declared {DECIMAL}(p,s)"
+    if t.startswith("decimal") and isinstance(value, dict):
+        return f"; declare {VARIABLE_DECIMAL}"
+    return ""
+
+
+def declared_fields(declared: Mapping[str, str]) -> dict[str, Field]:
+    """How a table's values sent without a schema are encoded, by column: the Connect fields
+    its declared types name (:func:`declared_field`); a type no field is made of is left to
+    the type tables (``BAD_TYPE``)."""
+    out: dict[str, Field] = {}
+    for col, native in declared.items():
+        try:
+            field = declared_field(native)
+        except ValueTypeError:
+            continue
+        if field is not None:
+            out[col] = field
+    return out
 
 
 def schema_fields(schema: Any) -> dict[str, Field]:
@@ -205,16 +309,27 @@ def _unscaled(raw: bytes, scale: int) -> Decimal:
     return Decimal(f"{int.from_bytes(raw, 'big', signed=True)}E{-scale}")
 
 
+def _base64(text: str) -> bytes:
+    """A Connect decimal's unscaled bytes from their base64 text (never a lenient reading:
+    ``12.50`` is not base64 of anything)."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(
+            f"expected the base64 text of a decimal's unscaled bytes, got {text[:40]!r}"
+        ) from None
+
+
 def connect_value(value: Any, field: Field | None, t: str) -> Any:
     """A Connect-encoded value → the value of canonical type ``t``."""
     if value is None or field is None:
         return value
     _, name, ctype = field
     if t.startswith("decimal") and isinstance(value, str) and ctype == "bytes":
-        return _unscaled(base64.b64decode(value), int(t.split(",")[1][:-1]))
-    if name == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
+        return _unscaled(_base64(value), int(t.split(",")[1][:-1]))
+    if name == VARIABLE_DECIMAL and isinstance(value, dict):
         raw = value.get("value", b"")
-        raw = raw if isinstance(raw, bytes) else base64.b64decode(str(raw))
+        raw = raw if isinstance(raw, bytes) else _base64(str(raw))
         scale = value.get("scale", 0)
         if isinstance(scale, dict | list | bool) or scale is None:
             raise ValueError(f"a variable-scale decimal's scale must be a number, got {scale!r}")

@@ -13,16 +13,29 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import Capabilities, Decoded, Dialect, Item, Order, Where
+from cdcflow.dialects.base import (
+    Capabilities,
+    Decoded,
+    Dialect,
+    DialectOptions,
+    Item,
+    Order,
+    Where,
+)
 from cdcflow.dialects.debezium.connect import (
+    DECLARE,
     Field,
     as_dict,
     as_list,
     avro_fields,
     connect_value,
+    declared_canonical,
+    declared_field,
+    declared_fields,
     ejson,
     json_text,
     schema_fields,
+    schemaless_hint,
 )
 from cdcflow.dialects.debezium.envelopes import (
     MESSAGE_ENVELOPES,
@@ -36,6 +49,7 @@ from cdcflow.errors import DecodeError
 from cdcflow.transports.json import kind, parse_exact
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import ValueTypeError, decimal_text, infer_type, source_type
+from cdcflow.types.vendors import vendors
 
 #: ``source.connector`` → canonical source engine (and type table).
 CONNECTORS: dict[str, str] = {
@@ -156,12 +170,35 @@ POSITION_FIELDS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+#: The type tables of the connectors' databases.
+TYPE_SOURCES: tuple[str, ...] = tuple(
+    dict.fromkeys(s for s in CONNECTORS.values() if s in vendors())
+)
+
+
 class DebeziumDialect(Dialect):
     """Decoder for Debezium change events."""
 
     name: ClassVar[str] = "debezium"
     capabilities = Capabilities(orders_events=True, before_images=True, exact_numbers=True)
     envelopes = MESSAGE_ENVELOPES
+    type_sources = TYPE_SOURCES
+
+    def __init__(self, options: DialectOptions | None = None, *, wire: bool = False) -> None:
+        super().__init__(options, wire=wire)
+        self._encoded: dict[tuple[str | None, ...], dict[str, Field]] = {}
+
+    @classmethod
+    def declared_type(cls, native: str) -> str:
+        """A Debezium or Connect semantic type, an epoch count by its unit, else a type of
+        the connectors' databases (see :func:`~.connect.declared_field`)."""
+        field = declared_field(native)
+        if field is not None:
+            return field[0]
+        try:
+            return super().declared_type(native)
+        except ValueTypeError as e:
+            raise ValueTypeError(f"{e}; {DECLARE}") from None
 
     # ------------------------------------------------------------------ recognition
 
@@ -300,9 +337,17 @@ class DebeziumDialect(Dialect):
         database, schema, table = where
         source = CONNECTORS.get(connector or "")
         declared = self.declared_types(
-            table, schema, lambda n: source_type(source or "postgres", n), database=database,
+            table, schema, lambda n: declared_canonical(source or "postgres", n), database=database,
             mapper=source or "",
         )  # fmt: skip
+        encodings = self._encoded.get((table, schema, database))
+        if encodings is None:
+            declared_here = self.options.types_for(table, schema, database)
+            encodings = self._encoded[table, schema, database] = declared_fields(declared_here)
+        if encodings:
+            # a message's schema that names a column's semantic type says how it was sent
+            named = {c: f for c, f in fields.items() if f[1]}
+            fields = {**fields, **{c: e for c, e in encodings.items() if c not in named}}
         types: dict[str, str] = {}
         unavailable: list[str] = []
         mismatch: list[str] = []
@@ -498,7 +543,12 @@ class DebeziumDialect(Dialect):
                 raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
             if isinstance(connect, Decimal) and t == "string":
                 connect = decimal_text(connect)
-            out[col] = self.value(col, connect, t)
+            try:
+                out[col] = self.value(col, connect, t)
+            except DecodeError as e:
+                if field is not None:
+                    raise
+                raise self.fail(e.code, e.message + schemaless_hint(t, v)) from None
         return out
 
     def _key(

@@ -26,8 +26,11 @@ _FLAT_FIELDS = ("__op", "__deleted", "__table", "__source_ts_ms", "__lsn", "__db
 
 def unwrap(doc: Mapping[str, Any]) -> tuple[Any, Any]:
     """(schema, payload) of a ``{"schema", "payload"}`` envelope, else (None, doc)."""
-    if set(doc) == {"schema", "payload"} and (
-        doc["schema"] is None or isinstance(doc["schema"], dict)
+    if (
+        len(doc) == 2
+        and "schema" in doc
+        and "payload" in doc
+        and (doc["schema"] is None or isinstance(doc["schema"], dict))
     ):
         return doc["schema"], doc["payload"]
     return None, doc

@@ -15,7 +15,8 @@ A native type is read in this order (names compared in lower case, runs of space
 5. **names**: the whole name, then the name without its parenthesised arguments
    (``varchar(20)``, ``TIMESTAMP(6) WITH TIME ZONE``).
 
-Anything else raises ``ValueTypeError`` naming the type.
+Anything else, and a name whose brackets do not pair up (``numeric(10,2``), raises
+``ValueTypeError`` naming the type.
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ def source_type(source: str, native: str) -> str:
     they are (after the vendor's own names where it declares ``names_first``).
     """
     low = " ".join(native.lower().split())
+    if low.count("(") != low.count(")") or low.count("<") != low.count(">"):
+        raise ValueTypeError(f"unbalanced brackets in type {native!r}")
     vendor = vendors().get(source)
     if vendor is None:
         if is_valid_type(low):
