@@ -13,6 +13,7 @@ import pytest
 
 from cdcflow.config import load_config
 from cdcflow.pipeline.query import Pipeline
+from cdcflow.pipeline.report import UNDECODED, format_report
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.renderers import renderer, renderer_features
@@ -123,6 +124,13 @@ def test_poison_files_among_good_ones(spark: Any, tmp_path: Path) -> None:
     assert Counter(code for code, _ in found) == expected, found
     assert result.exit_status == 3
     assert result.dead_lettered == sum(expected.values())
+    # the counts add up, the operation breakdown too: every message that gave no event is in it
+    for r in result.reports:
+        assert r.events == r.applied + r.duplicates + r.stale + r.conflicts + r.dead_lettered
+        assert sum(r.operations.values()) == r.events, (r.operations, r.events)
+    undecoded = sum(r.operations.get(UNDECODED, 0) for r in result.reports)
+    assert undecoded == sum(expected.values()) - expected["KEY_UNKNOWN"]
+    assert f"{UNDECODED}=" in format_report(result.reports[0])
     truth = oracle.apply(w)
     for name, table in w.tables.items():
         cols = list(table.columns)

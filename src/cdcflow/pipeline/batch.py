@@ -62,7 +62,7 @@ from cdcflow.iceberg.maintain import MAINTENANCE, MAINTENANCE_FIELDS, Action, Ma
 from cdcflow.iceberg.tombstones import TombstoneIndex, ensure_tombstones
 from cdcflow.iceberg.write import Writer
 from cdcflow.pipeline.checkpoint import DIRECT
-from cdcflow.pipeline.report import BatchReport, Reports
+from cdcflow.pipeline.report import UNDECODED, BatchReport, Reports
 from cdcflow.pipeline.writes import BatchContext, BatchWork, BatchWrites
 from cdcflow.spark.sql import ScopedPool, lit, q, views_dropped
 
@@ -663,10 +663,13 @@ class BatchRunner:
                 codes[code] = codes.get(code, 0) + n
         if undelivered:
             codes["DELIVERY_FAILED"] = codes.get("DELIVERY_FAILED", 0) + undelivered
+        operations = dict(meta.ops)
+        if unread:
+            operations[UNDECODED] = unread
         report = BatchReport(
             batch_id=ctx.batch_id,
             events=total,
-            operations=dict(meta.ops),
+            operations=operations,
             duplicates=duplicates,
             conflicts=conflicts,
             stale=stale,

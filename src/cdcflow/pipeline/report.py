@@ -27,6 +27,9 @@ STAGES: tuple[str, ...] = (
     "dead_letters",
     "history",
 )
+#: The operation breakdown's entry for messages (and segments of split messages) that gave no
+#: event and were dead-lettered as they came: with it the breakdown sums to ``events``.
+UNDECODED = "UNDECODED"
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class BatchReport:
     applied, a duplicate, stale, a conflict or dead-lettered:
 
     ``events = applied + duplicates + stale + conflicts + dead_lettered``
+
+    ``operations`` breaks ``events`` down by operation (messages that gave no event under
+    :data:`UNDECODED`), so it sums to ``events`` too.
 
     ``undelivered``: events applied whose delivery to an output failed (dead letters too,
     ``DELIVERY_FAILED``, not part of the identity)."""
