@@ -378,6 +378,15 @@ class DebeziumDialect(Dialect):
         elif op is None:
             op = self.options.extra.get("operation")
             if op not in ("INSERT", "UPSERT", "SNAPSHOT"):
+                if not meta and not schema_name(doc).endswith(".Value"):
+                    # nothing of Debezium's in it: not a row that lacks its operation
+                    raise self.fail(
+                        "NOT_AN_EVENT",
+                        f"not a change event of {self.name}: an object without 'op' and without "
+                        f"the '__' fields of a flattened row (fields {sorted(map(str, row))[:8]}); "
+                        "rows flattened by ExtractNewRecordState without add.fields are read "
+                        "with the source option operation (INSERT, UPSERT or SNAPSHOT)",
+                    )
                 raise self.fail(
                     "OPERATION_UNKNOWN",
                     "a flattened row without __op or __deleted: add 'op' to the transform's "
