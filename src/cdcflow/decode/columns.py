@@ -161,11 +161,13 @@ class Columns:
         offset: int,
         line: int | None,
         item: int | None,
+        table: str | None = None,
     ) -> None:
         """A row that is no event: a rejection (``code`` set) or a bare status row."""
         for f in _SCALARS:
             self.scalars[f].append(None)
         self.scalars["dialect"][-1] = dialect
+        self.scalars["table"][-1] = table
         self.timestamp.append(None)
         self.position.append(None)
         self.partial.append(False)
@@ -186,9 +188,11 @@ class Columns:
         offset: int,
         line: int | None,
         item: int | None,
+        table: str | None = None,
     ) -> None:
-        """A message (or item) that could not be decoded."""
-        self.add_marker(dialect, code, message, raw, origin, offset, line, item)
+        """A message (or item) that could not be decoded (``table``: the one it is about, when
+        its dialect had read it)."""
+        self.add_marker(dialect, code, message, raw, origin, offset, line, item, table)
 
     def add_segment(
         self, seg: Segment, source: str, origin: str | None, offset: int, line: int | None
@@ -231,7 +235,7 @@ class Columns:
                 self.add_event(ev, m.origin, offset, m.line, i)
             for r in o.rejections:
                 self.add_rejection(
-                    r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, r.item
+                    r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, r.item, r.table
                 )
             for seg in o.segments:
                 self.add_segment(seg, source, m.origin, offset, m.line)

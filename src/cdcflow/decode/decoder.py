@@ -322,4 +322,5 @@ def _bad_type(msg: RawMessage, ev: dict[str, Any], bad: dict[str, Any]) -> Rejec
         f"types of table {table!r} not canonical ({named}); {CANONICAL_TYPES_TEXT}",
         msg.data,
         dialect=ev.get("dialect"),
+        table=table,
     )

@@ -660,10 +660,10 @@ class Decoded:
 
     @property
     def rejected(self) -> DataFrame:
-        """Messages that could not be decoded: coordinates, ``dialect`` when known,
-        ``error_code``, ``error_message`` and the message's bytes (``raw``)."""
+        """Messages that could not be decoded: coordinates, ``dialect`` and ``table`` when
+        known, ``error_code``, ``error_message`` and the message's bytes (``raw``)."""
         return self.frame.where("error_code IS NOT NULL").select(
-            *(q(c) for c in (*TRANSPORT_FIELDS, "dialect", *ERROR_FIELDS))
+            *(q(c) for c in (*TRANSPORT_FIELDS, "dialect", "table", *ERROR_FIELDS))
         )
 
     @property

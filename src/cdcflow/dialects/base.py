@@ -82,6 +82,8 @@ class Rejection:
     raw: bytes
     item: int | None = None
     dialect: str | None = None
+    #: the table the message was about, when the dialect had read it before the problem
+    table: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +216,8 @@ class Item:
     msg: RawMessage
     number: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    #: the item's table, once the dialect has read it (a rejection after that names it)
+    table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -368,14 +372,22 @@ class Dialect:
         doc = self.document(msg)
         batch = self.batch(doc, msg)
         if batch is None:
-            return _as_list(self.event(doc, Item(msg, 0, self.lineage(msg))))
+            item = Item(msg, 0, self.lineage(msg))
+            try:
+                return _as_list(self.event(doc, item))
+            except DecodeError as e:
+                if item.table is None:
+                    raise
+                return [self.reject(e.code, e.message, msg.data, table=item.table)]
         base = {**self.lineage(msg), **batch.meta}
         out: list[Decoded] = []
         for i, element in enumerate(batch.items):
+            item = Item(msg, i, dict(base))
             try:
-                out.extend(_as_list(self.event(element, Item(msg, i, dict(base)))))
+                out.extend(_as_list(self.event(element, item)))
             except DecodeError as e:
-                out.append(self.reject(e.code, f"item {i}: {e.message}", dumps(element), i))
+                message = f"item {i}: {e.message}"
+                out.append(self.reject(e.code, message, dumps(element), i, item.table))
         return out
 
     # ------------------------------------------------------------------ shared helpers
@@ -619,9 +631,17 @@ class Dialect:
             f"a {self.name} message of none of its shapes (fields {sorted(map(str, doc))[:8]})",
         )
 
-    def reject(self, code: str, message: str, raw: bytes, item: int | None = None) -> Rejection:
-        """A rejection attributed to this dialect."""
-        return Rejection(code=code, message=message, raw=raw, item=item, dialect=self.name)
+    def reject(
+        self,
+        code: str,
+        message: str,
+        raw: bytes,
+        item: int | None = None,
+        table: str | None = None,
+    ) -> Rejection:
+        """A rejection attributed to this dialect (``table``: the one the message is about,
+        when known)."""
+        return Rejection(code, message, raw, item, self.name, table)
 
     @staticmethod
     def fail(code: str, message: str) -> DecodeError:

@@ -161,6 +161,7 @@ class SavegressDialect(Dialect):
             schema, table = table.rsplit(".", 1)
         if op not in MARKER_OPERATIONS and not table:
             raise self.fail("MISSING_TABLE", f"{op} event has no 'table'")
+        item.table = table
 
         before = _image(doc, "before")
         after = _image(doc, "after")

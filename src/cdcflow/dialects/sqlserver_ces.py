@@ -250,6 +250,7 @@ class SqlServerCesDialect(Dialect):
         table = source.get("tbl")
         if not isinstance(table, str) or not table:
             raise self.fail("MISSING_TABLE", "'eventsource' has no 'tbl'")
+        item.table = table
         schema = source.get("schema") if isinstance(source.get("schema"), str) else None
         database = source.get("db") if isinstance(source.get("db"), str) else None
 

@@ -558,6 +558,7 @@ class CockroachDbDialect(Dialect):
                 "table",
             )
         database, schema, table, family = split_topic(found)
+        ctx.item.table = table
         return database, schema, table, family, found
 
     def _row_event(self, row: RowChange, ctx: Context) -> Decoded:

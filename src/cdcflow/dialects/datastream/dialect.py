@@ -188,6 +188,7 @@ class DatastreamDialect(Dialect):
         database, schema, table = _where(source, meta, doc)
         if not table:
             raise self.fail("MISSING_TABLE", "no table in 'source_metadata' and no 'object'")
+        item.table = table
 
         metadata: dict[str, Any] = {k: doc[k] for k in _ENVELOPE_METADATA if doc.get(k) is not None}
         metadata.update({k: meta[k] for k in METADATA_FIELDS if meta.get(k) is not None})
@@ -371,6 +372,7 @@ class DatastreamDialect(Dialect):
         table = self.options.extra.get("table") or stem(item.msg.origin)
         if not table:
             raise self.fail("MISSING_TABLE", "a BigQuery row names no table; set option 'table'")
+        item.table = table
         change = meta.get("CHANGE_TYPE")
         if change is not None:
             norm = str(change).strip().upper()

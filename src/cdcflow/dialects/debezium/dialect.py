@@ -487,6 +487,7 @@ class DebeziumDialect(Dialect):
                 "no source.table, Kafka topic or source option table names the table",
             )
         schema = src.get("schema")
+        item.table = table
         return text(src.get("db")), text(schema), table
 
     def _order(
