@@ -49,15 +49,17 @@ _EMPTY_MAP = "CAST(map() AS map<string,string>)"
 
 def normalise(value: str, t: str) -> str:
     """SQL turning a wire string into the canonical text of its typed value (``1.50`` in a
-    ``decimal(10,1)`` column is ``1.5``), so equal keys compare equal as text."""
+    ``decimal(10,1)`` column is ``1.5``), so equal keys compare equal as text; ``NULL`` for
+    a value the type cannot read (an event of another type, which the engine rejects: with
+    ANSI casts a failing ``CAST`` would fail the whole batch, at every rerun)."""
     st = storage_type(t)
     if t in ("string", "uuid", "json", "time"):
         return value
     if t == "binary":
-        return f"base64(unbase64({value}))"
+        return f"base64(try_to_binary({value}, 'base64'))"
     if t == "point" or t.startswith("array<"):
         return f"to_json(from_json({value}, {lit(st)}))"
-    return f"CAST(CAST({value} AS {st}) AS string)"
+    return f"CAST(try_cast({value} AS {st}) AS string)"
 
 
 def typed_text(column: str, spark_type_name: str) -> str:
@@ -129,11 +131,13 @@ def encoded_sql(value: str, t: str | None) -> str | None:
     """SQL of the order-preserving encoding of a wire string of type ``t`` (integers, dates,
     timestamps and text), ``None`` for types without one."""
     if t in ("int", "bigint"):
-        return encoded_integer(f"CAST({value} AS decimal(38,0))")
+        return encoded_integer(f"try_cast({value} AS decimal(38,0))")
     if t in ("timestamp", "timestamp_ntz"):
-        return encoded_integer(f"CAST(unix_micros(CAST({value} AS timestamp)) AS decimal(38,0))")
+        return encoded_integer(
+            f"CAST(unix_micros(try_cast({value} AS timestamp)) AS decimal(38,0))"
+        )
     if t == "date":
-        return encoded_integer(f"CAST(unix_date(CAST({value} AS date)) AS decimal(38,0))")
+        return encoded_integer(f"CAST(unix_date(try_cast({value} AS date)) AS decimal(38,0))")
     if t in ("string", "uuid"):
         # characters up to '"' are escaped as in cdcflow.sequence
         chars = (

@@ -2,7 +2,7 @@
 (none)
 
 -- validated
-SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id')), _target), ', '), '] of table ', element_at(map('orders', 'orders'), _target)) END AS _reason FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(CAST(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS bigint) AS string)) END AS _kv FROM events)
+SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id')), _target), ', '), '] of table ', element_at(map('orders', 'orders'), _target)) END AS _reason FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(try_cast(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS bigint) AS string)) END AS _kv FROM events)
 
 -- rejected
 SELECT * FROM validated WHERE _reject IS NOT NULL
@@ -14,7 +14,7 @@ SELECT _target, v.k AS _kv,
                    sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item,
                    v.op AS _op, partial AND v.op <> 'DELETE' AS _partial, v.a AS _after,
                    v.fp AS _fp, _reject IS NOT NULL AS _bad
-            FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(CAST(before['id'] AS bigint) AS string)) END AS _okv FROM validated
+            FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(try_cast(before['id'] AS bigint) AS string)) END AS _okv FROM validated
                   WHERE array_contains(array('orders'), _target) AND (_reject IS NOT NULL
                     OR (operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT')
                         AND sequence > coalesce(element_at(CAST(map() AS map<string,string>), _target), ''))))
