@@ -16,8 +16,10 @@ import orjson
 import pytest
 
 from cdcflow import sequence
+from cdcflow.decode.columns import SKIPPED, SKIPPED_WHY, Columns
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import get_dialect
+from cdcflow.dialects.base import Skipped
 from cdcflow.testing import oracle
 from cdcflow.testing.render_debezium import render
 from cdcflow.testing.renderers import renderer_features
@@ -217,8 +219,7 @@ def test_schema_change_without_a_table_is_skipped_and_counted() -> None:
         "source": {"connector": "mysql", "file": "b.000001", "pos": 4},
         "ddl": "CREATE DATABASE x",
     }
-    assert d.decode(RawMessage(orjson.dumps(doc))) == []
-    assert d.skipped == {"schema_change": 1}
+    assert d.decode(RawMessage(orjson.dumps(doc))) == [Skipped("schema_change", DIALECT)]
     ddl = {**doc, "ddl": "DROP TABLE IF EXISTS `inv`.`orders`", "databaseName": "inv"}
     (e,) = d.decode(RawMessage(orjson.dumps(ddl)))
     assert (e["operation"], e["database"], e["table"], e["ddl_type"]) == (
@@ -273,14 +274,37 @@ def test_replica_identity_default_delete_takes_its_key_from_the_kafka_key() -> N
 def test_tombstones_keys_heartbeats_and_messages_are_skipped_with_counts() -> None:
     d = get_dialect(DIALECT)
     kafka = KafkaCoordinates(topic="server.db.t", partition=0, offset=1)
-    assert d.decode(RawMessage(b"", key=b'{"id": 1}', kafka=kafka)) == []
-    assert d.decode(RawMessage(conf("docs_sqlserver_key_with_schema.json"))) == []
     beat = {"schema": {"type": "struct", "name": "io.debezium.connector.common.Heartbeat"}}
-    assert d.decode(RawMessage(orjson.dumps({**beat, "payload": {"ts_ms": 1}}))) == []
     doc = orjson.loads(conf("dbz_serde_mysql_without_schema.json"))
-    assert d.decode(RawMessage(orjson.dumps({**doc, "op": "m"}))) == []
-    assert d.decode(RawMessage(b'{"schema": null, "payload": null}')) == []
-    assert d.skipped == {"tombstone": 2, "key": 1, "heartbeat": 1, "message": 1}
+    found = {
+        "tombstone": d.decode(RawMessage(b"", key=b'{"id": 1}', kafka=kafka)),
+        "key": d.decode(RawMessage(conf("docs_sqlserver_key_with_schema.json"))),
+        "heartbeat": d.decode(RawMessage(orjson.dumps({**beat, "payload": {"ts_ms": 1}}))),
+        "message": d.decode(RawMessage(orjson.dumps({**doc, "op": "m"}))),
+        "schemaless tombstone": d.decode(RawMessage(b'{"schema": null, "payload": null}')),
+    }
+    assert {k: [s.why for s in v] for k, v in found.items()} == {
+        "tombstone": ["tombstone"],
+        "key": ["key"],
+        "heartbeat": ["heartbeat"],
+        "message": ["message"],
+        "schemaless tombstone": ["tombstone"],
+    }
+    # the decoder gives them apart from events, and a batch's columns count them
+    outcome = Decoder(DIALECT, wire=True).decode(RawMessage(b"", kafka=kafka))
+    assert (outcome.events, outcome.rejections, outcome.skipped) == (
+        [],
+        [],
+        [Skipped("tombstone", DIALECT)],
+    )
+    cols = Columns(wire=True)
+    cols.add_outcome(outcome)
+    (row,) = cols.to_batch().to_pylist()
+    assert (row["operation"], row["metadata"], row["error_code"]) == (
+        SKIPPED,
+        [(SKIPPED_WHY, "tombstone")],
+        None,
+    )
 
 
 # ---------------------------------------------------------------- envelopes and operations

@@ -22,7 +22,6 @@ and one line in :data:`cdcflow.dialects.AVAILABLE_DIALECTS`.
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -68,6 +67,7 @@ __all__ = [
     "RawMessage",
     "Rejection",
     "Segment",
+    "Skipped",
     "Where",
     "kind",
 ]
@@ -150,7 +150,16 @@ class DialectOptions:
         return str(found) if found else None
 
 
-Decoded = dict[str, Any] | Rejection | Segment
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A message that carries no change on purpose (a Kafka tombstone, a key message, a
+    heartbeat): no event and no error, counted by ``why``."""
+
+    why: str
+    dialect: str
+
+
+Decoded = dict[str, Any] | Rejection | Segment | Skipped
 
 #: Transports every dialect gets from the base.
 BASE_TRANSPORTS: frozenset[str] = frozenset({JSON, KAFKA, AVRO, EVENTHUBS})
@@ -300,8 +309,6 @@ class Dialect:
         #: What one message may hold (``options.extra["limits"]`` overrides the defaults).
         self.limits = Limits.from_options(self.options.extra.get("limits"))
         self._declared: dict[tuple[Any, ...], dict[str, str]] = {}
-        #: Messages decoded to no event on purpose (see :meth:`skip`), by reason.
-        self.skipped: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ vendor hooks
 
@@ -605,9 +612,8 @@ class Dialect:
 
     def skip(self, why: str) -> list[Decoded]:
         """No event for a message that carries no change on purpose (a Kafka tombstone, a key
-        message, a heartbeat): counted under ``why`` in :attr:`skipped`, never an error."""
-        self.skipped[why] += 1
-        return []
+        message, a heartbeat): a :class:`Skipped` saying ``why``, never an error."""
+        return [Skipped(why, self.name)]
 
     def envelope_score(self, doc: Mapping[str, Any]) -> float:
         """Recognition's score of a document: that of the first envelope matching it, else 0."""

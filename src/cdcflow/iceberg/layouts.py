@@ -102,6 +102,8 @@ HISTORY_FIELDS: Fields = (
     ("skipped", "map<string,string>"),
     # per table, the newest source commit time among the batch's events (its freshness)
     ("source_times", "map<string,timestamp>"),
+    # messages without a change skipped on purpose (Kafka tombstones…), by reason
+    ("skipped_messages", "map<string,bigint>"),
 )
 
 TOMBSTONES = "tombstones"

@@ -25,19 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdcflow.config import MaintenanceConfig, PipelineConfig, SourceConfig, parse_duration
+from cdcflow.decode.columns import SEGMENT, SKIPPED
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
 from cdcflow.engine.execute import BatchStage, newest_truncates
 from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.keys import match_keys
-from cdcflow.engine.meta import (
-    MARKERS,
-    SEGMENT,
-    BatchMeta,
-    aggregate,
-    target_expr,
-    with_batch_columns,
-)
+from cdcflow.engine.meta import MARKERS, BatchMeta, aggregate, target_expr, with_batch_columns
 from cdcflow.engine.plan import Mode, TablePlan, TableSettings, TableState, decide
 from cdcflow.engine.rules import applied, conditions, marked_sql
 from cdcflow.engine.segments import SegmentResult, SegmentStage
@@ -461,7 +455,7 @@ class BatchRunner:
         self.small = meta.events + meta.rejected + meta.segments < SMALL_BATCH
         self._adapt(spark)
         valid = decoded.where("error_code IS NULL")
-        events = valid.where(f"NOT (operation <=> '{SEGMENT}')")
+        events = valid.where(f"NOT (operation <=> '{SEGMENT}' OR operation <=> '{SKIPPED}')")
         if meta.rejected:
             rejected = decoded.where("error_code IS NOT NULL")
             ctx.dead.append(rejected_rows(rejected, self.pipeline_id, ctx.batch_id))
@@ -490,7 +484,7 @@ class BatchRunner:
         for st in seg.statements:
             self.writer.run(spark, st, batch_id)
         assembled = self._columns(seg.assembled)
-        whole = assembled.where("error_code IS NULL")
+        whole = assembled.where(f"error_code IS NULL AND NOT (operation <=> '{SKIPPED}')")
         if seg.complete:
             meta.add(aggregate(spark, whole))
         if seg.rejected:
@@ -519,7 +513,10 @@ class BatchRunner:
         if hold.unchanged:
             return hold, events, meta
         released = BatchMeta(
-            segments=meta.segments, rejected=meta.rejected, rejected_codes=meta.rejected_codes
+            segments=meta.segments,
+            rejected=meta.rejected,
+            rejected_codes=meta.rejected_codes,
+            skipped=meta.skipped,
         )
         released.add(aggregate(spark, hold.events))
         return hold, hold.events, released
@@ -686,6 +683,7 @@ class BatchRunner:
             released=hold.released if hold is not None else 0,
             stages=dict(clock.seconds),
             skipped=dict(self.skipped),
+            skipped_messages=dict(meta.skipped),
             dead_letter_codes=codes,
         )
         with clock.stage("history"):

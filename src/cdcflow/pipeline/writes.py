@@ -338,6 +338,9 @@ class BatchWrites:
         tables = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.tables.items())
         stages = ", ".join(f"{lit(k)}, CAST({v:.3f} AS double)" for k, v in clock.seconds.items())
         lost = ", ".join(f"{lit(k)}, {lit(v)}" for k, v in sorted(report.skipped.items()))
+        passed = ", ".join(
+            f"{lit(k)}, CAST({v} AS bigint)" for k, v in sorted(report.skipped_messages.items())
+        )
         times = ", ".join(
             f"{lit(o.table)}, timestamp_micros({round(o.newest.timestamp() * 1e6)})"
             for o in report.outcomes
@@ -346,7 +349,8 @@ class BatchWrites:
         sql = f"""
             INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
                                  duplicates, conflicts, stale, dead_lettered, tables, seconds,
-                                 stages, source, applied, undelivered, skipped, source_times)
+                                 stages, source, applied, undelivered, skipped, source_times,
+                                 skipped_messages)
             SELECT {lit(self.pipeline_id)}, {report.batch_id},
               timestamp_millis({int(ctx.started * 1000)}), current_timestamp(), {report.events},
               {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
@@ -356,6 +360,7 @@ class BatchWrites:
               {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"},
               {lit(self.source)}, {report.applied}, {report.undelivered},
               {f"map({lost})" if lost else "CAST(map() AS map<string,string>)"},
-              {f"map({times})" if times else "CAST(map() AS map<string,timestamp>)"}
+              {f"map({times})" if times else "CAST(map() AS map<string,timestamp>)"},
+              {f"map({passed})" if passed else "CAST(map() AS map<string,bigint>)"}
         """
         self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)
