@@ -168,6 +168,11 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
         ),
         ({"mode": "scd2", "deletes": "soft"}, "deletes: soft is for merge tables"),
         ({"mode": "history"}, "'merge', 'append' or 'scd2'"),
+        ({"keys": "none", "mode": "scd2"}, "keys: none is for mode merge"),
+        ({"keys": "none", "mode": "append"}, "keys: none is for mode merge"),
+        ({"keys": "none", "deletes": "soft"}, "deletes: soft needs keys"),
+        ({"keys": "none", "sequence_by": "v"}, "sequence_by has nothing to order"),
+        ({"keys": "nothing"}, "Input should be 'none'"),
     ],
 )
 def test_history_settings_are_checked(table: dict, message: str) -> None:

@@ -411,6 +411,10 @@ class TableConfig(_Model):
 
     ``mode``: ``merge`` (current state, one row per key), ``append`` (changelog of canonical
     events) or ``scd2`` (history: one row per version of a key with its validity).
+    ``keys``: the key columns, or ``none`` for a table without a primary key (``merge`` only):
+    the replica is then a multiset of rows — an insert adds a copy of its row, a delete removes
+    one copy of its before image, an update both — so the producer must send whole before
+    images (PostgreSQL ``REPLICA IDENTITY FULL``).
     ``except_columns``: source columns not written to the table.
     ``track_history_columns`` / ``track_history_except_columns`` (``scd2`` only, one of them):
     the columns whose changes open a new version; a change to other columns only updates the
@@ -432,7 +436,7 @@ class TableConfig(_Model):
     """
 
     mode: Literal["merge", "append", "scd2"] = "merge"
-    keys: list[str] | None = None
+    keys: list[str] | Literal["none"] | None = None
     deletes: Literal["hard", "soft"] = "hard"
     name: str | None = None
     except_columns: list[str] = Field(default_factory=list)
@@ -502,6 +506,19 @@ class TableConfig(_Model):
             raise ValueError("deletes: soft is for merge tables (scd2 closes the version)")
         if self.columns is not None and self.except_columns:
             raise ValueError("give columns or except_columns, not both")
+        if self.keys == "none":
+            if self.mode != "merge":
+                raise ValueError(
+                    "keys: none is for mode merge (a table without a key is kept as a multiset "
+                    "of its rows; append keeps every event whatever its key, scd2 needs a key)"
+                )
+            if self.deletes == "soft":
+                raise ValueError("keys: none removes a copy of the row: deletes: soft needs keys")
+            if self.sequence_by is not None:
+                raise ValueError(
+                    "keys: none counts a table's rows whatever the order of its events: "
+                    "sequence_by has nothing to order"
+                )
         return self
 
 

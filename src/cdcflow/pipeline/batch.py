@@ -47,6 +47,7 @@ from cdcflow.iceberg.layouts import (
     BATCHES,
     HELD,
     KEY_PROPERTY,
+    MULTISET_LOG,
     SEGMENT_FIELDS,
     SEGMENTS,
     TOMBSTONES,
@@ -539,6 +540,7 @@ class BatchRunner:
             s.target
             for s in pending
             if s.mode != "append"
+            and not s.keyless
             and meta.tables[s.target].positional_keys
             and not meta.tables[s.target].key_sets
             and not s.keys
@@ -604,7 +606,7 @@ class BatchRunner:
             stats: dict[str, TableStats] = {}
             before: int | None = None
             try:
-                if stage is not None and (stage.keyed or stage.has_rules):
+                if stage is not None and (stage.keyed or stage.multiset or stage.has_rules):
                     with clock.stage("validate"):
                         tombs, looked = None, None
                         if stage.merge and self.catalog.exists(spark, self.internal, TOMBSTONES):
@@ -615,8 +617,13 @@ class BatchRunner:
                             if looked:
                                 tombs = self.catalog.ident(self.internal, TOMBSTONES)
                         before = self.tombstones.snapshot
-                        if stage.keyed:
-                            stage.stage(tombs, looked)
+                        if stage.keyed or stage.multiset:
+                            log = None
+                            if stage.multiset and self.catalog.exists(
+                                spark, self.internal, MULTISET_LOG
+                            ):
+                                log = self.catalog.ident(self.internal, MULTISET_LOG)
+                            stage.stage(tombs, looked, log, (self.pipeline_id, ctx.batch_id))
                         stats = stage.stats()
                     if any(s.rejected for s in stats.values()):
                         ctx.dead.append(stage.rejected(self.pipeline_id, ctx.batch_id))
