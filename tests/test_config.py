@@ -180,6 +180,29 @@ def test_history_settings_are_checked(table: dict, message: str) -> None:
         load_config({"sources": [{"name": "s", "path": "x"}], "tables": {"t": table}})
 
 
+def test_a_table_without_a_key_needs_a_producer_of_before_images() -> None:
+    """``keys: none`` over sources whose every dialect sends no before images (Datastream's
+    updates carry the new row only) is refused before Spark, naming the table and the
+    dialect; one source that sends them (or detection) is enough to take it."""
+
+    def pipeline(*dialects: str) -> dict[str, object]:
+        sources = [{"name": f"s{i}", "path": "x", "dialect": d} for i, d in enumerate(dialects)]
+        return {"sources": sources, "tables": {"readings": {"keys": "none"}}}
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(pipeline("datastream"), "pipeline.yaml")
+    assert caught.value.code == "CONFIG_INVALID"
+    assert caught.value.message == (
+        "invalid configuration pipeline.yaml: (top level): tables.readings.keys: none keeps a "
+        "table without a "
+        "key as the multiset of its rows, where an update or a delete removes the row equal to "
+        "its before image; dialect datastream sends no before images: keep the table as a "
+        "changelog (mode: append) or give it keys"
+    )
+    for ok in (("debezium",), ("datastream", "debezium"), ("auto",)):
+        assert load_config(pipeline(*ok)).table("readings").keys == "none"
+
+
 def test_an_archive_holds_no_landing_zone_and_sits_in_none() -> None:
     def source(**extra: str) -> dict[str, object]:
         return {"sources": [{"name": "s", "dialect": "savegress", **extra}]}

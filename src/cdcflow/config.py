@@ -648,6 +648,23 @@ class PipelineConfig(_Model):
             raise ValueError(f"must be letters, digits and _ (got {v!r})")
         return v
 
+    @model_validator(mode="after")
+    def _keyless_tables_need_before_images(self) -> PipelineConfig:
+        from cdcflow.dialects import dialect_class
+
+        keyless = sorted(n for n, t in self.tables.items() if t.keys == "none")
+        dialects = sorted({s.dialect for s in self.sources})
+        if not keyless or "auto" in dialects:
+            return self
+        if not any(dialect_class(d).capabilities.before_images for d in dialects):
+            raise ValueError(
+                f"tables.{keyless[0]}.keys: none keeps a table without a key as the multiset "
+                "of its rows, where an update or a delete removes the row equal to its before "
+                f"image; dialect {' and '.join(dialects)} sends no before images: keep the "
+                "table as a changelog (mode: append) or give it keys"
+            )
+        return self
+
     def table(self, name: str) -> TableConfig:
         """Settings of a target table (its own entry, else ``default``)."""
         return self.tables.get(name) or self.tables.get("default") or TableConfig()
