@@ -486,6 +486,16 @@ class Dialect:
         except ValueError as e:  # ValueTypeError, and the parsers' own ValueErrors
             raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
 
+    def sequence_of(self, parts: Sequence[sequence.Element], fields: Sequence[str]) -> str:
+        """The ``sequence`` of an ordering tuple, ``fields`` naming the message's field each
+        element comes from: ``POSITION_OUT_OF_RANGE`` naming the field of a number the
+        encoding cannot hold (see :mod:`cdcflow.sequence`)."""
+        try:
+            return sequence.encode(parts)
+        except sequence.OutOfRange as e:
+            field = fields[e.index] if e.index < len(fields) else f"element {e.index}"
+            raise self.fail("POSITION_OUT_OF_RANGE", f"position field {field!r}: {e}") from None
+
     def segment_numbers(self, index: int | None, total: int | None) -> None:
         """``SEGMENT_OUT_OF_RANGE`` when a split message's segment index or count is over
         :attr:`~cdcflow.transports.limits.Limits.max_segments` (they size what is held)."""
