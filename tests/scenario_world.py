@@ -63,7 +63,8 @@ def bag(op: str, seq: int, event: str, **images: dict[str, Any]) -> dict[str, An
 #: ``k1_bag``'s events by run: identical rows under other ids (copies), the same event twice
 #: (a duplicate), a delete delivered before the inserts it counts against, a delete whose row
 #: is inserted only in run 2, two contents of one event (the later delivered wins), an update
-#: without a before image (dead-lettered); run 3 redelivers run 1.
+#: without a before image (dead-lettered), an update of one of two copies of a row delivered
+#: before the second copy's insert; run 3 redelivers run 1.
 BAG_RUN1 = [
     bag("DELETE", 30, "e4", before={"v": "a", "n": 1}),
     bag("INSERT", 10, "e1", after={"v": "a", "n": 1}),
@@ -79,6 +80,8 @@ BAG_RUN1 = [
 BAG_RUN2 = [
     bag("INSERT", 35, "e9", after={"v": "z", "n": 9}),
     bag("INSERT", 11, "e2", after={"v": "a", "n": 1}),
+    # one of two copies of ('a', 1) updated, delivered before the insert of the second
+    bag("UPDATE", 60, "e11", before={"v": "a", "n": 1}, after={"v": "e", "n": 5}),
     bag("INSERT", 50, "e10", after={"v": "a", "n": 1}),
 ]
 TRUNCATE_RUN1 = [
