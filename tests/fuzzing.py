@@ -9,11 +9,13 @@ prints what it ran.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import tempfile
 import time
 import tracemalloc
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +272,211 @@ def _check(dialect: str, name: str, data: bytes, wire: bool, tally: Tally | None
         tally.events += sum(len(o.events) for o in outcomes)
         tally.slowest = max(tally.slowest, time.perf_counter() - started)
         tally.largest = max(tally.largest, len(data))
+
+
+# ---------------------------------------------------------------------- position fields
+
+#: The sequence encoder's limit: integers below it in size encode, from it on they do not.
+POSITION_LIMIT = 10**99
+#: Integers JSON read without exact numbers (orjson) keeps: past them it gives a float.
+FLOAT_FROM = 2**64
+
+
+@dataclass(frozen=True)
+class PositionField:
+    """One position field of a dialect's message: where it is (``path``; ``"@json"`` reads
+    the string there as JSON), how its number is written (``int`` a JSON number, ``text``
+    digits in ``template``, ``hex`` hexadecimal digits), the largest numbers the dialect
+    orders (``limit``: the encoder's, the 64 bits of a dialect reading JSON numbers as orjson
+    does, or the dialect's own) and what a rejection of a number past it says (any of
+    ``names``)."""
+
+    dialect: str
+    doc: dict[str, Any]
+    path: tuple[str | int, ...]
+    names: tuple[str, ...]
+    kind: str = "int"
+    template: str = "{}"
+    limit: int = POSITION_LIMIT
+    origin: str = "positions.json"
+
+
+def _ces(transaction: bool) -> dict[str, Any]:
+    source: dict[str, Any] = {
+        "db": "shop",
+        "schema": "dbo",
+        "tbl": "orders",
+        "cols": [{"name": "id", "type": "int", "index": 0}],
+        "pkkey": [{"columnname": "id", "value": "1"}],
+    }
+    if transaction:
+        source["transaction"] = {"commitlsn": "000000B1:000008A8:0007", "sequencenumber": 1}
+    data = {"eventsource": source, "eventrow": {"old": "{}", "current": '{"id": "1"}'}}
+    return {
+        "specversion": "1.0",
+        "type": "com.microsoft.SQL.CES.DML.V1",
+        "source": "/",
+        "id": "e1",
+        "logicalid": "1bf2756a-c15f-4d2e-a2d5-7d3f9dbf85b0:000000B1000008A80007:1",
+        "time": "2026-08-07T16:25:00.890Z",
+        "datacontenttype": "application/json",
+        "operation": "INS",
+        "data": json.dumps(data),
+    }
+
+
+def _debezium(connector: str, **source: Any) -> dict[str, Any]:
+    where = {"connector": connector, "db": "shop", "schema": "public", "table": "orders"}
+    return {"op": "c", "before": None, "after": {"id": 1}, "source": {**where, **source}}
+
+
+def _savegress(position: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "e1",
+        "source": "postgres",
+        "schema": "public",
+        "table": "orders",
+        "timestamp": "2025-01-01T00:00:00Z",
+        "operation": "INSERT",
+        "after": {"id": 1},
+        "position": position,
+    }
+
+
+def _datastream(sort_keys: list[Any] | None = None, **meta: Any) -> dict[str, Any]:
+    doc = {
+        "uuid": "8546a123-e6bc-49ca-b0c4-249000010000",
+        "read_timestamp": "2021-05-16T01:13:01.000Z",
+        "source_timestamp": "2021-05-16T01:13:01.000Z",
+        "object": "accounts",
+        "read_method": "mysql-cdc-binlog",
+        "source_metadata": {"table": "accounts", "database": "d", "primary_keys": ["id"], **meta},
+        "payload": {"id": 1},
+    }
+    return doc if sort_keys is None else {**doc, "sort_keys": sort_keys}
+
+
+def _field(dialect: str, doc: dict[str, Any], path: str, *names: str, **kw: Any) -> PositionField:
+    steps = tuple(int(p) if p.isdigit() else p for p in path.split("."))
+    return PositionField(dialect, doc, steps, names or (path,), **kw)
+
+
+_MYSQL = _debezium("mysql", file="mysql-bin.000003", pos=154, row=0)
+_PG_SEQUENCE = _debezium("postgresql", lsn=100, sequence='["90","100"]')
+_SQLSERVER = _debezium(
+    "sqlserver",
+    change_lsn="00000027:00000758:0005",
+    commit_lsn="00000027:00000758:0005",
+    event_serial_no=1,
+)
+_ORACLE = _debezium("oracle", scn="1234", commit_scn="1234", ssn=0)
+_DB2 = _debezium("db2", change_lsn="00000000:0000:0001", commit_lsn="00000000:0000:0001")
+_SG_PG = _savegress({"lsn": "0/1A5D", "sequence": 1})
+_SG_MYSQL = _savegress({"file": "mysql-bin.000001", "position": 12345})
+_SG_MONGODB = _savegress({"cluster_time": {"t": 1234567890, "i": 1}})
+_DS_MYSQL = _datastream(log_file="mysql-bin.000002", log_position=28460861)
+_DS_SORTED = _datastream([1735689600993, "mysql-bin.000001", 6749010])
+_CRDB = {"after": {"id": 1}, "key": [1], "updated": "1735689600993908017.0000000000"}
+_CRDB_FILE = "202501010000009939080170000000000-46f2d5e700000007-1-7-00000001-orders-1.ndjson"
+
+#: Every dialect's position fields the sequence encoder reads numbers from.
+POSITION_FIELDS: list[PositionField] = [
+    _field("debezium", _MYSQL, "source.row"),
+    _field("debezium", _MYSQL, "source.pos"),
+    _field("debezium", _MYSQL, "source.file", kind="text", template="mysql-bin.{}"),
+    _field("debezium", _debezium("postgresql", lsn=100), "source.lsn"),
+    _field("debezium", _PG_SEQUENCE, "source.sequence", kind="text", template='["{}","100"]'),
+    _field("debezium", _SQLSERVER, "source.event_serial_no"),
+    _field("debezium", _ORACLE, "source.scn", kind="text"),
+    _field("debezium", _ORACLE, "source.ssn"),
+    _field("debezium", _DB2, "source.commit_lsn", kind="hex"),
+    _field("savegress", _SG_PG, "position.sequence", limit=FLOAT_FROM),
+    _field(
+        "savegress",
+        _SG_MYSQL,
+        "position.position",
+        "position.position",
+        "binlog position",
+        limit=FLOAT_FROM,
+    ),
+    _field("savegress", _SG_MYSQL, "position.file", kind="text", template="bin.{}"),
+    _field("savegress", _SG_MONGODB, "position.cluster_time.t", "cluster_time t", limit=FLOAT_FROM),
+    _field("savegress", _SG_MONGODB, "position.cluster_time.i", "cluster_time i", limit=FLOAT_FROM),
+    _field(
+        "sqlserver_ces",
+        _ces(transaction=True),
+        "data.@json.eventsource.transaction.sequencenumber",
+        "transaction.sequencenumber",
+        limit=FLOAT_FROM,
+    ),
+    _field(
+        "sqlserver_ces",
+        _ces(transaction=False),
+        "logicalid",
+        kind="text",
+        template="1bf2756a-c15f-4d2e-a2d5-7d3f9dbf85b0:000000B1000008A80007:{}",
+    ),
+    # an HLC's wall time is a commit time: before the year 10000
+    _field(
+        "cockroachdb",
+        _CRDB,
+        "updated",
+        "updated",
+        "HLC wall time",
+        kind="text",
+        template="{}.0000000001",
+        limit=253402300800 * 10**9,
+        origin=_CRDB_FILE,
+    ),
+    _field(
+        "datastream",
+        _DS_MYSQL,
+        "source_metadata.log_position",
+        "source_metadata.log_position",
+        "binlog position",
+        limit=FLOAT_FROM,
+    ),
+    _field(
+        "datastream", _DS_MYSQL, "source_metadata.log_file", kind="text", template="mysql-bin.{}"
+    ),
+    _field("datastream", _DS_SORTED, "sort_keys.2", "sort_keys[2]", "sort key", limit=FLOAT_FROM),
+    _field("datastream", _DS_SORTED, "sort_keys.0", "sort_keys[0]", "sort key", limit=FLOAT_FROM),
+]
+
+
+def _at(doc: Any, path: tuple[str | int, ...], value: Any) -> Any:
+    """A copy of ``doc`` with ``value`` at ``path``."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if head == "@json":
+        return json.dumps(_at(json.loads(doc), rest, value))
+    copy = list(doc) if isinstance(doc, list) else dict(doc)
+    copy[head] = _at(doc[head], rest, value)  # type: ignore[index]
+    return copy
+
+
+@st.composite
+def position_values(draw: Any) -> tuple[PositionField, int, bytes]:
+    """A position field, a number at, near or past the limits that matter to it (written as
+    the field writes numbers: a JSON integer or float, digits in text) and the message
+    carrying it."""
+    spot = draw(st.sampled_from(POSITION_FIELDS))
+    edges = [POSITION_LIMIT - 1, POSITION_LIMIT, FLOAT_FROM - 1, FLOAT_FROM, 10**100, 10**120]
+    edges += [spot.limit - 1, spot.limit, 0]
+    if spot.kind != "int":
+        number = draw(st.one_of(st.sampled_from(edges), st.integers(0, 10**105)))
+        digits = format(number, "x") if spot.kind == "hex" else str(number)
+        value: Any = spot.template.format(digits)
+    elif draw(st.booleans()):
+        value = number = draw(
+            st.one_of(
+                st.sampled_from(edges + [-n for n in edges]), st.integers(-(10**105), 10**105)
+            )
+        )
+    else:
+        # a float's JSON text (1e+99) is the integer an exact reader takes
+        value = draw(st.sampled_from([1e98, 1e99, -1e99, 1e308, -1e308, 9.5e98]))
+        number = int(Decimal(repr(value)))
+    # the standard library writes integers of any size (orjson stops at 64 bits)
+    return spot, number, json.dumps(_at(spot.doc, spot.path, value)).encode()

@@ -51,6 +51,52 @@ def databricks_example(table: str) -> list[dict[str, Any]]:
     return out
 
 
+#: Tables without a key (``keys: none``): multisets of rows.
+KEYLESS_TABLES = ("k1_bag", "k2_truncate")
+
+
+def bag(op: str, seq: int, event: str, **images: dict[str, Any]) -> dict[str, Any]:
+    """An event of table ``k1_bag`` with its producer's id."""
+    return ev(op, "k1_bag", seq, id=event, **images)
+
+
+#: ``k1_bag``'s events by run: identical rows under other ids (copies), the same event twice
+#: (a duplicate), a delete delivered before the inserts it counts against, a delete whose row
+#: is inserted only in run 2, two contents of one event (the later delivered wins), an update
+#: without a before image (dead-lettered), an update of one of two copies of a row delivered
+#: before the second copy's insert; run 3 redelivers run 1.
+BAG_RUN1 = [
+    bag("DELETE", 30, "e4", before={"v": "a", "n": 1}),
+    bag("INSERT", 10, "e1", after={"v": "a", "n": 1}),
+    bag("INSERT", 11, "e2", after={"v": "a", "n": 1}),
+    bag("INSERT", 10, "e1", after={"v": "a", "n": 1}),
+    bag("INSERT", 12, "e3", after={"v": "b", "n": 2}),
+    bag("UPDATE", 20, "e5", before={"v": "b", "n": 2}, after={"v": "c", "n": 3}),
+    bag("INSERT", 13, "e6", after={"v": "d", "n": 4}),
+    bag("INSERT", 13, "e6", after={"v": "d2", "n": 4}),
+    bag("DELETE", 40, "e7", before={"v": "z", "n": 9}),
+    bag("UPDATE", 41, "e8", after={"v": "q", "n": 0}),
+]
+BAG_RUN2 = [
+    bag("INSERT", 35, "e9", after={"v": "z", "n": 9}),
+    bag("INSERT", 11, "e2", after={"v": "a", "n": 1}),
+    # one of two copies of ('a', 1) updated, delivered before the insert of the second
+    bag("UPDATE", 60, "e11", before={"v": "a", "n": 1}, after={"v": "e", "n": 5}),
+    bag("INSERT", 50, "e10", after={"v": "a", "n": 1}),
+]
+TRUNCATE_RUN1 = [
+    ev("INSERT", "k2_truncate", 10, after={"v": "x"}),
+    ev("INSERT", "k2_truncate", 11, after={"v": "x"}),
+    ev("TRUNCATE", "k2_truncate", 20),
+    ev("INSERT", "k2_truncate", 30, after={"v": "y"}),
+]
+TRUNCATE_RUN2 = [
+    ev("INSERT", "k2_truncate", 15, after={"v": "late"}),
+    ev("DELETE", "k2_truncate", 40, before={"v": "y"}),
+    ev("INSERT", "k2_truncate", 41, after={"v": "w"}),
+]
+
+
 def snapshot(spark: Any, cfg: Any, table: str) -> list[dict[str, Any]]:
     """A history table's rows without ``_cdc`` (its ``applied_at`` moves with every write)."""
     return [{k: v for k, v in r.items() if k != "_cdc"} for r in rows(spark, cfg, table)]
@@ -88,6 +134,7 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
     }
     tables["dbx_users"] = dbx
     tables["dbx_users_city"] = {**dbx, "track_history_except_columns": ["city"]}
+    tables.update({t: {"keys": "none"} for t in KEYLESS_TABLES})
     cfg = config(root, "scen", keys=KEYS, tables=tables, catalog=catalog)
     landing = root / "landing"
     run1 = [
@@ -201,7 +248,14 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
             ev("UPDATE", "h11_after_delete", 40, after={"id": 2, "a": "d", "b": "d"}),
         ]
     ]
-    run1 = [*run1, *history1, databricks_example("dbx_users"), databricks_example("dbx_users_city")]
+    run1 = [
+        *run1,
+        *history1,
+        databricks_example("dbx_users"),
+        databricks_example("dbx_users_city"),
+        BAG_RUN1[:5],
+        [*BAG_RUN1[5:], *TRUNCATE_RUN1],
+    ]
     run1_files = [land(landing, m) for m in run1]
     # 8: bad input beside good input in one file
     bad = (
@@ -215,7 +269,7 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
     )
     bad_file = land(landing, bad)
     reports1 = run(spark, cfg)
-    snap1 = {t: rows(spark, cfg, t) for t in ("s1_order", "s2_stale", "s5_pk")}
+    snap1 = {t: rows(spark, cfg, t) for t in ("s1_order", "s2_stale", "s5_pk", *KEYLESS_TABLES)}
     history_snap1 = {t: snapshot(spark, cfg, t) for t in ("h1_dup", "h9_pk")}
     land(
         landing,
@@ -237,6 +291,7 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
     )
     for m in history2:
         land(landing, m)
+    land(landing, [*BAG_RUN2, *TRUNCATE_RUN2])
     retruncate = f"{cfg.catalog.name}.{cfg.namespace}.s5_retruncate.snapshots"
     snapshots1 = spark.sql(f"SELECT count(*) AS n FROM {retruncate}").collect()[0]["n"]
     reports2 = run(spark, cfg)
@@ -253,6 +308,7 @@ def build(spark: Any, root: Path, catalog: str = "cdc") -> dict[str, Any]:
             "s5_truncate",
             "s5_retruncate",
             "s6_schema",
+            *KEYLESS_TABLES,
         )
     }
     for f in run1_files:  # redelivery of run 1, unchanged, under new names

@@ -168,11 +168,39 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
         ),
         ({"mode": "scd2", "deletes": "soft"}, "deletes: soft is for merge tables"),
         ({"mode": "history"}, "'merge', 'append' or 'scd2'"),
+        ({"keys": "none", "mode": "scd2"}, "keys: none is for mode merge"),
+        ({"keys": "none", "mode": "append"}, "keys: none is for mode merge"),
+        ({"keys": "none", "deletes": "soft"}, "deletes: soft needs keys"),
+        ({"keys": "none", "sequence_by": "v"}, "sequence_by has nothing to order"),
+        ({"keys": "nothing"}, "Input should be 'none'"),
     ],
 )
 def test_history_settings_are_checked(table: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config({"sources": [{"name": "s", "path": "x"}], "tables": {"t": table}})
+
+
+def test_a_table_without_a_key_needs_a_producer_of_before_images() -> None:
+    """``keys: none`` over sources whose every dialect sends no before images (Datastream's
+    updates carry the new row only) is refused before Spark, naming the table and the
+    dialect; one source that sends them (or detection) is enough to take it."""
+
+    def pipeline(*dialects: str) -> dict[str, object]:
+        sources = [{"name": f"s{i}", "path": "x", "dialect": d} for i, d in enumerate(dialects)]
+        return {"sources": sources, "tables": {"readings": {"keys": "none"}}}
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(pipeline("datastream"), "pipeline.yaml")
+    assert caught.value.code == "CONFIG_INVALID"
+    assert caught.value.message == (
+        "invalid configuration pipeline.yaml: (top level): tables.readings.keys: none keeps a "
+        "table without a "
+        "key as the multiset of its rows, where an update or a delete removes the row equal to "
+        "its before image; dialect datastream sends no before images: keep the table as a "
+        "changelog (mode: append) or give it keys"
+    )
+    for ok in (("debezium",), ("datastream", "debezium"), ("auto",)):
+        assert load_config(pipeline(*ok)).table("readings").keys == "none"
 
 
 def test_an_archive_holds_no_landing_zone_and_sits_in_none() -> None:

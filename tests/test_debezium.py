@@ -16,8 +16,10 @@ import orjson
 import pytest
 
 from cdcflow import sequence
+from cdcflow.decode.columns import SKIPPED, SKIPPED_WHY, Columns
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import get_dialect
+from cdcflow.dialects.base import Skipped
 from cdcflow.testing import oracle
 from cdcflow.testing.render_debezium import render
 from cdcflow.testing.renderers import renderer_features
@@ -59,8 +61,9 @@ CONFORMANCE: dict[str, tuple[list[str], str | None, list[str]]] = {
     "dbz_serde_mysql_update.json": (["UPDATE"], "customers", []),
     "dbz_serde_mysql_with_schema.json": (["INSERT"], "customers", []),
     "dbz_serde_mysql_without_schema.json": (["INSERT"], "customers", []),
-    # a flattened row without any metadata: the operation must come from configuration
-    "dbz_serde_unwrapped_row.json": ([], None, ["OPERATION_UNKNOWN"]),
+    # a row without any metadata is no Debezium event (unless the source option operation
+    # says its rows are flattened)
+    "dbz_serde_unwrapped_row.json": ([], None, ["NOT_AN_EVENT"]),
     "docs_oracle_create_with_schema.json": (["INSERT"], "CUSTOMERS", []),
     "docs_postgresql_create_with_schema.json": (["INSERT"], "customers", []),
     "docs_postgresql_transaction_begin_end.txt": (["BEGIN", "COMMIT"], None, []),
@@ -79,23 +82,23 @@ CONFORMANCE: dict[str, tuple[list[str], str | None, list[str]]] = {
         None,
         [],
     ),
-    # key lines read alone look like flattened rows without metadata (see the Kafka tests)
+    # key lines read alone are objects without anything of Debezium's (see the Kafka tests)
     "paimon_mongodb_delete_keyed.txt": (
         ["DELETE"],
         "sync_test_table",
         [
-            "OPERATION_UNKNOWN",
+            "NOT_AN_EVENT",
             "DELETE_WITHOUT_KEY",
-            "OPERATION_UNKNOWN",
+            "NOT_AN_EVENT",
             "DELETE_WITHOUT_KEY",
-            "OPERATION_UNKNOWN",
+            "NOT_AN_EVENT",
         ],
     ),
-    "paimon_mongodb_insert_keyed.txt": (["INSERT"], "sync_test_table", ["OPERATION_UNKNOWN"]),
+    "paimon_mongodb_insert_keyed.txt": (["INSERT"], "sync_test_table", ["NOT_AN_EVENT"]),
     "paimon_mongodb_update_keyed.txt": (
         ["UPDATE", "UPDATE"],
         "sync_test_table",
-        ["OPERATION_UNKNOWN"] * 2,
+        ["NOT_AN_EVENT"] * 2,
     ),
     "paimon_mysql_alltypes_avro_keyvalue_json.txt": (["INSERT", "INSERT"], "all_types_table", []),
     "paimon_mysql_alltypes_with_schema.txt": (["SNAPSHOT"], "all_types_table", []),
@@ -123,7 +126,7 @@ def test_conformance_file(name: str, dialect: str) -> None:
     events, rejections = dbz.decode_file(conf(name), name, dialect)
     if dialect == "auto":
         # auto-detection leaves alone what no dialect claims (a row without metadata)
-        codes = [c.replace("OPERATION_UNKNOWN", "DIALECT_UNDETECTED") for c in codes]
+        codes = [c.replace("NOT_AN_EVENT", "DIALECT_UNDETECTED") for c in codes]
     assert [e["operation"] for e in events] == ops
     assert [r.code for r in rejections] == codes
     assert {e["dialect"] for e in events} <= {DIALECT}
@@ -216,8 +219,7 @@ def test_schema_change_without_a_table_is_skipped_and_counted() -> None:
         "source": {"connector": "mysql", "file": "b.000001", "pos": 4},
         "ddl": "CREATE DATABASE x",
     }
-    assert d.decode(RawMessage(orjson.dumps(doc))) == []
-    assert d.skipped == {"schema_change": 1}
+    assert d.decode(RawMessage(orjson.dumps(doc))) == [Skipped("schema_change", DIALECT)]
     ddl = {**doc, "ddl": "DROP TABLE IF EXISTS `inv`.`orders`", "databaseName": "inv"}
     (e,) = d.decode(RawMessage(orjson.dumps(ddl)))
     assert (e["operation"], e["database"], e["table"], e["ddl_type"]) == (
@@ -272,14 +274,37 @@ def test_replica_identity_default_delete_takes_its_key_from_the_kafka_key() -> N
 def test_tombstones_keys_heartbeats_and_messages_are_skipped_with_counts() -> None:
     d = get_dialect(DIALECT)
     kafka = KafkaCoordinates(topic="server.db.t", partition=0, offset=1)
-    assert d.decode(RawMessage(b"", key=b'{"id": 1}', kafka=kafka)) == []
-    assert d.decode(RawMessage(conf("docs_sqlserver_key_with_schema.json"))) == []
     beat = {"schema": {"type": "struct", "name": "io.debezium.connector.common.Heartbeat"}}
-    assert d.decode(RawMessage(orjson.dumps({**beat, "payload": {"ts_ms": 1}}))) == []
     doc = orjson.loads(conf("dbz_serde_mysql_without_schema.json"))
-    assert d.decode(RawMessage(orjson.dumps({**doc, "op": "m"}))) == []
-    assert d.decode(RawMessage(b'{"schema": null, "payload": null}')) == []
-    assert d.skipped == {"tombstone": 2, "key": 1, "heartbeat": 1, "message": 1}
+    found = {
+        "tombstone": d.decode(RawMessage(b"", key=b'{"id": 1}', kafka=kafka)),
+        "key": d.decode(RawMessage(conf("docs_sqlserver_key_with_schema.json"))),
+        "heartbeat": d.decode(RawMessage(orjson.dumps({**beat, "payload": {"ts_ms": 1}}))),
+        "message": d.decode(RawMessage(orjson.dumps({**doc, "op": "m"}))),
+        "schemaless tombstone": d.decode(RawMessage(b'{"schema": null, "payload": null}')),
+    }
+    assert {k: [s.why for s in v] for k, v in found.items()} == {
+        "tombstone": ["tombstone"],
+        "key": ["key"],
+        "heartbeat": ["heartbeat"],
+        "message": ["message"],
+        "schemaless tombstone": ["tombstone"],
+    }
+    # the decoder gives them apart from events, and a batch's columns count them
+    outcome = Decoder(DIALECT, wire=True).decode(RawMessage(b"", kafka=kafka))
+    assert (outcome.events, outcome.rejections, outcome.skipped) == (
+        [],
+        [],
+        [Skipped("tombstone", DIALECT)],
+    )
+    cols = Columns(wire=True)
+    cols.add_outcome(outcome)
+    (row,) = cols.to_batch().to_pylist()
+    assert (row["operation"], row["metadata"], row["error_code"]) == (
+        SKIPPED,
+        [(SKIPPED_WHY, "tombstone")],
+        None,
+    )
 
 
 # ---------------------------------------------------------------- envelopes and operations
@@ -347,10 +372,26 @@ def test_flattened_rows() -> None:
     assert u["operation"] == "UPSERT"
     (p,), _ = dbz.decode_file({"id": 7, "__lsn": 1234, "__table": "t", "__op": "c"})
     assert sequence.decode(p["sequence"]) == (1, 1234, 1234)
-    _, (rej,) = dbz.decode_file({"id": 1}, extra={"table": "t"})
+    _, (rej,) = dbz.decode_file({"id": 1, "__table": "t"})
     assert rej.code == "OPERATION_UNKNOWN" and "operation" in rej.message
+    value = {"type": "struct", "name": "srv.inv.t.Value", "fields": []}
+    _, (rej,) = dbz.decode_file({"schema": value, "payload": {"id": 1}}, extra={"table": "t"})
+    assert rej.code == "OPERATION_UNKNOWN"
     (c,), _ = dbz.decode_file({"id": 1}, extra={"table": "t", "operation": "UPSERT"})
     assert (c["operation"], c["table"]) == ("UPSERT", "t")
+
+
+def test_an_object_with_nothing_of_debeziums_is_not_an_event() -> None:
+    """``{"hello": "world"}`` is no flattened row that lacks its operation: it says nothing a
+    Debezium message says (no ``op``, no ``__`` field, no ``….Value`` schema)."""
+    _, (rej,) = dbz.decode_file({"hello": "world"}, extra={"table": "t"})
+    assert (rej.code, rej.message) == (
+        "NOT_AN_EVENT",
+        "not a change event of debezium: an object without 'op' and without the '__' fields "
+        "of a flattened row (fields ['hello']); rows flattened by ExtractNewRecordState "
+        "without add.fields are read with the source option operation (INSERT, UPSERT or "
+        "SNAPSHOT)",
+    )
 
 
 def test_toast_marker_makes_a_partial_event_and_keys_stay() -> None:

@@ -22,7 +22,12 @@ from cdcflow.engine.plan import (
     resolve_keys,
 )
 from cdcflow.engine.schema import Seen, common_type, holds, plan_schema
-from cdcflow.iceberg.layouts import KEY_PROPERTY, SHAPE_PROPERTY, TRUNCATE_PROPERTY
+from cdcflow.iceberg.layouts import (
+    KEY_PROPERTY,
+    KEYLESS_PROPERTY,
+    SHAPE_PROPERTY,
+    TRUNCATE_PROPERTY,
+)
 
 
 def meta(ops: dict[str, int], seen: dict[str, set[str]] | None = None, **kw: object) -> TableMeta:
@@ -72,6 +77,29 @@ def test_a_table_without_keys_rejects_its_row_events_with_a_hint() -> None:
     plan = decide(TableSettings("orders"), meta({"INSERT": 2}, {"id": {"bigint"}}), None)
     assert plan.keys is None and not plan.writes_rows and not plan.creates
     assert plan.key_problem is not None and "tables.orders.keys" in plan.key_problem
+
+
+def test_a_table_without_a_key_is_kept_as_a_multiset_of_rows() -> None:
+    """``keys: none``: no key is looked for, not even one the events or the source name; the
+    replica records that it has none, and neither kind of replica takes the other's events."""
+    m = meta({"INSERT": 2, "DELETE": 1}, {"id": {"bigint"}, "v": {"string"}}, key_sets={("id",)})
+    plan = decide(TableSettings("logs", keys="none"), m, None, source_keys=["id"])
+    assert plan.multiset and plan.keys is None and plan.key_problem is None
+    assert plan.writes_rows and plan.creates
+    assert plan.properties[KEYLESS_PROPERTY] == "true"
+    keyless = TableState(
+        {"id": "bigint", "v": "string", "_cdc": "struct<>"}, {KEYLESS_PROPERTY: "true"}
+    )
+    again = decide(TableSettings("logs", keys="none"), m, keyless)
+    assert again.multiset and KEYLESS_PROPERTY not in again.properties
+    # keys now, over a keyless replica; no key, over a keyed one: refused, named
+    keyed = decide(TableSettings("logs", keys=("id",)), m, keyless)
+    assert (keyed.keys, keyed.key_code, keyed.writes_rows) == (None, "KEYS_CHANGED", False)
+    assert "keys: none" in (keyed.key_problem or "")
+    state = TableState({"id": "bigint", "_cdc": "struct<>"}, {KEY_PROPERTY: "id"})
+    over = decide(TableSettings("logs", keys="none"), m, state)
+    assert not over.multiset and over.key_code == "KEYS_CHANGED"
+    assert "one row per key (id)" in (over.key_problem or "")
 
 
 def test_schema_only_events_for_a_missing_table_create_nothing() -> None:
@@ -393,6 +421,8 @@ def test_table_settings_are_built_from_the_configuration_under_the_same_names() 
         table_properties={"format-version": "2"},
     )
     assert s.name == "t" and s.soft_deletes and s.columns is None
+    none = load_config({"sources": [{"name": "s"}], "tables": {"t": {"keys": "none"}}}, "test")
+    assert TableSettings.of("t", none.table("t")).keyless
     assert TableSettings.of("t", TableConfig(name="r")).name == "r"
     # the API's table settings are the configuration's
     api = table_config(

@@ -7,6 +7,7 @@ late and out-of-order events, run 3 redelivers run 1's files unchanged).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -89,6 +90,57 @@ def test_7_redelivery_leaves_tables_unchanged(spark: Any, world: dict) -> None:
         assert rows(spark, world["cfg"], table) == before, table
 
 
+def _bag(spark: Any, world: dict, table: str) -> Counter[tuple[Any, ...]]:
+    got = rows(spark, world["cfg"], table)
+    # every copy of an image is a row of its own, numbered 1..n
+    copies = Counter(r["_cdc"]["image"] for r in got)
+    assert sorted(r["_cdc"]["copy"] for r in got) == sorted(
+        i for n in copies.values() for i in range(1, n + 1)
+    )
+    return Counter(tuple(v for k, v in sorted(r.items()) if k != "_cdc") for r in got)
+
+
+def test_10_a_table_without_a_key_is_a_multiset_of_its_rows(spark: Any, world: dict) -> None:
+    """``keys: none``: whatever the order (a delete before its inserts, one before the insert
+    of its row a run later), the duplicates (the same event again, in a batch and across
+    runs) and the redelivery of a run, the replica holds each row as many times as the
+    events say; an update without a before image is dead-lettered, naming the table."""
+    cfg = world["cfg"]
+    after1 = Counter({("a", 1): 1, ("c", 3): 1, ("d2", 4): 1})
+    assert Counter(tuple(r[k] for k in ("v", "n")) for r in world["snap1"]["k1_bag"]) == after1
+    # run 2: the deleted row's late insert cancels it, another copy of ('a', 1) arrives and
+    # one of the two becomes ('e', 5) (the update delivered first)
+    got = _bag(spark, world, "k1_bag")
+    assert got == Counter({(1, "a"): 1, (3, "c"): 1, (4, "d2"): 1, (5, "e"): 1})
+    outcomes = [{o.table: o for r in reports for o in r.outcomes} for reports in world["reports"]]
+    first, second, third = (o["k1_bag"] for o in outcomes)
+    # run 1: e1 twice (a duplicate), e6 in two contents (a conflict), e8 dead-lettered
+    assert (first.events, first.duplicates, first.conflicts, first.stale) == (10, 1, 1, 0)
+    assert (first.dead_lettered, first.applied) == (1, 7)
+    assert (second.events, second.duplicates, second.applied) == (4, 1, 3)
+    # run 3 redelivers run 1: nothing applies again, the update without a before image is
+    # dead-lettered again
+    assert (third.events, third.duplicates + third.conflicts, third.dead_lettered) == (10, 9, 1)
+    letters = spark.sql(
+        f"SELECT `table`, error_message FROM {cfg.catalog.name}.{cfg.namespace}__cdcflow."
+        "dead_letters WHERE error_code = 'IMAGE_INCOMPLETE'"
+    ).collect()
+    assert len(letters) == 2 and {r["table"] for r in letters} == {"k1_bag"}
+    assert letters[0]["error_message"] == (
+        "table k1_bag has no key (keys: none): an UPDATE removes the one row equal to its "
+        "before image, and this event has none: the producer must send whole before images "
+        "(PostgreSQL: ALTER TABLE ... REPLICA IDENTITY FULL)"
+    )
+
+
+def test_10_a_truncate_of_a_table_without_a_key(spark: Any, world: dict) -> None:
+    """Rows before a ``TRUNCATE`` go, events older than it stay out, later ones count."""
+    assert [r["v"] for r in world["snap1"]["k2_truncate"]] == ["y"]
+    assert _bag(spark, world, "k2_truncate") == Counter({("w",): 1})
+    stale = {o.table: o.stale for r in world["reports"][1] for o in r.outcomes}
+    assert stale["k2_truncate"] == 1
+
+
 def test_8_bad_input_is_dead_lettered_good_input_applied(spark: Any, world: dict) -> None:
     cfg = world["cfg"]
     assert [r["id"] for r in rows(spark, cfg, "s8_bad", "id")] == [1, 2]
@@ -119,7 +171,7 @@ def test_run3_redelivery_made_no_new_dead_letters(spark: Any, world: dict) -> No
 
 
 #: Replicas whose reads are compared: merge, soft deletes, partial images, a truncate, an
-#: added column, scd2 histories (one ordered by its own columns).
+#: added column, scd2 histories (one ordered by its own columns), a table without a key.
 READ_TABLES = (
     "s1_order",
     "s3_soft",
@@ -128,6 +180,7 @@ READ_TABLES = (
     "s6_schema",
     "h1_dup",
     "dbx_users",
+    "k1_bag",
 )
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cdcflow.engine import multiset
 from cdcflow.engine.history import (
     history_write_sql,
     log_merge_sql,
@@ -27,11 +28,12 @@ from cdcflow.engine.stage import (
     tombstones_sql,
     truncate_sql,
 )
-from cdcflow.iceberg.layouts import KEY_PROPERTY, TRUNCATE_PROPERTY
+from cdcflow.iceberg.layouts import KEY_PROPERTY, KEYLESS_PROPERTY, TRUNCATE_PROPERTY
 from tests.golden import check_golden_text
 
 TOMBSTONES = "cat.`shop__cdcflow`.`tombstones`"
 HISTORY_LOG = "cat.`shop__cdcflow`.`history_log`"
+MULTISET_LOG = "cat.`shop__cdcflow`.`multiset_log`"
 
 
 def meta(ops: dict[str, int], seen: dict[str, str], **kw: object) -> TableMeta:
@@ -65,7 +67,18 @@ def batch_sql(plans: list[TablePlan], tombstones: bool = False) -> str:
             out.append(("collapsed", sql.collapsed_sql(rows, tombstones)))
             out.append(("staged", sql.staged_sql("collapsed", TOMBSTONES if tombstones else None)))
             staged = "staged"
-    out.append(("stats", sql.stats_sql("validated", staged, winners)))
+    mset = None
+    if sql.multiset:
+        out.append(("multiset winners", sql.multiset_winners_sql("validated")))
+        log = MULTISET_LOG if tombstones else None
+        out.append(("multiset staged", sql.multiset_staged_sql("mset", log, "pipe", 7)))
+        mset = "multiset"
+    out.append(("stats", sql.stats_sql("validated", staged, winners, mset)))
+    if mset is not None:
+        out.append(("multiset log source", sql.multiset_log_source_sql(mset)))
+        for replaces in (False, True):
+            text = multiset.log_write_sql(MULTISET_LOG, "mlog", sql.multiset, "pipe", 7, replaces)
+            out.append((f"multiset log{' (replacing)' if replaces else ''}", text))
     if winners is not None:
         out.append(("history log source", sql.history_log_source_sql(winners)))
         names = [p.name for p in sql.history]
@@ -81,6 +94,10 @@ def batch_sql(plans: list[TablePlan], tombstones: bool = False) -> str:
             out.append((f"versions {p.target}", versions_sql(HISTORY_LOG, touched, p)))
             history = history_write_sql(ident, p, "versions", touched)
             out.append((f"history {p.target}", history))
+        elif p.multiset:
+            out.append((f"touched {p.target}", multiset.touched_sql(mset or "", MULTISET_LOG, p)))
+            out.append((f"copies {p.target}", multiset.source_sql("touched", MULTISET_LOG, p)))
+            out.append((f"multiset {p.target}", multiset.write_sql(ident, p, "copies")))
         elif p.keys is not None:
             if p.truncate is not None:
                 out.append((f"truncate {p.target}", truncate_sql(ident, p.truncate)))
@@ -174,6 +191,23 @@ def test_a_changelog_and_a_table_ordered_by_its_columns() -> None:
         decide(ordered, m, None, truncate_at="p0210!"),
     ]
     check_golden_text("sql", "changelog_sequence_by", batch_sql(plans))
+
+
+def test_tables_without_a_key() -> None:
+    """Two keyless tables (``keys: none``) beside a keyed one: one with partial updates and a
+    log to look up, a new one with a ``TRUNCATE``; the keyed table's SQL is unchanged."""
+    events = meta({"INSERT": 2, "UPDATE": 1, "DELETE": 1}, COLUMNS, partial=True)
+    logs = TableState({**COLUMNS, "_cdc": "struct<>"}, {KEYLESS_PROPERTY: "true"})
+    audit = meta({"INSERT": 1, "TRUNCATE": 1}, {"at": "timestamp", "what": "string"}, truncate="p9")
+    plans = [
+        decide(TableSettings("logs", keys="none"), events, logs),  # type: ignore[arg-type]
+        decide(TableSettings("audit", keys="none"), audit, None),  # type: ignore[arg-type]
+        decide(TableSettings("orders", keys=("id",)), meta({"INSERT": 1}, COLUMNS), ORDERS),
+    ]
+    assert [p.multiset for p in plans] == [True, True, False]
+    text = batch_sql(plans, tombstones=True)
+    assert "MERGE INTO cat.`shop`.`logs`" in text and "INSERT INTO cat.`shop`.`audit`" in text
+    check_golden_text("sql", "multiset", text)
 
 
 def test_the_statements_are_built_without_spark(tmp_path: Path) -> None:

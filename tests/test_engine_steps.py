@@ -6,7 +6,7 @@ from __future__ import annotations
 from cdcflow.engine.plan import TablePlan, TableSettings, TableState, decide
 from cdcflow.engine.stage import TableStats
 from cdcflow.engine.steps import Step, batch_plan, table_ddl, table_steps
-from cdcflow.iceberg.layouts import KEY_PROPERTY, TRUNCATE_PROPERTY
+from cdcflow.iceberg.layouts import KEY_PROPERTY, KEYLESS_PROPERTY, TRUNCATE_PROPERTY
 from tests.test_engine_sql import COLUMNS, meta
 
 REPLICA = TableState({"id": "bigint", "name": "string", "_cdc": "struct<>"}, {KEY_PROPERTY: "id"})
@@ -112,3 +112,35 @@ def test_a_changelog_whose_every_event_was_rejected_writes_nothing() -> None:
     assert table_steps(log, TableStats(rejected={"BAD_TYPE": 2}), logged=False) == (
         Step("changelog", "audit"),
     )
+
+
+def test_a_table_without_a_key_counts_its_copies_after_the_log() -> None:
+    """A keyless replica is created with its images' metadata; its copies are counted from
+    the log once the log holds the batch's events (a replay whose events the log already
+    holds counts again without writing it); only duplicates write nothing; a TRUNCATE
+    recounts, then sets the watermark."""
+    m = meta({"INSERT": 2, "DELETE": 1}, COLUMNS)
+    new = decide(TableSettings("logs", keys="none"), m, None)  # type: ignore[arg-type]
+    ddl = table_ddl(new)
+    assert ddl is not None and ddl.creates and ddl.properties == {KEYLESS_PROPERTY: "true"}
+    assert "_cdc struct<image:string, copy:bigint" in (ddl.columns or "")
+    fresh = TableStats(events=3, winners=3, writes=3, live=3)
+    assert batch_plan([new], {"logs": fresh}, logged=False, watermarks=False).lines() == [
+        "multiset_log",
+        "multiset:logs after multiset_log",
+    ]
+    replayed = TableStats(events=3, winners=3, writes=3, live=0)
+    assert batch_plan([new], {"logs": replayed}, logged=False, watermarks=False).lines() == [
+        "multiset:logs"
+    ]
+    dups = TableStats(events=3)
+    assert batch_plan([new], {"logs": dups}, logged=False, watermarks=False).lines() == []
+    truncated = decide(
+        TableSettings("logs", keys="none"),  # type: ignore[arg-type]
+        meta({"TRUNCATE": 1}, {}, truncate="p09"),
+        TableState({**COLUMNS, "_cdc": "struct<>"}, {KEYLESS_PROPERTY: "true"}),
+    )
+    assert [s.kind for s in table_steps(truncated, TableStats(), logged=False)] == [
+        "multiset",
+        "mark_truncate",
+    ]

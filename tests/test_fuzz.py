@@ -16,7 +16,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzzing import SHARED, TARGETS, Tally, check, mutated, seed_files
+from cdcflow import sequence
+from cdcflow.decode.decoder import DECODER_ERROR, Decoder
+from tests.fuzzing import (
+    POSITION_FIELDS,
+    SHARED,
+    TARGETS,
+    PositionField,
+    Tally,
+    check,
+    mutated,
+    position_values,
+    seed_files,
+)
 
 EXAMPLES = int(os.environ.get("CDCFLOW_FUZZ_EXAMPLES", "1000"))
 #: Trace each file's memory against the bound of :mod:`tests.fuzzing` (``make fuzz``).
@@ -62,3 +74,38 @@ def test_mutated_messages_end_in_events_or_coded_rejections(dialect: str) -> Non
             + f"\n  rejections: {codes}",
             file=sys.stderr,
         )
+
+
+def test_every_dialect_has_position_fields_fuzzed() -> None:
+    assert {f.dialect for f in POSITION_FIELDS} == set(TARGETS) - {"auto"}
+
+
+@settings(max_examples=600, deadline=None, database=None)
+@given(case=position_values(), wire=st.booleans())
+def test_position_numbers_at_and_past_the_limits(
+    case: tuple[PositionField, int, bytes], wire: bool
+) -> None:
+    """A position number the dialect orders gives an event whose sequence holds it, at the
+    limit too; one past it (the encoder's 99 digits, 64 bits read without exact numbers, a
+    dialect's own) is a coded rejection naming the field (or, past 100 digits, the JSON
+    reader's ``NUMBER_TOO_LARGE``), never ``DECODER_ERROR``."""
+    spot, number, data = case
+    outcomes = list(Decoder(spot.dialect, wire=wire).decode_file(data, spot.origin))
+    events = [e for o in outcomes for e in o.events]
+    rejections = [r for o in outcomes for r in o.rejections]
+    assert DECODER_ERROR not in {r.code for r in rejections}, rejections
+    if 0 <= number < spot.limit:
+        assert not rejections, rejections
+        (event,) = events
+        assert number in sequence.decode(event["sequence"])
+    elif abs(number) >= spot.limit:
+        assert not events
+        (rejection,) = rejections
+        # past 100 digits a JSON number is refused as the message is read, by no field
+        if number > 0 and rejection.code != "NUMBER_TOO_LARGE":
+            assert any(n in rejection.message for n in spot.names), rejection
+        if rejection.code == "POSITION_OUT_OF_RANGE":
+            assert f"position field '{spot.names[0]}'" in rejection.message
+            assert "integer is beyond what a sequence orders (up to 99 digits)" in (
+                rejection.message
+            )

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,24 @@ def test_each_producers_kafka_form_through_a_real_broker_equals_the_oracle(
     reports = Pipeline(cfg, spark).run().reports
     assert sum(r.dead_lettered for r in reports) == 0, [r.__dict__ for r in reports]
     assert_replicas(spark, name, w)
+    # records without a change (Debezium's tombstones after deletes) are counted, apart from
+    # the events, in the reports, their progress lines and the batch history
+    skipped: Counter[str] = Counter()
+    for r in reports:
+        skipped.update(r.skipped_messages)
+        assert r.events == r.applied + r.duplicates + r.stale + r.conflicts + r.dead_lettered
+        assert sum(r.operations.values()) == r.events
+    nulls = sum(r.value is None for r in sent.records)
+    assert skipped == (Counter({"tombstone": nulls}) if nulls else Counter()), skipped
+    history = spark.sql(f"SELECT skipped_messages FROM cdc.{name}__cdcflow.batches").collect()
+    recorded: Counter[str] = Counter()
+    for row in history:
+        recorded.update(dict(row["skipped_messages"]))
+    assert recorded == skipped
+    if dialect == "debezium":
+        assert nulls > 0
+        lines = [format_report(r) for r in reports if r.skipped_messages]
+        assert lines and all(" without a change skipped (tombstone=" in x for x in lines)
 
 
 def _savegress_records(w: Workload, topic: str, txs: slice) -> list[Any]:

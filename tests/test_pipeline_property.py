@@ -4,7 +4,9 @@ history) equals the oracle."""
 from __future__ import annotations
 
 import itertools
+import random
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.demo import demo_config
+from cdcflow.iceberg import ledger
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, history_shape, read_replica
 from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
 from cdcflow.testing.workload import generate
+from tests.scenario import config, ev, land
 
 pytestmark = pytest.mark.spark
 _n = itertools.count()
@@ -103,3 +107,86 @@ def test_histories_equal_the_oracle(
         shape = [*cols, oracle.VERSION, oracle.ENDS]
         d = diff_table(name, expected[name], got, shape)
         assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+
+
+def keyless_workload(seed: int, n: int = 48) -> tuple[list[dict[str, Any]], Counter[Any]]:
+    """Events of a table without a key, in commit order, and the multiset of rows they leave:
+    rows drawn from a few values (so copies abound), deletes and updates of rows present
+    (whole before images; some updates partial, the before image giving the rest), now and
+    then a ``TRUNCATE``."""
+    rnd = random.Random(seed)
+    rows: Counter[tuple[str, int]] = Counter()
+    events: list[dict[str, Any]] = []
+    for i in range(n):
+        seq, event = 10 * (i + 1), f"k{seed}-{i}"
+        present = sorted(rows.elements())
+        kind = rnd.choice(["insert"] * 4 + ["delete", "update", "partial"] * bool(present))
+        if rnd.random() < 0.04:
+            kind = "truncate"
+        new = (rnd.choice("abc"), rnd.randrange(3))
+        if kind == "insert":
+            rows[new] += 1
+            events.append(ev("INSERT", "bag", seq, id=event, after={"v": new[0], "n": new[1]}))
+            continue
+        if kind == "truncate":
+            rows.clear()
+            events.append(ev("TRUNCATE", "bag", seq, id=event))
+            continue
+        old = rnd.choice(present)
+        rows[old] -= 1
+        before = {"v": old[0], "n": old[1]}
+        if kind == "delete":
+            events.append(ev("DELETE", "bag", seq, id=event, before=before))
+            continue
+        new = (old[0], new[1]) if kind == "partial" else new
+        rows[new] += 1
+        after = {"n": new[1]} if kind == "partial" else {"v": new[0], "n": new[1]}
+        partial = kind == "partial"
+        events.append(
+            ev("UPDATE", "bag", seq, id=event, before=before, after=after, partial=partial)
+        )
+    return events, +rows
+
+
+class _Killed(Exception):
+    """The crash a step hook stands for."""
+
+
+def _kill_after(step: str) -> Any:
+    def hook(props: Any) -> None:
+        if props.get(ledger.STEP) == step:
+            raise _Killed(step)
+
+    return hook
+
+
+def test_a_table_without_a_key_equals_the_multiset_of_its_rows(spark: Any, prop_root: Path) -> None:
+    """``keys: none``: a random workload of copies, deletes, updates (partial ones too) and
+    truncates, delivered shuffled with a tenth of the events twice; the run is killed right
+    after the keyless tables' log holds its batch (the replica not written yet), then run
+    again: the replica is the multiset the workload leaves, each image's copies numbered
+    1..n."""
+    events, expected = keyless_workload(11)
+    rnd = random.Random(11)
+    root = Path(tempfile.mkdtemp(prefix="keyless-", dir=prop_root))
+    cfg = config(root, f"bag{next(_n)}", tables={"bag": {"keys": "none"}})
+    replica = f"cdc.{cfg.namespace}.bag"
+    sent = events + rnd.sample(events, len(events) // 10)
+    rnd.shuffle(sent)
+    for part in range(0, len(sent), 7):
+        land(root / "landing", sent[part : part + 7])
+    hook = _kill_after("multiset_log")
+    ledger.STEP_HOOKS.append(hook)
+    try:
+        with pytest.raises(Exception, match="multiset_log"):
+            Pipeline(cfg, spark).run()
+    finally:
+        ledger.STEP_HOOKS.remove(hook)
+    assert spark.table(replica).count() == 0
+    Pipeline(cfg, spark).run()
+    got = [r.asDict(recursive=True) for r in spark.table(replica).collect()]
+    assert Counter((r["v"], r["n"]) for r in got) == expected
+    copies = Counter(r["_cdc"]["image"] for r in got)
+    assert sorted(r["_cdc"]["copy"] for r in got) == sorted(
+        i for n in copies.values() for i in range(1, n + 1)
+    )

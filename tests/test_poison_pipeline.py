@@ -13,6 +13,7 @@ import pytest
 
 from cdcflow.config import load_config
 from cdcflow.pipeline.query import Pipeline
+from cdcflow.pipeline.report import UNDECODED, format_report
 from cdcflow.testing import oracle
 from cdcflow.testing.compare import diff_table, read_replica
 from cdcflow.testing.renderers import renderer, renderer_features
@@ -94,7 +95,18 @@ def test_poison_files_among_good_ones(spark: Any, tmp_path: Path) -> None:
     first, second = sorted(p for p in landing.rglob("*.jsonl"))
     first.write_bytes(BOM + first.read_bytes())  # a byte-order mark loses nothing
     second.write_bytes(b"not json at all\n" + second.read_bytes())  # nor a bad first line
-    expected = Counter({"NOT_JSON": 1})
+    expected = Counter({"NOT_JSON": 1, "BAD_VALUE": 1, "TYPE_CONFLICT": 1})
+    # a value its declared type cannot read: rejected once the table is known, and named; the
+    # same value where no type is declared reaches the engine, whose key column it does not fit
+    doc = orjson.loads(first.read_bytes().splitlines()[1])
+    table = doc["source_metadata"]["table"]
+    column = next(c for c, t in w.tables[table].columns.items() if t in ("int", "bigint"))
+    declared = {**doc, "payload": {column: "x"}}
+    undeclared = {**declared, "source_metadata": {"table": table}}
+    (landing / "poison").mkdir()
+    (landing / "poison" / "bad_value.jsonl").write_bytes(
+        orjson.dumps(declared) + b"\n" + orjson.dumps(undeclared) + b"\n"
+    )
     for name, (data, codes) in POISON.items():
         (landing / name).parent.mkdir(parents=True, exist_ok=True)
         (landing / name).write_bytes(data)
@@ -118,11 +130,22 @@ def test_poison_files_among_good_ones(spark: Any, tmp_path: Path) -> None:
     )
     result = Pipeline(cfg, spark).run()
 
-    letters = spark.sql("SELECT error_code, origin FROM cdc.poison__cdcflow.dead_letters")
+    letters = spark.sql("SELECT error_code, origin, `table` FROM cdc.poison__cdcflow.dead_letters")
     found = [(r["error_code"], r["origin"]) for r in letters.collect()]
+    named = {r["error_code"]: r["table"] for r in letters.collect()}
+    assert (named["BAD_VALUE"], named["TYPE_CONFLICT"]) == (table, table)
+    assert (named["KEY_UNKNOWN"], named["NOT_JSON"]) == ("t", None)
     assert Counter(code for code, _ in found) == expected, found
     assert result.exit_status == 3
     assert result.dead_lettered == sum(expected.values())
+    # the counts add up, the operation breakdown too: every message that gave no event is in it
+    for r in result.reports:
+        assert r.events == r.applied + r.duplicates + r.stale + r.conflicts + r.dead_lettered
+        assert sum(r.operations.values()) == r.events, (r.operations, r.events)
+    undecoded = sum(r.operations.get(UNDECODED, 0) for r in result.reports)
+    engine = expected["KEY_UNKNOWN"] + expected["TYPE_CONFLICT"]  # events, with operations
+    assert undecoded == sum(expected.values()) - engine
+    assert f"{UNDECODED}=" in format_report(result.reports[0])
     truth = oracle.apply(w)
     for name, table in w.tables.items():
         cols = list(table.columns)

@@ -167,8 +167,10 @@ def test_dead_letter_filter_refuses_a_time_that_is_not_iso() -> None:
         DeadLetterFilter(since="last tuesday").where()
 
 
-def _gadget(op: str, lsn: int, before: Any = None, after: Any = None) -> str:
-    source = {"connector": "postgresql", "db": "shop", "schema": "public", "table": "gadgets"}
+def _gadget(
+    op: str, lsn: int, before: Any = None, after: Any = None, table: str = "gadgets"
+) -> str:
+    source = {"connector": "postgresql", "db": "shop", "schema": "public", "table": table}
     doc = {
         "before": before,
         "after": after,
@@ -183,8 +185,11 @@ def _gadget(op: str, lsn: int, before: Any = None, after: Any = None) -> str:
 def test_a_batch_whose_tables_all_lack_keys_is_dead_lettered_then_replayed_once_keyed(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Debezium JSON without schemas or Kafka keys: no table of the batch has known keys, and
-    # one event's price is text where the others' are numbers
+    """Debezium JSON without schemas or Kafka keys: no table of the batch has known keys
+    (one event's price is text where the others' are numbers); ``gadgets`` has a key the
+    configuration names later, ``readings`` none at all (PostgreSQL ``REPLICA IDENTITY FULL``:
+    whole before images; two rows alike, one event delivered twice): with ``keys: none`` its
+    replayed events make it the multiset of its rows."""
     landing = tmp_path / "landing"
     landing.mkdir()
     lines = [
@@ -194,25 +199,43 @@ def test_a_batch_whose_tables_all_lack_keys_is_dead_lettered_then_replayed_once_
         _gadget("u", 300, after={"id": 3, "name": "gear", "price": "8.00"}),
         _gadget("d", 400, before={"id": 1, "name": "bolt", "price": 3}),
     ]
+    one, two = {"sensor": "s1", "value": 1}, {"sensor": "s2", "value": 5}
+    readings = [
+        _gadget("r", 100, after=one, table="readings"),
+        _gadget("r", 101, after=one, table="readings"),
+        _gadget("c", 200, after=two, table="readings"),
+        _gadget("u", 300, before=two, after={"sensor": "s2", "value": 6}, table="readings"),
+        _gadget("d", 400, before=one, table="readings"),
+    ]
+    lines += [*readings, readings[3]]
     (landing / "gadgets.jsonl").write_text("\n".join(lines) + "\n")
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
     config = pipeline_config(tmp_path, warehouse, DialectOptions(), "gadgets", "debezium", None)
     assert main(["run", str(config)]) == 3
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == (
-        "done: 1 batch(es), 5 events, 5 dead-lettered (exit status 3: see cdcflow dead-letters)"
+        "done: 1 batch(es), 11 events, 11 dead-lettered (exit status 3: see cdcflow dead-letters)"
     )
-    assert _open(spark, "gadgets") == {"KEY_UNKNOWN": 4, "TYPE_CONFLICT": 1}
+    assert _open(spark, "gadgets") == {"KEY_UNKNOWN": 10, "TYPE_CONFLICT": 1}
     doc = yaml.safe_load(config.read_text())
     doc["sources"][0]["keys"] = {"gadgets": ["id"]}
+    doc["tables"] = {"readings": {"keys": "none"}}
     config.write_text(yaml.safe_dump(doc))
     assert main(["dead-letters", str(config), "--replay", "--code", "KEY_UNKNOWN"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "replay: 4 dead letter(s) (s: 4); 4 event(s), 0 dead-lettered again"
+        "replay: 10 dead letter(s) (s: 10); 10 event(s), 0 dead-lettered again"
     )
     got = spark.sql("SELECT id, name, price FROM cdc.gadgets.gadgets ORDER BY id").collect()
     assert [tuple(r) for r in got] == [(2, "nut", 1), (3, "gear", 7)]
+    got = spark.sql("SELECT sensor, value FROM cdc.gadgets.readings ORDER BY 1, 2").collect()
+    assert [tuple(r) for r in got] == [("s1", 1), ("s2", 6)]
     assert _open(spark, "gadgets") == {"TYPE_CONFLICT": 1}
+    # the replay's events, counted: the update delivered twice is a duplicate
+    (row,) = spark.sql(
+        "SELECT events, duplicates, applied FROM cdc.gadgets__cdcflow.batches "
+        "WHERE pipeline LIKE '%/replay'"
+    ).collect()
+    assert tuple(row) == (10, 1, 9)
 
 
 def _typed_event(seq: int, key: int, **columns: tuple[str, str]) -> tuple[Any, ...]:

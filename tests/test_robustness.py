@@ -9,6 +9,7 @@ import tracemalloc
 from decimal import Decimal
 from typing import Any
 
+import orjson
 import pytest
 
 from cdcflow.decode.columns import Columns
@@ -20,6 +21,7 @@ from cdcflow.errors import ConfigError, DecodeError
 from cdcflow.transports import json as json_transport
 from cdcflow.transports.limits import LIMITS, Limits
 from cdcflow.transports.message import RawMessage
+from tests.conftest_shared import shared_path
 
 TARGETS = [*dialect_names(), "auto"]
 DS = b'{"source_metadata":{"table":"t"},"payload":{"id":%s}}'
@@ -256,6 +258,65 @@ def test_8_one_row_arrow_cannot_take_fails_only_its_message() -> None:
     problems = batch.column("error_message").to_pylist()
     assert problems[1].startswith("the decoder failed on this message (Arrow")
     assert problems[2].startswith("the decoder failed on this message (TypeError")
+
+
+# ---------------------------------------------------------------- what a rejection names
+
+
+def _ces_with_bad_id() -> bytes:
+    doc = orjson.loads(
+        shared_path("conformance", "sqlserver_ces", "msdocs_ga_insert_employees.json").read_bytes()
+    )
+    data = orjson.loads(doc["data"])
+    data["eventrow"]["current"] = data["eventrow"]["current"].replace('"Id":"8"', '"Id":"eight"')
+    return orjson.dumps({**doc, "data": orjson.dumps(data).decode()})
+
+
+#: Per dialect: a message whose value its column's type cannot read, the declared types that
+#: give the column its type (none: the message types it), and the table it is about.
+BAD_VALUES: dict[str, tuple[Any, dict[str, dict[str, str]], str]] = {
+    "cockroachdb": (
+        CRDB_ENRICHED.replace(b'"id":1', b'"id":1,"at":"not a time"') % b"1",
+        {"t": {"at": "timestamp"}},
+        "t",
+    ),
+    "datastream": (
+        b'{"source_metadata":{"table":"t"},"payload":{"at":"x"}}',
+        {"t": {"at": "timestamp"}},
+        "t",
+    ),
+    "debezium": (
+        b'{"op":"c","after":{"id":1,"at":"x"},"source":{"connector":"postgresql","table":"orders","lsn":1}}',
+        {"orders": {"at": "timestamp"}},
+        "orders",
+    ),
+    "savegress": (
+        b'{"operation":"INSERT","table":"orders","after":{"at":"x"},"position":{"lsn":"0/1"}}',
+        {"orders": {"at": "timestamp"}},
+        "orders",
+    ),
+    "sqlserver_ces": (_ces_with_bad_id, {}, "Employees"),
+}
+
+
+@pytest.mark.parametrize("dialect", sorted(BAD_VALUES))
+def test_a_rejection_after_the_table_was_read_names_the_table(dialect: str) -> None:
+    """A message rejected once its dialect has read its table (a value its column's type
+    cannot read) names the table: in the rejection and in the decoded frame's row, so its
+    dead letter has it."""
+    assert sorted(BAD_VALUES) == sorted(dialect_names())
+    data, types, table = BAD_VALUES[dialect]
+    data = data() if callable(data) else data
+    decoder = Decoder(dialect, DialectOptions(column_types=types), wire=True)
+    outs = list(decoder.decode_file(data, "f.json"))
+    (rej,) = [r for o in outs for r in o.rejections]
+    assert (rej.code, rej.table) == ("BAD_VALUE", table), rej
+    cols = Columns(wire=True)
+    for o in outs:
+        cols.add_outcome(o)
+    batch = cols.to_batch()
+    assert batch.column("table").to_pylist() == [table]
+    assert batch.column("error_code").to_pylist() == ["BAD_VALUE"]
 
 
 # ---------------------------------------------------------------- the last line of defence

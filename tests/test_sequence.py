@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,6 +59,25 @@ def test_rejects_other_types(bad: object) -> None:
         sequence.encode((bad,))  # type: ignore[arg-type]
 
 
-def test_rejects_huge_integers() -> None:
-    with pytest.raises(ValueError, match="99 digits"):
-        sequence.encode((10**100,))
+@pytest.mark.parametrize(
+    "n", [10**99, -(10**99), 10**4400, 2**70000], ids=["1e99", "-1e99", "1e4400", "2^70000"]
+)
+def test_an_integer_past_99_digits_is_out_of_range_at_its_place(n: int) -> None:
+    """The limit is exact (±(10**99 - 1) encode, ±10**99 do not), the error names the
+    element's place, says the size (no ``str`` of a number Python would refuse to print)
+    and pickles (Spark ships it between processes)."""
+    with pytest.raises(sequence.OutOfRange) as caught:
+        sequence.encode(("file", 1, n))
+    e = caught.value
+    assert e.index == 2 and isinstance(e, ValueError)
+    size = "a 100-digit integer" if abs(n) == 10**99 else "an integer of 4000+ digits"
+    assert str(e) == f"{size} is beyond what a sequence orders (up to 99 digits)"
+    again = pickle.loads(pickle.dumps(e))
+    assert (again.index, again.digits, str(again)) == (e.index, e.digits, str(e))
+
+
+def test_the_largest_integers_encode_in_order() -> None:
+    edge = [-(10**99) + 1, -(10**98), -1, 0, 10**98, 10**99 - 1]
+    encoded = [sequence.encode((n,)) for n in edge]
+    assert encoded == sorted(encoded)
+    assert [sequence.decode(e) for e in encoded] == [(n,) for n in edge]

@@ -13,6 +13,8 @@ from __future__ import annotations
 APPLY_CODES: frozenset[str] = frozenset(
     {
         "KEY_UNKNOWN",  # no key columns known for the table (none configured, none inferred)
+        "KEYS_CHANGED",  # keys: none over a keyed replica, or keys over a keyless one
+        "IMAGE_INCOMPLETE",  # a keyless table's event whose images cannot name its rows
         "KEY_MISSING",  # a row event lacks a value for a key column
         "SEQUENCE_MISSING",  # ordering columns (sequence_by) absent from the event
         "TYPE_CONFLICT",  # a value the replica's column type cannot hold

@@ -411,6 +411,10 @@ class TableConfig(_Model):
 
     ``mode``: ``merge`` (current state, one row per key), ``append`` (changelog of canonical
     events) or ``scd2`` (history: one row per version of a key with its validity).
+    ``keys``: the key columns, or ``none`` for a table without a primary key (``merge`` only):
+    the replica is then a multiset of rows — an insert adds a copy of its row, a delete removes
+    one copy of its before image, an update both — so the producer must send whole before
+    images (PostgreSQL ``REPLICA IDENTITY FULL``).
     ``except_columns``: source columns not written to the table.
     ``track_history_columns`` / ``track_history_except_columns`` (``scd2`` only, one of them):
     the columns whose changes open a new version; a change to other columns only updates the
@@ -432,7 +436,7 @@ class TableConfig(_Model):
     """
 
     mode: Literal["merge", "append", "scd2"] = "merge"
-    keys: list[str] | None = None
+    keys: list[str] | Literal["none"] | None = None
     deletes: Literal["hard", "soft"] = "hard"
     name: str | None = None
     except_columns: list[str] = Field(default_factory=list)
@@ -502,6 +506,19 @@ class TableConfig(_Model):
             raise ValueError("deletes: soft is for merge tables (scd2 closes the version)")
         if self.columns is not None and self.except_columns:
             raise ValueError("give columns or except_columns, not both")
+        if self.keys == "none":
+            if self.mode != "merge":
+                raise ValueError(
+                    "keys: none is for mode merge (a table without a key is kept as a multiset "
+                    "of its rows; append keeps every event whatever its key, scd2 needs a key)"
+                )
+            if self.deletes == "soft":
+                raise ValueError("keys: none removes a copy of the row: deletes: soft needs keys")
+            if self.sequence_by is not None:
+                raise ValueError(
+                    "keys: none counts a table's rows whatever the order of its events: "
+                    "sequence_by has nothing to order"
+                )
         return self
 
 
@@ -630,6 +647,23 @@ class PipelineConfig(_Model):
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
             raise ValueError(f"must be letters, digits and _ (got {v!r})")
         return v
+
+    @model_validator(mode="after")
+    def _keyless_tables_need_before_images(self) -> PipelineConfig:
+        from cdcflow.dialects import dialect_class
+
+        keyless = sorted(n for n, t in self.tables.items() if t.keys == "none")
+        dialects = sorted({s.dialect for s in self.sources})
+        if not keyless or "auto" in dialects:
+            return self
+        if not any(dialect_class(d).capabilities.before_images for d in dialects):
+            raise ValueError(
+                f"tables.{keyless[0]}.keys: none keeps a table without a key as the multiset "
+                "of its rows, where an update or a delete removes the row equal to its before "
+                f"image; dialect {' and '.join(dialects)} sends no before images: keep the "
+                "table as a changelog (mode: append) or give it keys"
+            )
+        return self
 
     def table(self, name: str) -> TableConfig:
         """Settings of a target table (its own entry, else ``default``)."""

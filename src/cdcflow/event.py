@@ -92,6 +92,10 @@ def new_event(**fields: Any) -> dict[str, Any]:
     return ev
 
 
+#: How the ids :func:`event_id` derives begin (a producer's own id may begin otherwise).
+DERIVED_ID_PREFIX = "cdc-"
+
+
 def event_id(
     dialect: str | None,
     table: str | None,
@@ -102,7 +106,7 @@ def event_id(
     """Deterministic identity for events whose producer gives none: a hash of
     (dialect, table, key, sequence, operation), stable across runs and machines."""
     payload = json_bytes([dialect, table, key, sequence, operation], orjson.OPT_SORT_KEYS)
-    return "cdc-" + hashlib.blake2b(payload, digest_size=16).hexdigest()
+    return DERIVED_ID_PREFIX + hashlib.blake2b(payload, digest_size=16).hexdigest()
 
 
 def to_json_dict(ev: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def pg_lsn(text: str) -> int:
     return (int(m.group(1), 16) << 32) | int(m.group(2), 16)
 
 
-def mysql_binlog(file: str, position: int | str) -> tuple[int, int]:
+def mysql_binlog(file: str, position: int | str | float) -> tuple[int, int]:
     """MySQL binlog file + position → (file number, position).
 
     ``mysql-bin.000123`` → 123: the file number orders files; their names share one base.
@@ -35,6 +35,9 @@ def mysql_binlog(file: str, position: int | str) -> tuple[int, int]:
     m = _BINLOG_NUMBER.search(file)
     if not m:
         raise ValueError(f"binlog file name has no sequence number: {file!r}")
+    if isinstance(position, float) and not (position.is_integer() and abs(position) < 2**53):
+        # JSON read without exact numbers makes an integer past 64 bits a float
+        raise ValueError(f"binlog position is not an exact integer: {position!r}")
     try:
         pos = int(position)
     except (TypeError, ValueError):
@@ -52,8 +55,9 @@ def mongodb_cluster_time(value: Any) -> tuple[int, int]:
     if not isinstance(value, dict) or "t" not in value or "i" not in value:
         raise ValueError(f"not a MongoDB cluster_time {{t, i}}: {value!r}")
     t, i = value["t"], value["i"]
-    if not isinstance(t, int) or not isinstance(i, int) or isinstance(t, bool):
-        raise ValueError(f"cluster_time t and i must be integers: {value!r}")
+    for name, n in (("t", t), ("i", i)):
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise ValueError(f"cluster_time {name} must be an integer, got {n!r}")
     return t, i
 
 

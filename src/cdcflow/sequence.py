@@ -18,8 +18,8 @@ string                    ``s`` + the text; characters up to ``"`` (0x22) are es
 ========================  =====================================================================
 
 So ``None`` < negative integers < non-negative integers < strings, integers compare as numbers
-(up to 99 digits) and strings compare by code point, which is UTF-8 byte order — the order Spark
-uses for strings.
+(up to 99 digits: a longer one is :class:`OutOfRange`) and strings compare by code point, which
+is UTF-8 byte order — the order Spark uses for strings.
 """
 
 from __future__ import annotations
@@ -31,19 +31,39 @@ Element = int | str | None
 _TERM = "!"
 _ESC = '"'
 _MAX_DIGITS = 99
+#: The integers an element can be: ``-LIMIT < n < LIMIT`` (up to 99 decimal digits).
+LIMIT = 10**_MAX_DIGITS
 
 
-def _encode_int(n: int) -> str:
+class OutOfRange(ValueError):
+    """An integer element with more digits than the encoding holds; ``index`` is its place
+    in the tuple, ``digits`` its number of digits (``None``: thousands)."""
+
+    def __init__(self, index: int, digits: int | None) -> None:
+        super().__init__(index, digits)
+        self.index = index
+        self.digits = digits
+
+    def __str__(self) -> str:
+        size = f"a {self.digits}-digit integer" if self.digits else "an integer of 4000+ digits"
+        return f"{size} is beyond what a sequence orders (up to {_MAX_DIGITS} digits)"
+
+
+def _encode_int(n: int, index: int) -> str:
+    # compared with LIMIT first: str() of a huge integer is slow, and refused past 4300 digits
+    if not -LIMIT < n < LIMIT:
+        raise OutOfRange(index, _digits(n))
     if n >= 0:
         digits = str(n)
-        if len(digits) > _MAX_DIGITS:
-            raise ValueError(f"integer with more than {_MAX_DIGITS} digits cannot be encoded")
         return f"p{len(digits):02d}{digits}"
     digits = str(-n)
-    if len(digits) > _MAX_DIGITS:
-        raise ValueError(f"integer with more than {_MAX_DIGITS} digits cannot be encoded")
     flipped = digits.translate(_FLIP)
     return f"n{_MAX_DIGITS - len(digits):02d}{flipped}"
+
+
+def _digits(n: int) -> int | None:
+    """Decimal digits of ``|n|`` (``None`` past what ``str`` converts quickly)."""
+    return len(str(abs(n))) if n.bit_length() < 13_300 else None
 
 
 _FLIP = str.maketrans("0123456789", "9876543210")
@@ -62,15 +82,16 @@ def _encode_str(s: str) -> str:
 
 
 def encode(parts: Iterable[Element]) -> str:
-    """Encode a tuple of integers, strings and ``None`` as an order-preserving string."""
+    """Encode a tuple of integers, strings and ``None`` as an order-preserving string
+    (:class:`OutOfRange` for an integer of more than 99 digits)."""
     out: list[str] = []
-    for p in parts:
+    for i, p in enumerate(parts):
         if p is None:
             out.append("#")
         elif isinstance(p, bool):
             raise TypeError("booleans are not sequence elements; use 0/1")
         elif isinstance(p, int):
-            out.append(_encode_int(p))
+            out.append(_encode_int(p, i))
         elif isinstance(p, str):
             out.append(_encode_str(p))
         else:

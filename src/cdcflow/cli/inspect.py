@@ -98,6 +98,7 @@ def inspect_cmd(
     out = sys.stdout.buffer
     segments = SegmentBuffer()
     unnamed: dict[str, int] = {}
+    skipped: dict[str, int] = {}
 
     def emit(ev: dict[str, Any]) -> None:
         out.write(dumps(ev) + b"\n")
@@ -119,6 +120,8 @@ def inspect_cmd(
             for seg in outcome.segments:
                 offset = m.offset if m.index is None else m.index
                 segments.add(seg, origin, offset, m.line)
+            for s in outcome.skipped:
+                skipped[s.why] = skipped.get(s.why, 0) + 1
     for name, group, verdict in segments.verdicts(decoder.reassembles):
         first = verdict.pieces[0]
         where = _origin_text(first.origin, first.line, first.offset, None, None)
@@ -131,6 +134,8 @@ def inspect_cmd(
             for rej in outcome.rejections:
                 failures += 1
                 echo_err(f"[{rej.code}] {rej.message} (split message from {where})")
+            for s in outcome.skipped:
+                skipped[s.why] = skipped.get(s.why, 0) + 1
             continue
         failures += 1
         if verdict.status == "pending":
@@ -142,10 +147,6 @@ def inspect_cmd(
         else:
             echo_err(f"[{verdict.code}] {verdict.reason} ({where})")
     out.flush()
-    skipped: dict[str, int] = {}
-    for d in decoder.dialects:
-        for why, n in d.skipped.items():
-            skipped[why] = skipped.get(why, 0) + n
     if skipped:
         counts = ", ".join(f"{why}={n}" for why, n in sorted(skipped.items()))
         echo_err(f"skipped messages that carry no change: {counts}")

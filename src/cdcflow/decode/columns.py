@@ -6,7 +6,9 @@ Row images are ``map<string,string>`` of wire strings (:func:`cdcflow.types.to_w
 ``position`` is JSON text (keys sorted); a rejection row has ``error_code``,
 ``error_message`` and ``raw`` set; a segment row has ``operation`` :data:`SEGMENT`, ``id`` =
 its group, and its numbering in ``metadata`` (``segment.index``, ``segment.final``,
-``segment.total``, ``cdcflow.source``).
+``segment.total``, ``cdcflow.source``); a message that carries no change on purpose (a Kafka
+tombstone) is a row with ``operation`` :data:`SKIPPED` and its reason in ``metadata``
+(:data:`SKIPPED_WHY`), so a batch can count it.
 
 One message never fails a batch: a message whose events cannot be added, or whose rows Arrow
 cannot take, becomes a ``DECODER_ERROR`` rejection row with the message's bytes.
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from cdcflow.dialects.base import Columnar, Segment
+from cdcflow.dialects.base import Columnar, Segment, Skipped
 from cdcflow.event import FIELDS, SPARK_COLUMNS
 from cdcflow.types import json_bytes, to_wire
 
@@ -29,6 +31,10 @@ if TYPE_CHECKING:
 
 #: ``operation`` of rows that are segments of a split message, not events.
 SEGMENT = "SEGMENT"
+#: ``operation`` of rows that stand for a message without a change (a Kafka tombstone, a
+#: heartbeat), not events; ``metadata[SKIPPED_WHY]`` says which.
+SKIPPED = "SKIPPED"
+SKIPPED_WHY = "skipped"
 
 #: Text columns of an event (``position`` is text too, but built from JSON).
 _SCALARS = tuple(f for f, t in SPARK_COLUMNS[: len(FIELDS)] if t == "string" and f != "position")
@@ -161,11 +167,13 @@ class Columns:
         offset: int,
         line: int | None,
         item: int | None,
+        table: str | None = None,
     ) -> None:
         """A row that is no event: a rejection (``code`` set) or a bare status row."""
         for f in _SCALARS:
             self.scalars[f].append(None)
         self.scalars["dialect"][-1] = dialect
+        self.scalars["table"][-1] = table
         self.timestamp.append(None)
         self.position.append(None)
         self.partial.append(False)
@@ -186,9 +194,11 @@ class Columns:
         offset: int,
         line: int | None,
         item: int | None,
+        table: str | None = None,
     ) -> None:
-        """A message (or item) that could not be decoded."""
-        self.add_marker(dialect, code, message, raw, origin, offset, line, item)
+        """A message (or item) that could not be decoded (``table``: the one it is about, when
+        its dialect had read it)."""
+        self.add_marker(dialect, code, message, raw, origin, offset, line, item, table)
 
     def add_segment(
         self, seg: Segment, source: str, origin: str | None, offset: int, line: int | None
@@ -219,6 +229,26 @@ class Columns:
         self.raw.append(seg.raw)
         self._coordinates(origin, offset, line, seg.item)
 
+    def add_skipped(
+        self, s: Skipped, origin: str | None, offset: int, line: int | None, item: int | None
+    ) -> None:
+        """A message that carries no change on purpose: ``operation`` ``SKIPPED``, its reason
+        in ``metadata``."""
+        for f in _SCALARS:
+            self.scalars[f].append(None)
+        self.scalars["dialect"][-1] = s.dialect
+        self.scalars["operation"][-1] = SKIPPED
+        self.timestamp.append(None)
+        self.position.append(None)
+        self.partial.append(False)
+        for name in ("key", "before", "after", "types"):
+            self.maps[name].add(None, True)
+        self.maps["metadata"].add({SKIPPED_WHY: s.why}, True)
+        self.error_code.append(None)
+        self.error_message.append(None)
+        self.raw.append(None)
+        self._coordinates(origin, offset, line, item)
+
     def add_outcome(self, o: Outcome, source: str = "") -> None:
         """Events, rejections and segments of one decoded message (a ``DECODER_ERROR``
         rejection of the message when they cannot be added)."""
@@ -231,10 +261,12 @@ class Columns:
                 self.add_event(ev, m.origin, offset, m.line, i)
             for r in o.rejections:
                 self.add_rejection(
-                    r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, r.item
+                    r.code, r.message, r.raw, r.dialect, m.origin, offset, m.line, r.item, r.table
                 )
             for seg in o.segments:
                 self.add_segment(seg, source, m.origin, offset, m.line)
+            for s in o.skipped:
+                self.add_skipped(s, m.origin, offset, m.line, None)
         except Exception as e:  # the last line of defence: this message only
             self._truncate(start)
             r = _unexpected(e, m.data, dialect)

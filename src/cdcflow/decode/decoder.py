@@ -16,7 +16,7 @@ from typing import Any
 from cdcflow.decode.detect import MARKED, AutoDetector
 from cdcflow.decode.framing import frame_file
 from cdcflow.dialects import dialect_names, get_dialect
-from cdcflow.dialects.base import Columnar, Dialect, DialectOptions, Rejection, Segment
+from cdcflow.dialects.base import Columnar, Dialect, DialectOptions, Rejection, Segment, Skipped
 from cdcflow.errors import DecodeError
 from cdcflow.transports import AVRO, JSON, KAFKA, kafka, transport_of_file
 from cdcflow.transports.json import parse
@@ -48,13 +48,15 @@ def _text(exc: BaseException) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What decoding one message gave: events, rejections and segments of split messages,
-    with the message (and its coordinates)."""
+    """What decoding one message gave: events, rejections, segments of split messages and
+    what carried no change on purpose (:class:`~cdcflow.dialects.base.Skipped`), with the
+    message (and its coordinates)."""
 
     message: RawMessage
     events: list[dict[str, Any]]
     rejections: list[Rejection]
     segments: list[Segment] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 class Decoder:
@@ -292,6 +294,7 @@ def _outcome(msg: RawMessage, results: list[Any]) -> Outcome:
     events: list[dict[str, Any]] = []
     rejections: list[Rejection] = []
     segments: list[Segment] = []
+    skipped: list[Skipped] = []
     for r in results:
         if type(r) is dict:
             bad = bad_types(r.get("types"))
@@ -300,9 +303,11 @@ def _outcome(msg: RawMessage, results: list[Any]) -> Outcome:
             events.append(r)
         elif isinstance(r, Rejection):
             rejections.append(r)
+        elif isinstance(r, Skipped):
+            skipped.append(r)
         else:
             segments.append(r)
-    return Outcome(msg, events, rejections, segments)
+    return Outcome(msg, events, rejections, segments, skipped)
 
 
 def bad_types(types: Any) -> dict[str, Any]:
@@ -322,4 +327,5 @@ def _bad_type(msg: RawMessage, ev: dict[str, Any], bad: dict[str, Any]) -> Rejec
         f"types of table {table!r} not canonical ({named}); {CANONICAL_TYPES_TEXT}",
         msg.data,
         dialect=ev.get("dialect"),
+        table=table,
     )

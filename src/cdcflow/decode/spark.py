@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from cdcflow.decode.columns import SEGMENT, Columns, arrow_schema, columnar_batch
+from cdcflow.decode.columns import SEGMENT, SKIPPED, Columns, arrow_schema, columnar_batch
 from cdcflow.decode.decoder import BAD_TYPE, Decoder, Outcome, unexpected
 from cdcflow.decode.segments import Piece, assess
 from cdcflow.dialects.base import Columnar, DialectOptions, Rejection
@@ -645,7 +645,8 @@ def _absent(name: str, spark_type: str, present: Mapping[str, str]) -> str:
 @dataclass(frozen=True)
 class Decoded:
     """Raw messages decoded (:func:`cdcflow.api.decode`): ``frame`` holds every row — events,
-    rejected messages and segments of split messages — and is what the apply functions take;
+    rejected messages, segments of split messages and messages without a change (Kafka
+    tombstones, counted by the batch) — and is what the apply functions take;
     :attr:`events`, :attr:`rejected` and :attr:`segments` are views of it."""
 
     frame: DataFrame
@@ -654,16 +655,17 @@ class Decoded:
     def events(self) -> DataFrame:
         """Canonical events: the fields of the canonical event and the message's coordinates
         (``origin``, ``offset``, ``line``, ``item``)."""
-        return self.frame.where(f"error_code IS NULL AND NOT (operation <=> '{SEGMENT}')").select(
-            *(q(c) for c in (*FIELDS, *TRANSPORT_FIELDS))
+        kept = (
+            f"error_code IS NULL AND NOT (operation <=> '{SEGMENT}' OR operation <=> '{SKIPPED}')"
         )
+        return self.frame.where(kept).select(*(q(c) for c in (*FIELDS, *TRANSPORT_FIELDS)))
 
     @property
     def rejected(self) -> DataFrame:
-        """Messages that could not be decoded: coordinates, ``dialect`` when known,
-        ``error_code``, ``error_message`` and the message's bytes (``raw``)."""
+        """Messages that could not be decoded: coordinates, ``dialect`` and ``table`` when
+        known, ``error_code``, ``error_message`` and the message's bytes (``raw``)."""
         return self.frame.where("error_code IS NOT NULL").select(
-            *(q(c) for c in (*TRANSPORT_FIELDS, "dialect", *ERROR_FIELDS))
+            *(q(c) for c in (*TRANSPORT_FIELDS, "dialect", "table", *ERROR_FIELDS))
         )
 
     @property

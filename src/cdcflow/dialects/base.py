@@ -22,7 +22,6 @@ and one line in :data:`cdcflow.dialects.AVAILABLE_DIALECTS`.
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -68,6 +67,7 @@ __all__ = [
     "RawMessage",
     "Rejection",
     "Segment",
+    "Skipped",
     "Where",
     "kind",
 ]
@@ -82,6 +82,8 @@ class Rejection:
     raw: bytes
     item: int | None = None
     dialect: str | None = None
+    #: the table the message was about, when the dialect had read it before the problem
+    table: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +150,16 @@ class DialectOptions:
         return str(found) if found else None
 
 
-Decoded = dict[str, Any] | Rejection | Segment
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A message that carries no change on purpose (a Kafka tombstone, a key message, a
+    heartbeat): no event and no error, counted by ``why``."""
+
+    why: str
+    dialect: str
+
+
+Decoded = dict[str, Any] | Rejection | Segment | Skipped
 
 #: Transports every dialect gets from the base.
 BASE_TRANSPORTS: frozenset[str] = frozenset({JSON, KAFKA, AVRO, EVENTHUBS})
@@ -214,6 +225,8 @@ class Item:
     msg: RawMessage
     number: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    #: the item's table, once the dialect has read it (a rejection after that names it)
+    table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -296,8 +309,6 @@ class Dialect:
         #: What one message may hold (``options.extra["limits"]`` overrides the defaults).
         self.limits = Limits.from_options(self.options.extra.get("limits"))
         self._declared: dict[tuple[Any, ...], dict[str, str]] = {}
-        #: Messages decoded to no event on purpose (see :meth:`skip`), by reason.
-        self.skipped: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ vendor hooks
 
@@ -368,14 +379,22 @@ class Dialect:
         doc = self.document(msg)
         batch = self.batch(doc, msg)
         if batch is None:
-            return _as_list(self.event(doc, Item(msg, 0, self.lineage(msg))))
+            item = Item(msg, 0, self.lineage(msg))
+            try:
+                return _as_list(self.event(doc, item))
+            except DecodeError as e:
+                if item.table is None:
+                    raise
+                return [self.reject(e.code, e.message, msg.data, table=item.table)]
         base = {**self.lineage(msg), **batch.meta}
         out: list[Decoded] = []
         for i, element in enumerate(batch.items):
+            item = Item(msg, i, dict(base))
             try:
-                out.extend(_as_list(self.event(element, Item(msg, i, dict(base)))))
+                out.extend(_as_list(self.event(element, item)))
             except DecodeError as e:
-                out.append(self.reject(e.code, f"item {i}: {e.message}", dumps(element), i))
+                message = f"item {i}: {e.message}"
+                out.append(self.reject(e.code, message, dumps(element), i, item.table))
         return out
 
     # ------------------------------------------------------------------ shared helpers
@@ -466,6 +485,16 @@ class Dialect:
             return wire_value(value, t) if self.wire else convert(value, t)
         except ValueError as e:  # ValueTypeError, and the parsers' own ValueErrors
             raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
+
+    def sequence_of(self, parts: Sequence[sequence.Element], fields: Sequence[str]) -> str:
+        """The ``sequence`` of an ordering tuple, ``fields`` naming the message's field each
+        element comes from: ``POSITION_OUT_OF_RANGE`` naming the field of a number the
+        encoding cannot hold (see :mod:`cdcflow.sequence`)."""
+        try:
+            return sequence.encode(parts)
+        except sequence.OutOfRange as e:
+            field = fields[e.index] if e.index < len(fields) else f"element {e.index}"
+            raise self.fail("POSITION_OUT_OF_RANGE", f"position field {field!r}: {e}") from None
 
     def segment_numbers(self, index: int | None, total: int | None) -> None:
         """``SEGMENT_OUT_OF_RANGE`` when a split message's segment index or count is over
@@ -593,9 +622,8 @@ class Dialect:
 
     def skip(self, why: str) -> list[Decoded]:
         """No event for a message that carries no change on purpose (a Kafka tombstone, a key
-        message, a heartbeat): counted under ``why`` in :attr:`skipped`, never an error."""
-        self.skipped[why] += 1
-        return []
+        message, a heartbeat): a :class:`Skipped` saying ``why``, never an error."""
+        return [Skipped(why, self.name)]
 
     def envelope_score(self, doc: Mapping[str, Any]) -> float:
         """Recognition's score of a document: that of the first envelope matching it, else 0."""
@@ -619,9 +647,17 @@ class Dialect:
             f"a {self.name} message of none of its shapes (fields {sorted(map(str, doc))[:8]})",
         )
 
-    def reject(self, code: str, message: str, raw: bytes, item: int | None = None) -> Rejection:
-        """A rejection attributed to this dialect."""
-        return Rejection(code=code, message=message, raw=raw, item=item, dialect=self.name)
+    def reject(
+        self,
+        code: str,
+        message: str,
+        raw: bytes,
+        item: int | None = None,
+        table: str | None = None,
+    ) -> Rejection:
+        """A rejection attributed to this dialect (``table``: the one the message is about,
+        when known)."""
+        return Rejection(code, message, raw, item, self.name, table)
 
     @staticmethod
     def fail(code: str, message: str) -> DecodeError:

@@ -161,6 +161,7 @@ class SavegressDialect(Dialect):
             schema, table = table.rsplit(".", 1)
         if op not in MARKER_OPERATIONS and not table:
             raise self.fail("MISSING_TABLE", f"{op} event has no 'table'")
+        item.table = table
 
         before = _image(doc, "before")
         after = _image(doc, "after")
@@ -240,13 +241,17 @@ class SavegressDialect(Dialect):
                     n = position.get("sequence", 0)
                     if not isinstance(n, int) or isinstance(n, bool):
                         raise ValueError(f"position.sequence must be an integer, got {n!r}")
-                    return sequence.encode((positions.pg_lsn(position["lsn"]), n)), "postgres"
+                    lsn = positions.pg_lsn(position["lsn"])
+                    fields = ("position.lsn", "position.sequence")
+                    return self.sequence_of((lsn, n), fields), "postgres"
                 if "file" in position and "position" in position:
                     binlog = positions.mysql_binlog(position["file"], position["position"])
-                    return sequence.encode(binlog), "mysql"
+                    fields = ("position.file", "position.position")
+                    return self.sequence_of(binlog, fields), "mysql"
                 if "cluster_time" in position:
                     t_i = positions.mongodb_cluster_time(position["cluster_time"])
-                    return sequence.encode(t_i), "mongodb"
+                    fields = ("position.cluster_time.t", "position.cluster_time.i")
+                    return self.sequence_of(t_i, fields), "mongodb"
                 if isinstance(position.get("resume_token"), str):
                     # MongoDB resume tokens (hex '_data') sort in event order
                     return sequence.encode(("resume", position["resume_token"])), "mongodb"

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from cdcflow import positions, sequence
+from cdcflow import positions
 from cdcflow.dialects.base import Capabilities, Dialect, Item, Order, Segment, present_types
 from cdcflow.errors import DecodeError
 from cdcflow.transports.avro import read_schemaless
@@ -250,6 +250,7 @@ class SqlServerCesDialect(Dialect):
         table = source.get("tbl")
         if not isinstance(table, str) or not table:
             raise self.fail("MISSING_TABLE", "'eventsource' has no 'tbl'")
+        item.table = table
         schema = source.get("schema") if isinstance(source.get("schema"), str) else None
         database = source.get("db") if isinstance(source.get("db"), str) else None
 
@@ -448,7 +449,8 @@ class SqlServerCesDialect(Dialect):
                 }
                 if tx.get("committime") is not None:
                     ts_text = tx["committime"]
-                seq = sequence.encode((commit, n))
+                fields = ("transaction.commitlsn", "transaction.sequencenumber")
+                seq = self.sequence_of((commit, n), fields)
                 tx_id = str(tx["commitlsn"])
             else:
                 logical = doc.get("logicalid")
@@ -459,7 +461,7 @@ class SqlServerCesDialect(Dialect):
                     commit = positions.mssql_lsn(m.group(2))
                     n = int(m.group(3))
                     position = {"logicalid_lsn": m.group(2), "logicalid_sequence": n}
-                    seq = sequence.encode((commit, n))
+                    seq = self.sequence_of((commit, n), ("logicalid", "logicalid"))
                     tx_id = m.group(2)
         except ValueError as e:
             raise self.fail("BAD_POSITION", str(e)) from None

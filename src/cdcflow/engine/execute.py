@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
+from cdcflow.engine import multiset
 from cdcflow.engine.deadletters import event_rows
 from cdcflow.engine.plan import TablePlan
 from cdcflow.engine.stage import StageSql, TableStats, newest_truncates_sql, sequence_sql
@@ -60,12 +61,16 @@ class BatchStage:
         self.merge = self.sql.merge
         self.history = self.sql.history
         self.keyed = self.sql.keyed
+        self.multiset = self.sql.multiset
         self.source = view(sequenced(events, plans), "events")
         self.validated = view(self.spark.sql(self.sql.validated_sql(self.source)), "validated")
         self.staged: DataFrame | None = None
         self.staged_view: str | None = None
         #: scd2 tables: per (table, key, sequence) the winning event (see engine.history)
         self.winners_view: str | None = None
+        #: keyless tables: per (table, event id) the winning copy, against the log (see
+        #: engine.multiset)
+        self.multiset_view: str | None = None
         self._checkpoints: list[DataFrame] = []
 
     @property
@@ -78,12 +83,28 @@ class BatchStage:
         df = self.spark.sql(self.sql.rejected_sql(self.validated))
         return event_rows(df, pipeline, batch_id, "_reject", "_reason")
 
-    def stage(self, tombstones: str | None, looked_up: Collection[str] | None = None) -> None:
+    def stage(
+        self,
+        tombstones: str | None,
+        looked_up: Collection[str] | None = None,
+        log: str | None = None,
+        ledger: tuple[str, int] = ("", 0),
+    ) -> None:
         """Build and keep the staged rows of every merge table (``tombstones``: the tombstone
         table's identifier when some replica of the batch may have tombstones, ``looked_up``:
-        those replicas, ``None``: every one) and the winning events of every scd2 table. They
-        are checkpointed locally: every later query of the batch (one per table) starts from
-        them instead of re-analysing the whole plan."""
+        those replicas, ``None``: every one), the winning events of every scd2 table and the
+        winning copies of the keyless tables' events against their log (``log``: its
+        identifier when it exists; ``ledger``: the batch's pipeline and id, which tell its own
+        log rows). They are checkpointed locally: every later query of the batch (one per
+        table) starts from them instead of re-analysing the whole plan."""
+        if self.multiset:
+            found = view(self.spark.sql(self.sql.multiset_winners_sql(self.validated)), "mset")
+            copies = self.spark.sql(self.sql.multiset_staged_sql(found, log, *ledger))
+            copies = copies.localCheckpoint(eager=True)
+            self._checkpoints.append(copies)
+            self.multiset_view = view(copies, "multiset")
+        if not self.keyed:
+            return
         rows = view(self.spark.sql(self.sql.rows_sql(self.validated)), "rows")
         if self.history:
             winners = self.spark.sql(self.sql.winners_sql(rows, self.validated)).localCheckpoint(
@@ -114,7 +135,9 @@ class BatchStage:
     def stats(self) -> dict[str, TableStats]:
         """Counts of every table (one small aggregate, see
         :meth:`cdcflow.engine.stage.StageSql.stats_sql`)."""
-        sql = self.sql.stats_sql(self.validated, self.staged_view, self.winners_view)
+        sql = self.sql.stats_sql(
+            self.validated, self.staged_view, self.winners_view, self.multiset_view
+        )
         rows = self.spark.sql(sql).collect() if sql is not None else []
         return self.sql.stats_of(r.asDict() for r in rows)
 
@@ -141,6 +164,21 @@ class BatchStage:
         """Register the batch's events of the scd2 tables as history log rows."""
         assert self.winners_view is not None
         return view(self.spark.sql(self.sql.history_log_source_sql(self.winners_view)), "log")
+
+    def multiset_log_source(self) -> str:
+        """Register the log rows of the keyless tables' events the batch logs."""
+        assert self.multiset_view is not None
+        sql = self.sql.multiset_log_source_sql(self.multiset_view)
+        return view(self.spark.sql(sql), "mlog")
+
+    def multiset_source(self, plan: TablePlan, log: str) -> str:
+        """Register the rows one keyless table must hold for the images the batch touched
+        (counted from ``log``, which holds the batch's events); returns the view name."""
+        assert self.multiset_view is not None
+        touched = view(
+            self.spark.sql(multiset.touched_sql(self.multiset_view, log, plan)), "touched"
+        )
+        return view(self.spark.sql(multiset.source_sql(touched, log, plan)), "copies")
 
     def deletes_source(self) -> str:
         """Register the batch's live deletes of hard-delete tables (for the tombstones)."""

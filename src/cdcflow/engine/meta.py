@@ -3,7 +3,8 @@
 The only thing a batch collects to the driver before planning is this aggregate: per target
 table and operation the count, whether any event is partial, the distinct ``types`` maps, the
 distinct key-name sets, sequence shapes, the highest ``TRUNCATE`` and whether keys travel by
-position only; plus the number of rejected messages and of segments. The aggregate is also the
+position only; plus the number of rejected messages, of segments and of messages skipped on
+purpose (Kafka tombstones, by reason). The aggregate is also the
 first action on the batch, so it is where decoding happens. It also gives what observing a
 pipeline needs without a job of its own: each table's newest source commit time and the
 rejected messages by error code.
@@ -20,14 +21,13 @@ from typing import TYPE_CHECKING
 import orjson
 
 from cdcflow import event
+from cdcflow.decode.columns import SEGMENT, SKIPPED, SKIPPED_WHY
 from cdcflow.engine.schema import Seen
 from cdcflow.spark.sql import lit, view
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
 
-#: ``operation`` of rows that are segments of a split message, not events.
-SEGMENT = "SEGMENT"
 #: ``metadata`` entry in which a dialect states the shape of the fields its ``sequence`` came
 #: from (e.g. ``n,s,n``), when that shape may differ between events of one table.
 SHAPE_KEY = "sequence_shape"
@@ -195,6 +195,8 @@ class BatchMeta:
     origins: set[str] = field(default_factory=set)
     #: rejected messages by error code
     rejected_codes: dict[str, int] = field(default_factory=dict)
+    #: messages without a change, skipped on purpose (Kafka tombstones…), by reason
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def add(self, rows: list[Row]) -> None:
         """Fold in rows of :func:`aggregate`."""
@@ -209,6 +211,10 @@ class BatchMeta:
             target, op = r["_target"], r["operation"]
             if op == SEGMENT:
                 self.segments += n
+                continue
+            if op == SKIPPED:
+                why = r["skipped_why"] or ""
+                self.skipped[why] = self.skipped.get(why, 0) + n
                 continue
             self.ops[op] += n
             if not target:
@@ -229,7 +235,7 @@ def aggregate(spark: SparkSession, frame: DataFrame) -> list[Row]:
     of one grouping, a row per table, operation, identity, error code and distinct ``types``
     map, each with its events, newest sequence and newest source commit time
     (:meth:`BatchMeta.add` folds the rows, so a table whose events carry several ``types`` maps
-    comes in several rows)."""
+    comes in several rows); messages skipped on purpose by reason."""
     return spark.sql(
         "SELECT _target, operation, error_code IS NOT NULL AS _rejected, error_code, "
         f"metadata[{lit(SHAPE_KEY)}] AS shape, database, schema, `table`, count(*) AS n, "
@@ -238,8 +244,9 @@ def aggregate(spark: SparkSession, frame: DataFrame) -> list[Row]:
         "AS type_sets, collect_set(array_sort(map_keys(key))) AS key_sets, "
         "max(sequence) AS max_seq, max(`timestamp`) AS newest_ts, "
         f"max(key IS NULL AND metadata[{lit(KEY_VALUES)}] IS NOT NULL) AS positional_keys, "
-        f"collect_set(origin) AS origins FROM {view(frame, 'meta')} "
-        "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, to_json(types)"
+        f"collect_set(origin) AS origins, CASE WHEN operation = {lit(SKIPPED)} "
+        f"THEN metadata[{lit(SKIPPED_WHY)}] END AS skipped_why FROM {view(frame, 'meta')} "
+        "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, to_json(types), skipped_why"
     ).collect()
 
 

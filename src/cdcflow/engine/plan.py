@@ -21,6 +21,7 @@ from cdcflow.engine.meta import TableMeta
 from cdcflow.engine.schema import SchemaPlan, plan_schema
 from cdcflow.iceberg.layouts import (
     KEY_PROPERTY,
+    KEYLESS_PROPERTY,
     SHAPE_PROPERTY,
     TRUNCATE_PROPERTY,
     VALIDITY_COLUMNS,
@@ -49,6 +50,8 @@ class TableSettings:
     TableConfig` field is taken from it: a new setting is added to the configuration model and
     here, under the same name.
 
+    ``keys``: the key columns (``None``: from the replica or the events; ``"none"``: the
+    table has none, its replica is a multiset of rows, see :mod:`cdcflow.engine.multiset`);
     ``except_columns`` are never written, or only ``columns`` are (key columns always are);
     ``track_history_columns``/``track_history_except_columns`` choose an scd2 table's tracked
     columns; ``sequence_by`` names the columns ordering the table's events;
@@ -59,7 +62,7 @@ class TableSettings:
     #: the replica's name (the target's unless configured)
     name: str = ""
     mode: Mode = "merge"
-    keys: tuple[str, ...] | None = None
+    keys: tuple[str, ...] | Literal["none"] | None = None
     deletes: Literal["hard", "soft"] = "hard"
     except_columns: tuple[str, ...] = ()
     columns: tuple[str, ...] | None = None
@@ -88,6 +91,16 @@ class TableSettings:
     def soft_deletes(self) -> bool:
         """Whether a delete keeps its row, marked deleted."""
         return self.deletes == "soft"
+
+    @property
+    def keyless(self) -> bool:
+        """Whether the table has no key (``keys: none``)."""
+        return self.keys == "none"
+
+    @property
+    def key_columns(self) -> tuple[str, ...] | None:
+        """The configured key columns (``None`` for none configured, or none at all)."""
+        return None if self.keys == "none" else self.keys
 
 
 @dataclass(frozen=True)
@@ -120,8 +133,12 @@ class TablePlan:
     shape: str | None = None
     #: table properties to set (sequence shape, key columns, truncate watermark)
     properties: Mapping[str, str] = field(default_factory=dict)
-    #: why row events cannot be applied (no keys known), else ``None``
+    #: why row events cannot be applied (no keys known, keys the replica cannot take), else
+    #: ``None``; ``key_code`` is their dead letters' code
     key_problem: str | None = None
+    key_code: str = "KEY_UNKNOWN"
+    #: a table without a key: its replica is a multiset of rows (:mod:`cdcflow.engine.multiset`)
+    keyless: bool = False
     #: the source table the replica holds, and other tables whose events would land in it
     identity: SourceIdentity | None = None
     foreign: frozenset[SourceIdentity] = frozenset()
@@ -151,11 +168,17 @@ class TablePlan:
         )
 
     @property
+    def multiset(self) -> bool:
+        """Whether the table is kept without a key, as a multiset of rows, and can be."""
+        return self.keyless and self.key_problem is None
+
+    @property
     def writes_rows(self) -> bool:
         """Whether events of this table are written (else only DDL, or rejections)."""
         if self.mode == "append":
             return True
-        return self.keys is not None and (self.meta.row_events > 0 or self.truncate is not None)
+        known = self.keys is not None or self.multiset
+        return known and (self.meta.row_events > 0 or self.truncate is not None)
 
     @property
     def creates(self) -> bool:
@@ -311,7 +334,7 @@ def decide(
     ``TRUNCATE`` in the columns' order (the producer's sequences do not compare with
     theirs)."""
     target, name, mode = settings.target, settings.name, settings.mode
-    configured_keys = settings.keys
+    configured_keys = settings.key_columns
     table_properties = settings.table_properties
     props = dict(state.properties) if state is not None else {}
     new_props: dict[str, str] = {
@@ -336,7 +359,7 @@ def decide(
         resolve_keys(
             configured_keys, props.get(KEY_PROPERTY), meta.key_sets, source_keys, matched_keys
         )
-        if mode != "append"
+        if mode != "append" and not settings.keyless
         else (None, None)
     )
     dropped = set(settings.except_columns)
@@ -376,11 +399,35 @@ def decide(
         if newest and newest > watermark:
             truncate = watermark = newest
             new_props[TRUNCATE_PROPERTY] = truncate
-    problem = None
-    if keys is None:
+    problem, code = None, "KEY_UNKNOWN"
+    recorded_keys = props.get(KEY_PROPERTY)
+    if settings.keyless:
+        if state is not None and props.get(KEYLESS_PROPERTY) != "true":
+            problem, code = (
+                (
+                    f"replica {name!r} holds one row per key ({recorded_keys or 'keys'}): a table "
+                    f"without a key (tables.{name}.keys: none) needs a replica of its own; set "
+                    f"tables.{name}.name, or drop the replica to rebuild it"
+                ),
+                "KEYS_CHANGED",
+            )
+        elif state is None:
+            new_props[KEYLESS_PROPERTY] = "true"
+    elif props.get(KEYLESS_PROPERTY) == "true":
+        problem, code = (
+            (
+                f"replica {name!r} holds table {name!r} without a key (keys: none), as a multiset "
+                f"of rows: it cannot take keys ({', '.join(keys or ()) or 'none known'}); set "
+                f"tables.{name}.keys: none again, or tables.{name}.name to start a keyed replica"
+            ),
+            "KEYS_CHANGED",
+        )
+        keys = key_source = None
+    elif keys is None:
         problem = (
             f"no key columns known for table {name!r}: the producer sends none; set "
-            f"tables.{name}.keys or the source's keys in the configuration"
+            f"tables.{name}.keys (none for a table without a primary key whose producer sends "
+            "whole before images) or the source's keys in the configuration"
         )
     else:
         for k in keys:
@@ -404,5 +451,7 @@ def decide(
         truncate=truncate,
         properties=new_props,
         key_problem=problem,
+        key_code=code,
+        keyless=settings.keyless,
         **common,  # type: ignore[arg-type]
     )

@@ -28,10 +28,12 @@ Semantics (DESIGN §5, one item each):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdcflow.engine import multiset
 from cdcflow.engine.history import log_source_sql, winners_sql
 from cdcflow.engine.meta import KEY_VALUES, ROW_OPERATIONS, SHAPE_KEY
 from cdcflow.engine.plan import TablePlan
@@ -49,15 +51,17 @@ _EMPTY_MAP = "CAST(map() AS map<string,string>)"
 
 def normalise(value: str, t: str) -> str:
     """SQL turning a wire string into the canonical text of its typed value (``1.50`` in a
-    ``decimal(10,1)`` column is ``1.5``), so equal keys compare equal as text."""
+    ``decimal(10,1)`` column is ``1.5``), so equal keys compare equal as text; ``NULL`` for
+    a value the type cannot read (an event of another type, which the engine rejects: with
+    ANSI casts a failing ``CAST`` would fail the whole batch, at every rerun)."""
     st = storage_type(t)
     if t in ("string", "uuid", "json", "time"):
         return value
     if t == "binary":
-        return f"base64(unbase64({value}))"
+        return f"base64(try_to_binary({value}, 'base64'))"
     if t == "point" or t.startswith("array<"):
         return f"to_json(from_json({value}, {lit(st)}))"
-    return f"CAST(CAST({value} AS {st}) AS string)"
+    return f"CAST(try_cast({value} AS {st}) AS string)"
 
 
 def typed_text(column: str, spark_type_name: str) -> str:
@@ -129,11 +133,13 @@ def encoded_sql(value: str, t: str | None) -> str | None:
     """SQL of the order-preserving encoding of a wire string of type ``t`` (integers, dates,
     timestamps and text), ``None`` for types without one."""
     if t in ("int", "bigint"):
-        return encoded_integer(f"CAST({value} AS decimal(38,0))")
+        return encoded_integer(f"try_cast({value} AS decimal(38,0))")
     if t in ("timestamp", "timestamp_ntz"):
-        return encoded_integer(f"CAST(unix_micros(CAST({value} AS timestamp)) AS decimal(38,0))")
+        return encoded_integer(
+            f"CAST(unix_micros(try_cast({value} AS timestamp)) AS decimal(38,0))"
+        )
     if t == "date":
-        return encoded_integer(f"CAST(unix_date(CAST({value} AS date)) AS decimal(38,0))")
+        return encoded_integer(f"CAST(unix_date(try_cast({value} AS date)) AS decimal(38,0))")
     if t in ("string", "uuid"):
         # characters up to '"' are escaped as in cdcflow.sequence
         chars = (
@@ -192,6 +198,8 @@ class TableStats:
     writes: int = 0
     live: int = 0
     rejected: Mapping[str, int] | None = None
+    #: keyless tables: events replacing a different copy logged by an earlier batch
+    replaced: int = 0
 
     @property
     def duplicates(self) -> int:
@@ -207,8 +215,9 @@ class StageSql:
     ``sequence`` from :func:`sequence_sql`) are validated (:meth:`validated_sql`); the keyed
     tables' rows (:meth:`rows_sql`) give the scd2 tables' winners (:meth:`winners_sql`) and,
     collapsed per key (:meth:`collapsed_sql`) and joined to their tombstones
-    (:meth:`staged_sql`), the merge tables' staged rows; one aggregate counts them all
-    (:meth:`stats_sql`); per table a source view feeds its statement."""
+    (:meth:`staged_sql`), the merge tables' staged rows; the tables without a key have theirs
+    (:meth:`multiset_winners_sql`, :meth:`multiset_staged_sql`); one aggregate counts them
+    all (:meth:`stats_sql`); per table a source view feeds its statement."""
 
     def __init__(self, plans: Sequence[TablePlan]) -> None:
         self.plans = {p.target: p for p in plans}
@@ -216,6 +225,8 @@ class StageSql:
         self.history = [p for p in plans if p.mode == "scd2" and p.keys and p.writes_rows]
         #: the tables written per key (merge and scd2): key values, key rules, rows
         self.keyed = [*self.merge, *self.history]
+        #: the tables without a key, kept as multisets of rows
+        self.multiset = [p for p in plans if p.multiset and p.writes_rows]
 
     # ------------------------------------------------------------------ literal maps
 
@@ -296,11 +307,13 @@ class StageSql:
                 (" OR ".join(parts), "TYPE_CONFLICT", f"CASE _target {' '.join(msgs)} END")
             )
         unknown = [p for p in self.plans.values() if p.key_problem and p.meta.keyed_events]
-        if unknown:
-            targets = string_array(p.target for p in unknown)
+        for code in sorted({p.key_code for p in unknown}):
+            coded = [p for p in unknown if p.key_code == code]
+            targets = string_array(p.target for p in coded)
             cond = f"array_contains({targets}, _target) AND operation IN {_KEYED_OPS}"
-            msg = string_map({p.target: lit(p.key_problem or "") for p in unknown})
-            rules.append((cond, "KEY_UNKNOWN", f"element_at({msg}, _target)"))
+            msg = string_map({p.target: lit(p.key_problem or "") for p in coded})
+            rules.append((cond, code, f"element_at({msg}, _target)"))
+        rules.extend(multiset.rules(self.multiset))
         ordered = [p for p in self.plans.values() if p.sequence_by]
         if ordered:
             targets = string_array(p.target for p in ordered)
@@ -521,13 +534,20 @@ class StageSql:
             FROM (SELECT c.*, {tomb} AS _tomb, {newer} AS _newer FROM {collapsed} c {join})
         """
 
-    def stats_sql(self, validated: str, staged: str | None, winners: str | None) -> str | None:
+    def stats_sql(
+        self,
+        validated: str,
+        staged: str | None,
+        winners: str | None,
+        multiset_staged: str | None = None,
+    ) -> str | None:
         """Counts of every table, from the staged rows (``staged``: the merge tables',
-        ``winners``: the scd2 tables', where staged) in one small aggregate: events,
-        conflicts, winners, events buried by tombstones or a ``TRUNCATE``, deletes and writes,
-        and rejections by code (read by :meth:`stats_of`). Rejections of tables that are not
-        merged (changelogs, tables without keys) are counted over the batch only when a rule
-        other than ``KEY_UNKNOWN`` applies to them. ``None`` when there is nothing to
+        ``winners``: the scd2 tables', ``multiset_staged``: the keyless tables', where staged)
+        in one small aggregate: events, conflicts, winners, events buried by tombstones or a
+        ``TRUNCATE``, deletes and writes, and rejections by code (read by :meth:`stats_of`).
+        Rejections of tables that are not written per key (changelogs, tables whose keys are
+        unknown, keyless tables) are counted over the batch, for those without keys only when
+        a rule other than ``KEY_UNKNOWN`` applies to them. ``None`` when there is nothing to
         count."""
         parts = []
         if staged is not None:
@@ -540,18 +560,19 @@ class StageSql:
                 "+ count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, "
                 "count_if(_live AND NOT _exists) AS deletes, "
                 "count_if(_live AND (_exists OR _soft)) AS writes, "
-                f"count_if(_live) AS live FROM {staged} GROUP BY 1, 2"
+                f"count_if(_live) AS live, 0L AS replaced FROM {staged} GROUP BY 1, 2"
             )
-        marked = [p for p in self.merge if p.watermark]
+        marked = [p for p in [*self.merge, *self.multiset] if p.watermark]
         if marked:
             # events at or below a TRUNCATE the table already reflects
             marks = string_map({p.target: lit(p.watermark) for p in marked})
             parts.append(
                 "SELECT _target, CAST(NULL AS string) AS code, 0L AS n, 0L AS conflicts, "
-                "0L AS winners, count(*) AS buried, 0L AS deletes, 0L AS writes, 0L AS live "
-                f"FROM {validated} WHERE _reject IS NULL AND operation IN {_ROW_OPS} "
-                f"AND array_contains({string_array(p.target for p in marked)}, _target) "
-                f"AND NOT coalesce(sequence > element_at({marks}, _target), false) GROUP BY 1"
+                "0L AS winners, count(*) AS buried, 0L AS deletes, 0L AS writes, 0L AS live, "
+                f"0L AS replaced FROM {validated} WHERE _reject IS NULL AND operation IN "
+                f"{_ROW_OPS} AND array_contains({string_array(p.target for p in marked)}, "
+                f"_target) AND NOT coalesce(sequence > element_at({marks}, _target), false) "
+                "GROUP BY 1"
             )
         if winners is not None:
             # scd2: no event is stale (late ones become history); deletes and writes are the
@@ -560,15 +581,17 @@ class StageSql:
                 "SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, "
                 "sum(_n_in) AS n, sum(_nfp - 1) AS conflicts, count(*) AS winners, 0L AS buried, "
                 "count_if(_op IN ('DELETE', 'TRUNCATE')) AS deletes, "
-                "count_if(_op NOT IN ('DELETE', 'TRUNCATE')) AS writes, count(*) AS live "
-                f"FROM {winners} GROUP BY 1, 2"
+                "count_if(_op NOT IN ('DELETE', 'TRUNCATE')) AS writes, count(*) AS live, "
+                f"0L AS replaced FROM {winners} GROUP BY 1, 2"
             )
+        if multiset_staged is not None:
+            parts.append(multiset.stats_sql(multiset_staged))
         merged = {p.target for p in self.keyed}
         others = [p for t, p in self.plans.items() if t not in merged]
-        if any(p.bad_shapes or p.schema.conflicts or p.foreign for p in others):
+        if any(p.bad_shapes or p.schema.conflicts or p.foreign or p.multiset for p in others):
             parts.append(
                 "SELECT _target, _reject AS code, count(*) AS n, 0L AS conflicts, 0L AS winners, "
-                "0L AS buried, 0L AS deletes, 0L AS writes, 0L AS live "
+                "0L AS buried, 0L AS deletes, 0L AS writes, 0L AS live, 0L AS replaced "
                 f"FROM {validated} WHERE _reject IS NOT NULL AND NOT array_contains("
                 f"{string_array(sorted(merged))}, _target) GROUP BY 1, 2"
             )
@@ -595,23 +618,30 @@ class StageSql:
                 deletes=base.deletes + int(r["deletes"]),
                 writes=base.writes + int(r["writes"]),
                 live=base.live + int(r["live"]),
+                replaced=base.replaced + int(r["replaced"]),
             )
         for p in others:
             if p.key_problem and p.meta.keyed_events and p.target not in counted:
-                rejected.setdefault(p.target, {})["KEY_UNKNOWN"] = p.meta.keyed_events
+                rejected.setdefault(p.target, {})[p.key_code] = p.meta.keyed_events
         for target, codes in rejected.items():
-            base = out.get(target, TableStats())
-            out[target] = TableStats(
-                base.events,
-                base.conflicts,
-                base.winners,
-                base.buried,
-                base.deletes,
-                base.writes,
-                base.live,
-                codes,
-            )
+            out[target] = dataclasses.replace(out.get(target, TableStats()), rejected=codes)
         return out
+
+    # ------------------------------------------------------------------ keyless tables
+
+    def multiset_winners_sql(self, validated: str) -> str:
+        """The keyless tables' winning copy per event (see :mod:`cdcflow.engine.multiset`)."""
+        return multiset.winners_sql(validated, self.multiset)
+
+    def multiset_staged_sql(
+        self, winners: str, log: str | None, pipeline: str, batch_id: int
+    ) -> str:
+        """The keyless tables' winners against the log (``None``: none yet)."""
+        return multiset.staged_sql(winners, log, self.multiset, pipeline, batch_id)
+
+    def multiset_log_source_sql(self, staged: str) -> str:
+        """The log rows of the keyless tables' events the batch logs."""
+        return multiset.log_source_sql(staged, self.multiset)
 
     # ------------------------------------------------------------------ per table
 

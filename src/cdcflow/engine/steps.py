@@ -8,9 +8,10 @@ Two decisions live here, each a pure function the Iceberg layer only carries out
 * :func:`batch_plan`: once the batch is staged and counted, the :class:`BatchPlan` — per
   table an ordered list of :class:`Step` (a truncate, the guarded ``MERGE`` or, into a
   replica the batch creates, an append, the truncate watermark after the rows it removes, a
-  changelog append, an scd2 table's versions), the internal tables' steps (the history log,
-  tombstones, watermarks) and which step waits for which (an scd2 table's versions after the
-  history log holds the batch).
+  changelog append, an scd2 table's versions, a keyless table's copies), the internal
+  tables' steps (the history log, the keyless tables' log, tombstones, watermarks) and which
+  step waits for which (an scd2 table's versions after the history log holds the batch, a
+  keyless table's copies after its log does).
 
 :class:`cdcflow.pipeline.writes.BatchWrites` executes a plan: a table's steps in their order,
 ``parallel_tables`` tables at a time, each statement under the commit ledger; the statements'
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cdcflow.engine import multiset
 from cdcflow.engine.history import create_history_columns
 from cdcflow.engine.plan import TablePlan
 from cdcflow.engine.stage import TableStats, create_changelog_columns, create_replica_columns
@@ -31,6 +33,7 @@ from cdcflow.iceberg.layouts import (
     CHANGELOG_STRUCT,
     HISTORY_STRUCT,
     KEY_PROPERTY,
+    MULTISET_STRUCT,
     TRUNCATE_PROPERTY,
 )
 
@@ -41,7 +44,9 @@ StepKind = Literal[
     "mark_truncate",
     "changelog",
     "versions",
+    "multiset",
     "log",
+    "multiset_log",
     "tombstones",
     "watermarks",
 ]
@@ -65,7 +70,8 @@ class Step:
 @dataclass(frozen=True)
 class BatchPlan:
     """The writes of one staged batch: each table's steps in the order they run, and the
-    internal tables' steps (the history log, tombstones, watermarks, in that order)."""
+    internal tables' steps (the history log, the keyless tables' log, tombstones, watermarks,
+    in that order)."""
 
     tables: Mapping[str, tuple[Step, ...]] = field(default_factory=dict)
     internal: tuple[Step, ...] = ()
@@ -116,6 +122,16 @@ def table_ddl(plan: TablePlan) -> TableDdl | None:
             prefixes = ("before.", "after.")
             return TableDdl(t, name, None, add, widen, props, prefixes)
         return None
+    if plan.multiset:
+        if not plan.exists:
+            if not plan.writes_rows:
+                return None
+            return TableDdl(
+                t, name, multiset.create_columns(plan, MULTISET_STRUCT), properties=props
+            )
+        if add or widen or props:
+            return TableDdl(t, name, None, add, widen, props)
+        return None
     if plan.keys is None:
         # rows cannot be written (no keys known): the columns of a table that has them still
         # follow a batch of DDL only
@@ -134,9 +150,13 @@ def table_ddl(plan: TablePlan) -> TableDdl | None:
     return None
 
 
-def table_steps(plan: TablePlan, stats: TableStats, logged: bool) -> tuple[Step, ...]:
+def table_steps(
+    plan: TablePlan, stats: TableStats, logged: bool, logged_multiset: bool = False
+) -> tuple[Step, ...]:
     """One table's steps, in order (``stats``: its counts in the staged batch; ``logged``:
-    the batch writes the history log, which an scd2 table's versions are computed from)."""
+    the batch writes the history log, which an scd2 table's versions are computed from;
+    ``logged_multiset``: it writes the keyless tables' log, which their copies are counted
+    from)."""
     t = plan.target
     if plan.mode == "scd2":
         if plan.keys is not None and stats.live and logged:
@@ -145,8 +165,15 @@ def table_steps(plan: TablePlan, stats: TableStats, logged: bool) -> tuple[Step,
     if plan.mode == "append":
         rejected = sum((stats.rejected or {}).values())
         return (Step("changelog", t),) if plan.meta.events > rejected else ()
-    truncate = plan.truncate if plan.keys is not None else None
     steps: list[Step] = []
+    if plan.multiset:
+        if stats.writes or plan.truncate is not None:
+            # the copies are counted from the log: after it holds the batch's events
+            steps.append(Step("multiset", t, after=("multiset_log",) if logged_multiset else ()))
+        if plan.truncate is not None:
+            steps.append(Step("mark_truncate", t))
+        return tuple(steps)
+    truncate = plan.truncate if plan.keys is not None else None
     if truncate is not None and not stats.live:
         steps.append(Step("truncate", t))
     if plan.keys is not None and stats.live:
@@ -169,10 +196,16 @@ def batch_plan(
 ) -> BatchPlan:
     """The writes of a staged batch (``logged``: it has winning events of scd2 tables for
     the history log; ``watermarks``: it carries ``RESOLVED`` watermarks to record)."""
-    tables = {p.target: table_steps(p, stats.get(p.target, TableStats()), logged) for p in plans}
+    # the keyless tables' log: the events they apply for the first time
+    counted = any(stats.get(p.target, TableStats()).live for p in plans if p.multiset)
+    tables = {
+        p.target: table_steps(p, stats.get(p.target, TableStats()), logged, counted) for p in plans
+    }
     internal: list[Step] = []
     if logged:
         internal.append(Step("log"))
+    if counted:
+        internal.append(Step("multiset_log"))
     # a hard delete leaves a tombstone; a soft-deleted row keeps its sequence in the replica
     hard = {
         p.target

@@ -13,6 +13,9 @@ Internal tables, one per pipeline namespace, each written at most once per batch
 ``held``           events held until a consistent point (consistency mode)
 ``history_log``    every applied event of the ``scd2`` tables (replica name, key, sequence,
                    operation, image), from which the versions of a key are recomputed
+``multiset_log``   every applied event of the tables without a key (replica name, event id,
+                   the hashes of its images, its after image), from which the number of copies
+                   of a row is counted
 =================  ==============================================================================
 """
 
@@ -26,6 +29,9 @@ CDC_STRUCT = (
     "operation:string, source_timestamp:timestamp, event_id:string, fingerprint:bigint, "
     "deleted:boolean, applied_at:timestamp>"
 )
+#: Metadata column of the replicas of tables without a key (``keys: none``): the hash of the
+#: row's image and which of its copies the row is (1..n).
+MULTISET_STRUCT = "struct<image:string, copy:bigint, applied_at:timestamp>"
 #: Metadata column of append-mode changelogs.
 CHANGELOG_STRUCT = (
     "struct<operation:string, sequence:string, source_timestamp:timestamp, event_id:string, "
@@ -51,6 +57,8 @@ VALIDITY_COLUMNS: tuple[str, ...] = tuple(n for n, _ in VALIDITY)
 
 #: Table property: a replica's key columns, comma-separated.
 KEY_PROPERTY = "cdcflow.key-columns"
+#: Table property: the replica holds a table without a key, as a multiset of rows (``true``).
+KEYLESS_PROPERTY = "cdcflow.keyless"
 #: Table property: rows older than this sequence were removed by a ``TRUNCATE``.
 TRUNCATE_PROPERTY = "cdcflow.truncated-before"
 #: Table property: the shape of the sort fields a table's sequences come from.
@@ -102,6 +110,8 @@ HISTORY_FIELDS: Fields = (
     ("skipped", "map<string,string>"),
     # per table, the newest source commit time among the batch's events (its freshness)
     ("source_times", "map<string,timestamp>"),
+    # messages without a change skipped on purpose (Kafka tombstones…), by reason
+    ("skipped_messages", "map<string,bigint>"),
 )
 
 TOMBSTONES = "tombstones"
@@ -127,6 +137,27 @@ HISTORY_LOG_FIELDS: Fields = (
     ("ts", "timestamp"),
     ("id", "string"),
     ("fp", "bigint"),
+    ("logged_at", "timestamp"),
+)
+
+MULTISET_LOG = "multiset_log"
+#: ``bh``/``ah``: hashes of the event's before and after images (what it removes and adds);
+#: ``prev_bh``/``prev_ah``: those of the copy it replaced; ``pipeline``/``batch_id``: the
+#: batch that logged the row.
+MULTISET_LOG_FIELDS: Fields = (
+    ("target", "string"),
+    ("id", "string"),
+    ("fp", "bigint"),
+    ("seq", "string"),
+    ("op", "string"),
+    ("bh", "string"),
+    ("ah", "string"),
+    ("image", "map<string,string>"),
+    ("ts", "timestamp"),
+    ("prev_bh", "string"),
+    ("prev_ah", "string"),
+    ("pipeline", "string"),
+    ("batch_id", "bigint"),
     ("logged_at", "timestamp"),
 )
 

@@ -21,6 +21,7 @@ from cdcflow.iceberg.layouts import (
     BATCHES,
     DEAD_LETTERS,
     KEY_PROPERTY,
+    KEYLESS_PROPERTY,
     VALIDITY_COLUMNS,
     WATERMARKS,
 )
@@ -126,8 +127,11 @@ class Watermark:
 
 def sort_keys(properties: dict[str, str], columns: Iterable[str]) -> list[tuple[str, bool]]:
     """How ``show`` orders a replica: by its key columns, then a history table by the
-    version's start, a changelog by sequence."""
+    version's start, a changelog by sequence; a table without a key by its rows' images, the
+    copies of one image together."""
     names = list(columns)
+    if properties.get(KEYLESS_PROPERTY) == "true" and "_cdc" in names:
+        return [("_cdc.image", True), ("_cdc.copy", True)]
     keys = [k for k in properties.get(KEY_PROPERTY, "").split(",") if k and k in names]
     if VALIDITY_COLUMNS[0] in names:
         keys.append(VALIDITY_COLUMNS[0])

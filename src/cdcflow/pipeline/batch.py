@@ -25,19 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdcflow.config import MaintenanceConfig, PipelineConfig, SourceConfig, parse_duration
+from cdcflow.decode.columns import SEGMENT, SKIPPED
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
 from cdcflow.engine.execute import BatchStage, newest_truncates
 from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.keys import match_keys
-from cdcflow.engine.meta import (
-    MARKERS,
-    SEGMENT,
-    BatchMeta,
-    aggregate,
-    target_expr,
-    with_batch_columns,
-)
+from cdcflow.engine.meta import MARKERS, BatchMeta, aggregate, target_expr, with_batch_columns
 from cdcflow.engine.plan import Mode, TablePlan, TableSettings, TableState, decide
 from cdcflow.engine.rules import applied, conditions, marked_sql
 from cdcflow.engine.segments import SegmentResult, SegmentStage
@@ -53,6 +47,7 @@ from cdcflow.iceberg.layouts import (
     BATCHES,
     HELD,
     KEY_PROPERTY,
+    MULTISET_LOG,
     SEGMENT_FIELDS,
     SEGMENTS,
     TOMBSTONES,
@@ -62,7 +57,7 @@ from cdcflow.iceberg.maintain import MAINTENANCE, MAINTENANCE_FIELDS, Action, Ma
 from cdcflow.iceberg.tombstones import TombstoneIndex, ensure_tombstones
 from cdcflow.iceberg.write import Writer
 from cdcflow.pipeline.checkpoint import DIRECT
-from cdcflow.pipeline.report import BatchReport, Reports
+from cdcflow.pipeline.report import UNDECODED, BatchReport, Reports
 from cdcflow.pipeline.writes import BatchContext, BatchWork, BatchWrites
 from cdcflow.spark.sql import ScopedPool, lit, q, views_dropped
 
@@ -461,7 +456,7 @@ class BatchRunner:
         self.small = meta.events + meta.rejected + meta.segments < SMALL_BATCH
         self._adapt(spark)
         valid = decoded.where("error_code IS NULL")
-        events = valid.where(f"NOT (operation <=> '{SEGMENT}')")
+        events = valid.where(f"NOT (operation <=> '{SEGMENT}' OR operation <=> '{SKIPPED}')")
         if meta.rejected:
             rejected = decoded.where("error_code IS NOT NULL")
             ctx.dead.append(rejected_rows(rejected, self.pipeline_id, ctx.batch_id))
@@ -490,7 +485,7 @@ class BatchRunner:
         for st in seg.statements:
             self.writer.run(spark, st, batch_id)
         assembled = self._columns(seg.assembled)
-        whole = assembled.where("error_code IS NULL")
+        whole = assembled.where(f"error_code IS NULL AND NOT (operation <=> '{SKIPPED}')")
         if seg.complete:
             meta.add(aggregate(spark, whole))
         if seg.rejected:
@@ -519,7 +514,10 @@ class BatchRunner:
         if hold.unchanged:
             return hold, events, meta
         released = BatchMeta(
-            segments=meta.segments, rejected=meta.rejected, rejected_codes=meta.rejected_codes
+            segments=meta.segments,
+            rejected=meta.rejected,
+            rejected_codes=meta.rejected_codes,
+            skipped=meta.skipped,
         )
         released.add(aggregate(spark, hold.events))
         return hold, hold.events, released
@@ -542,6 +540,7 @@ class BatchRunner:
             s.target
             for s in pending
             if s.mode != "append"
+            and not s.keyless
             and meta.tables[s.target].positional_keys
             and not meta.tables[s.target].key_sets
             and not s.keys
@@ -607,7 +606,7 @@ class BatchRunner:
             stats: dict[str, TableStats] = {}
             before: int | None = None
             try:
-                if stage is not None and (stage.keyed or stage.has_rules):
+                if stage is not None and (stage.keyed or stage.multiset or stage.has_rules):
                     with clock.stage("validate"):
                         tombs, looked = None, None
                         if stage.merge and self.catalog.exists(spark, self.internal, TOMBSTONES):
@@ -618,8 +617,13 @@ class BatchRunner:
                             if looked:
                                 tombs = self.catalog.ident(self.internal, TOMBSTONES)
                         before = self.tombstones.snapshot
-                        if stage.keyed:
-                            stage.stage(tombs, looked)
+                        if stage.keyed or stage.multiset:
+                            log = None
+                            if stage.multiset and self.catalog.exists(
+                                spark, self.internal, MULTISET_LOG
+                            ):
+                                log = self.catalog.ident(self.internal, MULTISET_LOG)
+                            stage.stage(tombs, looked, log, (self.pipeline_id, ctx.batch_id))
                         stats = stage.stats()
                     if any(s.rejected for s in stats.values()):
                         ctx.dead.append(stage.rejected(self.pipeline_id, ctx.batch_id))
@@ -663,10 +667,13 @@ class BatchRunner:
                 codes[code] = codes.get(code, 0) + n
         if undelivered:
             codes["DELIVERY_FAILED"] = codes.get("DELIVERY_FAILED", 0) + undelivered
+        operations = dict(meta.ops)
+        if unread:
+            operations[UNDECODED] = unread
         report = BatchReport(
             batch_id=ctx.batch_id,
             events=total,
-            operations=dict(meta.ops),
+            operations=operations,
             duplicates=duplicates,
             conflicts=conflicts,
             stale=stale,
@@ -683,6 +690,7 @@ class BatchRunner:
             released=hold.released if hold is not None else 0,
             stages=dict(clock.seconds),
             skipped=dict(self.skipped),
+            skipped_messages=dict(meta.skipped),
             dead_letter_codes=codes,
         )
         with clock.stage("history"):

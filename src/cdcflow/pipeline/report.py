@@ -27,6 +27,9 @@ STAGES: tuple[str, ...] = (
     "dead_letters",
     "history",
 )
+#: The operation breakdown's entry for messages (and segments of split messages) that gave no
+#: event and were dead-lettered as they came: with it the breakdown sums to ``events``.
+UNDECODED = "UNDECODED"
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ class BatchReport:
 
     ``events = applied + duplicates + stale + conflicts + dead_lettered``
 
+    ``operations`` breaks ``events`` down by operation (messages that gave no event under
+    :data:`UNDECODED`), so it sums to ``events`` too.
+
     ``undelivered``: events applied whose delivery to an output failed (dead letters too,
     ``DELIVERY_FAILED``, not part of the identity)."""
 
@@ -131,6 +137,9 @@ class BatchReport:
     #: a Kafka source with ``fail_on_data_loss: false``: offsets no longer in Kafka when the
     #: batch read, ``<topic>-<partition>`` → ``<from>-<to>`` (``to`` excluded)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: messages that carry no change, skipped on purpose (outside ``events``), by reason:
+    #: ``tombstone`` (a Kafka record with a null value), ``heartbeat``, ``key``, …
+    skipped_messages: dict[str, int] = field(default_factory=dict)
     #: maintenance run after the batch, an action a line (see :mod:`cdcflow.iceberg.maintain`)
     maintenance: tuple[str, ...] = ()
     #: the same actions as data
@@ -231,6 +240,10 @@ def format_report(report: BatchReport, source: bool = False) -> str:
     if slowest is not None:
         extra += f" · slowest stage {slowest[0]} {slowest[1]:.1f}s"
     undelivered = f" · {report.undelivered:,} undelivered" if report.undelivered else ""
+    if report.skipped_messages:
+        n = sum(report.skipped_messages.values())
+        why = " ".join(f"{k}={v:,}" for k, v in sorted(report.skipped_messages.items()))
+        extra += f" · {n:,} message(s) without a change skipped ({why})"
     if report.skipped:
         lost = ", ".join(f"{tp} {span}" for tp, span in sorted(report.skipped.items()))
         extra += f" · offsets no longer in Kafka, skipped: {lost}"

@@ -3,11 +3,12 @@
 :class:`BatchWrites` executes what :mod:`cdcflow.engine.steps` decided: each table's DDL
 before the batch is staged, then the batch's plan — each table's steps (a truncate, the
 guarded ``MERGE`` or the append into a replica the batch created, the changelog, the
-truncate watermark, an scd2 table's versions after the history log) ``parallel_tables`` at a
-time on the batch's pool, each under the commit ledger
-(:mod:`cdcflow.iceberg.write`), and the internal tables' (history log, tombstones,
-watermarks), then the dead letters and the batch history. The statements' text comes from
-:mod:`cdcflow.engine.stage` and :mod:`cdcflow.engine.history`; nothing here decides.
+truncate watermark, an scd2 table's versions after the history log, a keyless table's
+copies after its log) ``parallel_tables`` at a time on the batch's pool, each under the
+commit ledger (:mod:`cdcflow.iceberg.write`), and the internal tables' (history log, the
+keyless tables' log, tombstones, watermarks), then the dead letters and the batch history.
+The statements' text comes from :mod:`cdcflow.engine.stage`, :mod:`cdcflow.engine.history`
+and :mod:`cdcflow.engine.multiset`; nothing here decides.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdcflow.config import PipelineConfig
+from cdcflow.engine import multiset
 from cdcflow.engine.execute import BatchStage, release_checkpoint
 from cdcflow.engine.history import (
     history_write_sql,
@@ -48,6 +50,8 @@ from cdcflow.iceberg.layouts import (
     HISTORY_FIELDS,
     HISTORY_LOG,
     HISTORY_LOG_FIELDS,
+    MULTISET_LOG,
+    MULTISET_LOG_FIELDS,
     TOMBSTONES,
     TRUNCATE_PROPERTY,
     WATERMARK_FIELDS,
@@ -175,6 +179,9 @@ class BatchWrites:
         assert work.stage is not None
         if step.kind == "log":
             return self.history_log(ctx, work.stage)
+        if step.kind == "multiset_log":
+            replaces = any(work.stats.get(p.target, TableStats()).replaced for p in work.plans)
+            return self.multiset_log(ctx, work.stage, replaces)
         if step.kind == "tombstones":
             return self.tombstones(ctx, work.stage)
         raise ValueError(f"not an internal step: {step.name}")
@@ -207,6 +214,11 @@ class BatchWrites:
         seconds = time.perf_counter() - began
         if plan.mode == "append":
             outcome = TableOutcome(plan.name, "append", events, dead_lettered=rejected)
+        elif plan.multiset:
+            # nothing is stale but what a TRUNCATE the table has seen buried
+            outcome = TableOutcome(
+                plan.name, "merge", events, s.duplicates, s.conflicts, s.buried, rejected, seconds
+            )
         elif plan.mode == "scd2":
             outcome = TableOutcome(
                 plan.name, "scd2", events, s.duplicates, s.conflicts, 0, rejected, seconds
@@ -244,6 +256,8 @@ class BatchWrites:
         ident = self.catalog.ident(self.namespace, plan.name)
         if step.kind == "versions":
             return self.versions(ctx, plan, stage)
+        if step.kind == "multiset":
+            return self.multiset(ctx, plan, stage)
         if step.kind == "mark_truncate":
             assert plan.truncate is not None
             self.catalog.alter(
@@ -278,6 +292,41 @@ class BatchWrites:
         sql = log_merge_sql(ident, stage.history_log_source(), [p.name for p in stage.history])
         st = Statement(self.internal, HISTORY_LOG, "log", sql)
         return self.writer.run(spark, st, ctx.batch_id)
+
+    def multiset_log(self, ctx: BatchContext, stage: BatchStage, replaces: bool) -> Written:
+        """Record the keyless tables' events the batch applies first (appended; merged when
+        some replace a different copy logged before)."""
+        spark = ctx.spark
+        self.catalog.ensure_table(
+            spark, self.internal, MULTISET_LOG, MULTISET_LOG_FIELDS, partitioned_by="target"
+        )
+        ident = self.catalog.ident(self.internal, MULTISET_LOG)
+        sql = multiset.log_write_sql(
+            ident,
+            stage.multiset_log_source(),
+            stage.multiset,
+            self.pipeline_id,
+            ctx.batch_id,
+            replaces,
+        )
+        st = Statement(self.internal, MULTISET_LOG, "multiset_log", sql, once=True)
+        return self.writer.run(spark, st, ctx.batch_id, ctx.check)
+
+    def multiset(self, ctx: BatchContext, plan: TablePlan, stage: BatchStage) -> Written:
+        """Make one keyless replica hold the images the batch touched as many times as the
+        log counts them (appended into a replica the batch created)."""
+        spark = ctx.spark
+        # a batch that only truncates may find no log yet
+        self.catalog.ensure_table(
+            spark, self.internal, MULTISET_LOG, MULTISET_LOG_FIELDS, partitioned_by="target"
+        )
+        log = self.catalog.ident(self.internal, MULTISET_LOG)
+        ident = self.catalog.ident(self.namespace, plan.name)
+        sql = multiset.write_sql(ident, plan, stage.multiset_source(plan, log))
+        st = Statement(
+            self.namespace, plan.name, "multiset", sql, once=not plan.exists, report=True
+        )
+        return self.writer.run(spark, st, ctx.batch_id, ctx.check)
 
     def versions(self, ctx: BatchContext, plan: TablePlan, stage: BatchStage) -> Written:
         """Recompute the versions of the keys the batch touched and make the history table
@@ -338,6 +387,9 @@ class BatchWrites:
         tables = ", ".join(f"{lit(k)}, CAST({v} AS bigint)" for k, v in report.tables.items())
         stages = ", ".join(f"{lit(k)}, CAST({v:.3f} AS double)" for k, v in clock.seconds.items())
         lost = ", ".join(f"{lit(k)}, {lit(v)}" for k, v in sorted(report.skipped.items()))
+        passed = ", ".join(
+            f"{lit(k)}, CAST({v} AS bigint)" for k, v in sorted(report.skipped_messages.items())
+        )
         times = ", ".join(
             f"{lit(o.table)}, timestamp_micros({round(o.newest.timestamp() * 1e6)})"
             for o in report.outcomes
@@ -346,7 +398,8 @@ class BatchWrites:
         sql = f"""
             INSERT INTO {ident} (pipeline, batch_id, started_at, finished_at, events, operations,
                                  duplicates, conflicts, stale, dead_lettered, tables, seconds,
-                                 stages, source, applied, undelivered, skipped, source_times)
+                                 stages, source, applied, undelivered, skipped, source_times,
+                                 skipped_messages)
             SELECT {lit(self.pipeline_id)}, {report.batch_id},
               timestamp_millis({int(ctx.started * 1000)}), current_timestamp(), {report.events},
               {f"map({ops})" if ops else "CAST(map() AS map<string,bigint>)"},
@@ -356,6 +409,7 @@ class BatchWrites:
               {f"map({stages})" if stages else "CAST(map() AS map<string,double>)"},
               {lit(self.source)}, {report.applied}, {report.undelivered},
               {f"map({lost})" if lost else "CAST(map() AS map<string,string>)"},
-              {f"map({times})" if times else "CAST(map() AS map<string,timestamp>)"}
+              {f"map({times})" if times else "CAST(map() AS map<string,timestamp>)"},
+              {f"map({passed})" if passed else "CAST(map() AS map<string,bigint>)"}
         """
         self.writer.run(spark, Statement(self.internal, BATCHES, "history", sql), report.batch_id)

@@ -2,7 +2,7 @@
 (none)
 
 -- validated
-SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id')), _target), ', '), '] of table ', element_at(map('orders', 'orders'), _target)) END AS _reason FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(CAST(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS bigint) AS string)) END AS _kv FROM events)
+SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id')), _target), ', '), '] of table ', element_at(map('orders', 'orders'), _target)) END AS _reason FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(try_cast(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS bigint) AS string)) END AS _kv FROM events)
 
 -- rejected
 SELECT * FROM validated WHERE _reject IS NOT NULL
@@ -14,7 +14,7 @@ SELECT _target, v.k AS _kv,
                    sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item,
                    v.op AS _op, partial AND v.op <> 'DELETE' AS _partial, v.a AS _after,
                    v.fp AS _fp, _reject IS NOT NULL AS _bad
-            FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(CAST(before['id'] AS bigint) AS string)) END AS _okv FROM validated
+            FROM (SELECT *, CASE WHEN _target IN ('orders') THEN array(CAST(try_cast(before['id'] AS bigint) AS string)) END AS _okv FROM validated
                   WHERE array_contains(array('orders'), _target) AND (_reject IS NOT NULL
                     OR (operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT')
                         AND sequence > coalesce(element_at(CAST(map() AS map<string,string>), _target), ''))))
@@ -62,7 +62,7 @@ SELECT _target, _kj, _kv, _seq, _bad, _top._op AS _op, _top._ts AS _ts,
             FROM (SELECT c.*, CAST(NULL AS string) AS _tomb, CASE WHEN size(_parts) = 0 THEN _parts ELSE array_sort(filter(_parts, x -> x.s > coalesce(_base_seq, '')), (l, r) -> CASE WHEN l.s < r.s THEN -1 WHEN l.s > r.s THEN 1 ELSE 0 END) END AS _newer FROM collapsed c )
 
 -- stats
-SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) + count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, count_if(_live AND NOT _exists) AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, count_if(_live) AS live FROM staged GROUP BY 1, 2
+SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) + count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, count_if(_live AND NOT _exists) AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, count_if(_live) AS live, 0L AS replaced FROM staged GROUP BY 1, 2
 
 -- merge source orders
 SELECT *, CASE WHEN size(map_filter(map_from_arrays(array('name', 'price'), array(`_cs0`, `_cs1`)), (k, v) -> v > coalesce(_base_seq, ''))) = 0 THEN NULL ELSE map_filter(map_from_arrays(array('name', 'price'), array(`_cs0`, `_cs1`)), (k, v) -> v > coalesce(_base_seq, '')) END AS _colseqs FROM (SELECT cast(_kv[0] as bigint) AS `_k0`, CASE WHEN _tomb IS NOT NULL AND coalesce(_cs['name'], _base_seq) <= _tomb THEN NULL ELSE _img['name'] END AS `_c0`, CASE WHEN _tomb IS NOT NULL AND coalesce(_cs['price'], _base_seq) <= _tomb THEN NULL ELSE cast(_img['price'] as decimal(10,2)) END AS `_c1`, CASE WHEN _tomb IS NOT NULL AND coalesce(coalesce(_cs['name'], _base_seq), '') <= _tomb THEN _tomb ELSE coalesce(_cs['name'], _base_seq) END AS `_cs0`, CASE WHEN _tomb IS NOT NULL AND coalesce(coalesce(_cs['price'], _base_seq), '') <= _tomb THEN _tomb ELSE coalesce(_cs['price'], _base_seq) END AS `_cs1`, _seq, _op, _ts, _id, _fp, _exists, CASE WHEN _tomb IS NOT NULL AND coalesce(_base_seq, '') <= _tomb THEN _tomb ELSE _base_seq END AS _base_seq FROM staged WHERE _target = 'orders' AND _live)

@@ -2,7 +2,7 @@
 (none)
 
 -- validated
-SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id'), 'customers', array('id')), _target), ', '), '] of table ', element_at(map('customers', 'customers', 'orders', 'orders'), _target)) END AS _reason FROM (SELECT *, CASE WHEN _target IN ('orders', 'customers') THEN array(CAST(CAST(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS bigint) AS string)) END AS _kv FROM events)
+SELECT *, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN 'KEY_MISSING' END AS _reject, CASE WHEN _kv IS NOT NULL AND operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT') AND ((size(_kv) > 0 AND get(_kv, 0) IS NULL)) THEN concat('row event lacks a value (of the column type) for key column(s) [', array_join(element_at(map('orders', array('id'), 'customers', array('id')), _target), ', '), '] of table ', element_at(map('customers', 'customers', 'orders', 'orders'), _target)) END AS _reason FROM (SELECT *, CASE WHEN _target IN ('orders', 'customers') THEN array(CAST(try_cast(coalesce(key['id'], get(from_json(metadata['key_values'], 'array<string>'), 0), (CASE WHEN operation = 'DELETE' THEN before ELSE after END)['id']) AS bigint) AS string)) END AS _kv FROM events)
 
 -- rejected
 SELECT * FROM validated WHERE _reject IS NOT NULL
@@ -14,7 +14,7 @@ SELECT _target, v.k AS _kv,
                    sequence AS _seq, timestamp AS _ts, id AS _id, origin, offset, item,
                    v.op AS _op, partial AND v.op <> 'DELETE' AS _partial, v.a AS _after,
                    v.fp AS _fp, _reject IS NOT NULL AS _bad
-            FROM (SELECT *, CASE WHEN _target IN ('orders', 'customers') THEN array(CAST(CAST(before['id'] AS bigint) AS string)) END AS _okv FROM validated
+            FROM (SELECT *, CASE WHEN _target IN ('orders', 'customers') THEN array(CAST(try_cast(before['id'] AS bigint) AS string)) END AS _okv FROM validated
                   WHERE array_contains(array('orders', 'customers'), _target) AND (_reject IS NOT NULL
                     OR (operation IN ('DELETE', 'INSERT', 'SNAPSHOT', 'UPDATE', 'UPSERT')
                         AND sequence > coalesce(element_at(CAST(map() AS map<string,string>), _target), ''))))
@@ -85,7 +85,7 @@ SELECT _target, _kj, _kv, _seq, _bad, _top._op AS _op, _top._ts AS _ts,
             FROM (SELECT c.*, tb.seq AS _tomb, CASE WHEN size(_parts) = 0 THEN _parts ELSE array_sort(filter(_parts, x -> x.s > coalesce(_base_seq, '')), (l, r) -> CASE WHEN l.s < r.s THEN -1 WHEN l.s > r.s THEN 1 ELSE 0 END) END AS _newer FROM collapsed c LEFT JOIN (SELECT t.target, t.key, max(t.seq) AS seq FROM (SELECT target, key, seq FROM cat.`shop__cdcflow`.`tombstones` WHERE target IN ('orders')) t LEFT SEMI JOIN (SELECT element_at(map('customers', 'customers', 'orders', 'orders'), _target) AS _name, _kj FROM collapsed) k ON t.target = k._name AND t.key = k._kj GROUP BY t.target, t.key) tb ON tb.target = element_at(map('customers', 'customers', 'orders', 'orders'), c._target) AND tb.key = c._kj)
 
 -- stats
-SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) + count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, count_if(_live AND NOT _exists) AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, count_if(_live) AS live FROM staged GROUP BY 1, 2 UNION ALL SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, sum(_n_in) AS n, sum(_nfp - 1) AS conflicts, count(*) AS winners, 0L AS buried, count_if(_op IN ('DELETE', 'TRUNCATE')) AS deletes, count_if(_op NOT IN ('DELETE', 'TRUNCATE')) AS writes, count(*) AS live FROM winners GROUP BY 1, 2
+SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, sum(_n_in) AS n, sum(_n_conf) AS conflicts, sum(_n_win) AS winners, sum(CASE WHEN NOT _live AND NOT _bad THEN _n_win ELSE 0 END) + count_if(_live AND _seq = _tomb) + sum(_n_buried) AS buried, count_if(_live AND NOT _exists) AS deletes, count_if(_live AND (_exists OR _soft)) AS writes, count_if(_live) AS live, 0L AS replaced FROM staged GROUP BY 1, 2 UNION ALL SELECT _target, CASE WHEN _bad THEN substring(_kj, 2) END AS code, sum(_n_in) AS n, sum(_nfp - 1) AS conflicts, count(*) AS winners, 0L AS buried, count_if(_op IN ('DELETE', 'TRUNCATE')) AS deletes, count_if(_op NOT IN ('DELETE', 'TRUNCATE')) AS writes, count(*) AS live, 0L AS replaced FROM winners GROUP BY 1, 2
 
 -- history log source
 SELECT element_at(map('customers', 'customers', 'orders', 'orders'), _target) AS target, _kj AS key, _seq AS seq, _op AS op, _partial AS partial, _after AS image, _ts AS ts, _id AS id, _fp AS fp FROM winners WHERE NOT _bad

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from cdcflow import positions, sequence
+from cdcflow import positions
 from cdcflow.dialects.base import (
     BASE_TRANSPORTS,
     Batch,
@@ -446,7 +446,8 @@ class CockroachDbDialect(Dialect):
         ident = (
             f"crdb-resolved:{topic or ''}:{'' if ctx.partition is None else ctx.partition}:{hlc}"
         )
-        order = Order(sequence.encode((wall, logical)), {"hlc": hlc, "resolved": hlc})
+        seq = self.sequence_of((wall, logical), ("resolved", "resolved"))
+        order = Order(seq, {"hlc": hlc, "resolved": hlc})
         return self.make_event(
             "RESOLVED",
             (None, None, None),
@@ -558,6 +559,7 @@ class CockroachDbDialect(Dialect):
                 "table",
             )
         database, schema, table, family = split_topic(found)
+        ctx.item.table = table
         return database, schema, table, family, found
 
     def _row_event(self, row: RowChange, ctx: Context) -> Decoded:
@@ -642,7 +644,8 @@ class CockroachDbDialect(Dialect):
             position["hlc"] = f"{wall}.{logical:010d}"
             ctx.meta["sequence_source"] = hlc_source or "updated"
             instant = wall_time(commit_ns if commit_ns is not None else wall)
-            return Order(sequence.encode((wall, logical)), position, instant)
+            fields = (hlc_source or "updated",) * 2
+            return Order(self.sequence_of((wall, logical), fields), position, instant)
         ts = wall_time(commit_ns) if commit_ns is not None else None
         return Order(self.delivery_order(ctx.item), position, ts)
 

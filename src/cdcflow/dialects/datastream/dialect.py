@@ -4,12 +4,13 @@ ordering per source and keys (Avro types from :mod:`.avro`). See ``docs/dialects
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from cdcflow import positions, sequence
+from cdcflow import positions
 from cdcflow.dialects.base import (
     Capabilities,
     Decoded,
@@ -67,6 +68,15 @@ POSITION_FIELDS: tuple[str, ...] = (
     "record_sequence",
     "mod_index",
 )
+
+#: Source → the ``source_metadata`` field each element of its native position comes from.
+NATIVE_FIELDS: dict[str, tuple[str, ...]] = {
+    "mysql": ("log_file", "log_position"),
+    "oracle": ("scn", "rs_id", "rs_id", "rs_id", "ssn"),
+    "postgres": ("lsn",),
+    "sqlserver": ("lsn",),
+    "spanner": ("commit_timestamp", "record_sequence", "mod_index"),
+}
 
 #: ``source_metadata`` fields kept in ``metadata``.
 METADATA_FIELDS: tuple[str, ...] = (
@@ -188,6 +198,7 @@ class DatastreamDialect(Dialect):
         database, schema, table = _where(source, meta, doc)
         if not table:
             raise self.fail("MISSING_TABLE", "no table in 'source_metadata' and no 'object'")
+        item.table = table
 
         metadata: dict[str, Any] = {k: doc[k] for k in _ENVELOPE_METADATA if doc.get(k) is not None}
         metadata.update({k: meta[k] for k in METADATA_FIELDS if meta.get(k) is not None})
@@ -343,12 +354,16 @@ class DatastreamDialect(Dialect):
         try:
             native = None if backfill else _native_position(source, meta)
             if native is not None:
-                return Order(sequence.encode((phase, *native, half)), position)
+                fields = [f"source_metadata.{f}" for f in NATIVE_FIELDS[source or ""]]
+                seq = self.sequence_of((phase, *native, half), ["", *fields])
+                return Order(seq, position)
             if isinstance(sort_keys, list) and sort_keys:
                 elements = [_sort_element(k) for k in sort_keys]
                 metadata["sequence_source"] = "sort_keys"
                 metadata["sequence_shape"] = _shape(elements)
-                return Order(sequence.encode((phase, *elements, half)), position)
+                fields = [f"sort_keys[{i}]" for i in range(len(elements))]
+                seq = self.sequence_of((phase, *elements, half), ["", *fields])
+                return Order(seq, position)
         except ValueError as e:
             raise self.fail("BAD_POSITION", str(e)) from None
         ts = doc.get("source_timestamp")
@@ -358,7 +373,8 @@ class DatastreamDialect(Dialect):
             except (ValueTypeError, ValueError, OverflowError) as e:
                 raise self.fail("BAD_TIMESTAMP", f"source_timestamp: {e}") from None
             metadata["sequence_source"] = "source_timestamp"
-            return Order(sequence.encode((phase, micros, half)), position)
+            seq = self.sequence_of((phase, micros, half), ("", "source_timestamp"))
+            return Order(seq, position)
         return Order(self.delivery_order(item), position)
 
     # ------------------------------------------------------------------ BigQuery rows
@@ -371,6 +387,7 @@ class DatastreamDialect(Dialect):
         table = self.options.extra.get("table") or stem(item.msg.origin)
         if not table:
             raise self.fail("MISSING_TABLE", "a BigQuery row names no table; set option 'table'")
+        item.table = table
         change = meta.get("CHANGE_TYPE")
         if change is not None:
             norm = str(change).strip().upper()
@@ -420,15 +437,23 @@ class DatastreamDialect(Dialect):
         sort_keys = meta.get("SORT_KEYS")
         csn = meta.get("CHANGE_SEQUENCE_NUMBER")
         if isinstance(sort_keys, list) and sort_keys:
-            elements = [_sort_element(k) for k in sort_keys]
-            seq = sequence.encode((1, *elements, half))
+            try:
+                elements = [_sort_element(k) for k in sort_keys]
+            except ValueError as e:
+                raise self.fail("BAD_POSITION", f"SORT_KEYS: {e}") from None
+            fields = [f"SORT_KEYS[{i}]" for i in range(len(elements))]
+            seq = self.sequence_of((1, *elements, half), ["", *fields])
             metadata["sequence_source"] = "sort_keys"
             metadata["sequence_shape"] = _shape(elements)
         elif csn is not None:
-            seq = sequence.encode((1, _sort_element(csn), half))
+            try:
+                element = _sort_element(csn)
+            except ValueError as e:
+                raise self.fail("BAD_POSITION", f"CHANGE_SEQUENCE_NUMBER: {e}") from None
+            seq = self.sequence_of((1, element, half), ("", "CHANGE_SEQUENCE_NUMBER"))
             metadata["sequence_source"] = "change_sequence_number"
         elif micros is not None:
-            seq = sequence.encode((1, micros, half))
+            seq = self.sequence_of((1, micros, half), ("", "SOURCE_TIMESTAMP"))
             metadata["sequence_source"] = "source_timestamp"
         else:
             seq = self.delivery_order(item)
@@ -558,8 +583,14 @@ def _sort_element(v: Any) -> int | str | None:
         return int(v)
     if isinstance(v, int):
         return v
-    if isinstance(v, float | Decimal) and v == int(v):
-        return int(v)
+    if isinstance(v, float | Decimal):
+        if not math.isfinite(v):
+            raise ValueError(f"sort key {v!r} is not a finite number")
+        if isinstance(v, float) and v.is_integer() and abs(v) >= 2**53:
+            # JSON read without exact numbers makes an integer past 64 bits a float
+            raise ValueError(f"sort key {v!r} is not an exact integer")
+        if v == int(v):
+            return int(v)
     if isinstance(v, dt.datetime):
         return _micros(v)
     return json_bytes(v).decode()

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from cdcflow import positions, sequence
+from cdcflow import positions
 from cdcflow.dialects.base import (
     Capabilities,
     Decoded,
@@ -150,6 +150,17 @@ ORDER: dict[str, Callable[[Mapping[str, Any]], tuple[int, ...]]] = {
     ),
 }
 ORDER["mariadb"] = ORDER["vitess"] = ORDER["mysql"]
+#: Connector → the ``source`` field each element of its ordering tuple comes from (a
+#: PostgreSQL event without ``sequence``: both from ``lsn``).
+ORDER_FIELDS: dict[str, tuple[str, ...]] = {
+    "postgresql": ("sequence", "sequence"),
+    "mysql": ("file", "pos", "row"),
+    "sqlserver": ("commit_lsn", "change_lsn", "event_serial_no"),
+    "oracle": ("commit_scn", "scn", "rs_id", "rs_id", "rs_id", "ssn"),
+    "mongodb": ("ts_ms", "ord"),
+    "db2": ("commit_lsn", "change_lsn"),
+}
+ORDER_FIELDS["mariadb"] = ORDER_FIELDS["vitess"] = ORDER_FIELDS["mysql"]
 #: Connector → the ``source`` field without which it has no position (e.g. Flink CDC's
 #: MySQL source writes ``"file": ""``): such events fall back to delivery order.
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -378,6 +389,15 @@ class DebeziumDialect(Dialect):
         elif op is None:
             op = self.options.extra.get("operation")
             if op not in ("INSERT", "UPSERT", "SNAPSHOT"):
+                if not meta and not schema_name(doc).endswith(".Value"):
+                    # nothing of Debezium's in it: not a row that lacks its operation
+                    raise self.fail(
+                        "NOT_AN_EVENT",
+                        f"not a change event of {self.name}: an object without 'op' and without "
+                        f"the '__' fields of a flattened row (fields {sorted(map(str, row))[:8]}); "
+                        "rows flattened by ExtractNewRecordState without add.fields are read "
+                        "with the source option operation (INSERT, UPSERT or SNAPSHOT)",
+                    )
                 raise self.fail(
                     "OPERATION_UNKNOWN",
                     "a flattened row without __op or __deleted: add 'op' to the transform's "
@@ -478,6 +498,7 @@ class DebeziumDialect(Dialect):
                 "no source.table, Kafka topic or source option table names the table",
             )
         schema = src.get("schema")
+        item.table = table
         return text(src.get("db")), text(schema), table
 
     def _order(
@@ -502,7 +523,13 @@ class DebeziumDialect(Dialect):
             # the snapshot's position names it: one started again after a crash is another
             txid = "snapshot:" + ":".join(str(p) for p in parts)
         item.meta["sequence_source"] = f"source.{connector}"
-        return Order(sequence.encode((0 if snapshot else 1, *parts)), position or None, ts, txid)
+        fields = ORDER_FIELDS[connector or ""]
+        if connector == "postgresql" and not src.get("sequence"):
+            fields = ("lsn", "lsn")
+        seq = self.sequence_of(
+            (0 if snapshot else 1, *parts), ["source.snapshot", *(f"source.{f}" for f in fields)]
+        )
+        return Order(seq, position or None, ts, txid)
 
     def _typed(
         self,
