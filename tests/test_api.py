@@ -12,6 +12,7 @@ import yaml
 
 import cdcflow.api as cdc
 from cdcflow.config import load_config
+from cdcflow.decode.columns import SKIPPED
 from cdcflow.decode.spark import decode_records
 from cdcflow.errors import ConfigError
 from cdcflow.testing.renderers import renderer_names
@@ -39,10 +40,14 @@ def test_kafka_records_of_every_dialect_decode_to_the_events_of_the_files(
     expected, segments = reference(r)
     rows = _decoded(r)
     assert not [x for x in rows if x["error_code"]], [x for x in rows if x["error_code"]][:1]
-    events = [x for x in rows if x["operation"] != "SEGMENT"]
+    events = [x for x in rows if x["operation"] not in ("SEGMENT", SKIPPED)]
     assert sorted(map(same, events), key=repr) == expected
     assert sum(x["operation"] == "SEGMENT" for x in rows) == segments
     sent = {(x["topic"], x["partition"], x["offset"]): x for x in r.rows}
+    # a message without a change (a Kafka tombstone: no value) is counted, not decoded
+    skipped = [x for x in rows if x["operation"] == SKIPPED]
+    tombstones = [f"kafka://{t}/{p}#{o}" for (t, p, o), x in sent.items() if not x["value"]]
+    assert sorted(f"{x['origin']}#{x['offset']}" for x in skipped) == sorted(tombstones)
     for e in events:
         meta = e["metadata"]
         topic, partition = meta["kafka_topic"], int(meta["kafka_partition"])
@@ -81,7 +86,7 @@ def test_a_record_that_cannot_be_read_is_a_coded_rejection_at_its_coordinates(
     confluent = b"\x00\x00\x00\x00\x07not avro"
     rows = [
         {**r.rows[0], "value": confluent, "offset": 41},
-        {**r.rows[0], "value": None, "offset": 42},  # a tombstone: no event, no rejection
+        {**r.rows[0], "value": None, "offset": 42},  # a tombstone: counted, not rejected
         {"value": r.rows[0]["value"]},  # a bare message: no coordinates
     ]
     out = _decoded(r, rows)
@@ -90,7 +95,8 @@ def test_a_record_that_cannot_be_read_is_a_coded_rejection_at_its_coordinates(
         ("UNKNOWN_SCHEMA_ID", 41, f"kafka://{r.rows[0]['topic']}/{r.rows[0]['partition']}")
     ]
     assert rejected[0]["raw"] == confluent
-    bare = [x for x in out if not x["error_code"]]
+    assert [x["offset"] for x in out if x["operation"] == SKIPPED] == [42]
+    bare = [x for x in out if not x["error_code"] and x["operation"] != SKIPPED]
     assert bare and all(x["origin"] is None and x["offset"] == 0 for x in bare)
 
 
