@@ -97,7 +97,7 @@ def test_kafka_shaped_streams_of_every_dialect_decode(spark: Any, tmp_path: Path
     for name, r in renderings.items():
         expected, segments = reference(r)
         mine = [x for x in rows if x["dialect"] == name]
-        events = [x for x in mine if x["operation"] != "SEGMENT"]
+        events = [x for x in mine if x["operation"] not in ("SEGMENT", "SKIPPED")]
         assert sorted(map(same, events), key=repr) == expected, name
         assert sum(x["operation"] == "SEGMENT" for x in mine) == segments, name
         assert all(
