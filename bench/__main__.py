@@ -1656,7 +1656,9 @@ def _run_spark_parts(spark: Any, root: Path, chosen: set[str], results: dict[str
     if "months" in chosen:
         from bench.months import bench_months, line
 
-        results["months"] = bench_months(spark, root)
+        # the bench's pipeline configuration and follower, given (bench.months imports
+        # nothing of this module)
+        results["months"] = bench_months(spark, root, _multi_cfg, _Follow)
         print(line(results["months"]), flush=True)
     if "parallel" in chosen:
         print("(g) the steady batch of (e) by parallel_tables:", flush=True)

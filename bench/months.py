@@ -9,6 +9,7 @@ import os
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,11 @@ def _fill(landing: Path, files: int) -> int:
     return files + 1
 
 
-def _steady(spark: Any, cfg: Any, landing: Path, first: int) -> tuple[list[float], int]:
+def _steady(
+    spark: Any, cfg: Any, landing: Path, first: int, follower: Callable[[Any, Any], Any]
+) -> tuple[list[float], int]:
     """Trigger seconds of :data:`STEADY` batches of one new file each, after two warm ones."""
-    from bench.__main__ import _Follow
-
-    follow = _Follow(spark, cfg)
+    follow = follower(spark, cfg)
     out: list[float] = []
     n = first
     try:
@@ -87,9 +88,15 @@ def _drained(landing: Path, timeout: float = 1800.0) -> None:
         time.sleep(1.0)
 
 
-def bench_months(spark: Any, root: Path) -> dict[str, Any]:
-    """The steady batch beside few and many processed files, archived or not."""
-    from bench.__main__ import _multi_cfg
+def bench_months(
+    spark: Any,
+    root: Path,
+    config: Callable[[Path, str, Path, int], Any],
+    follower: Callable[[Any, Any], Any],
+) -> dict[str, Any]:
+    """The steady batch beside few and many processed files, archived or not; ``config``
+    makes a one-table pipeline's configuration (root, name, landing zone, tables) and
+    ``follower`` keeps a pipeline following (the bench's own, passed in)."""
     from cdcflow.pipeline.query import Pipeline
 
     out: dict[str, Any] = {"few_files": FEW, "many_files": MANY, "events_per_batch": EVENTS}
@@ -97,7 +104,7 @@ def bench_months(spark: Any, root: Path) -> dict[str, Any]:
     # landing zone has it from its first batch (files read before stay where they are)
     for label, files in (("few", FEW), ("many", MANY), ("many_archived", MANY)):
         landing = root / f"months_{label}"
-        cfg = _multi_cfg(root, f"bench_months_{label}", landing, 1)
+        cfg = config(root, f"bench_months_{label}", landing, 1)
         if label == "many_archived":
             src = cfg.sources[0].model_copy(update={"archive": str(root / "months_archive")})
             cfg = cfg.model_copy(update={"sources": [src]})
@@ -105,7 +112,7 @@ def bench_months(spark: Any, root: Path) -> dict[str, Any]:
         t = time.perf_counter()
         Pipeline(cfg, spark).run()
         out[f"{label}_load_seconds"] = time.perf_counter() - t
-        seconds, n = _steady(spark, cfg, landing, n)
+        seconds, n = _steady(spark, cfg, landing, n, follower)
         out[f"{label}_steady_seconds"] = statistics.median(seconds)
         out[f"{label}_steady_batches_seconds"] = seconds
         shutil.rmtree(landing, ignore_errors=True)
