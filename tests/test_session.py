@@ -254,6 +254,27 @@ def test_the_jar_cache_records_what_a_set_resolved_to(tmp_path: Path) -> None:
     assert local_paths(spark_jars, tmp_path / "ivy") == [str(files[0]), str(files[1])]
 
 
+def test_a_process_that_finds_the_lock_just_taken_reads_its_holder_again(tmp_path: Path) -> None:
+    """The holder writes its process id right after taking the lock: one that finds the lock
+    taken in between reads an empty file, and reads again rather than saying "another"."""
+    import threading
+
+    from cdcflow.spark.jars import _holder
+
+    lock = tmp_path / "lock"
+    lock.write_bytes(b"")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        later = threading.Timer(0.2, lambda: lock.write_text("4242"))
+        later.start()
+        assert _holder(fd) == "4242"
+        later.join()
+        lock.write_bytes(b"")
+        assert _holder(fd) == "another"  # nobody ever wrote: said after a second, not forever
+    finally:
+        os.close(fd)
+
+
 def test_the_embedded_catalog_is_an_sqlite_file_inside_the_warehouse() -> None:
     from cdcflow.errors import ConfigError
     from cdcflow.spark.session import catalog_conf, catalog_uri

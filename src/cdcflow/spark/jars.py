@@ -22,6 +22,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -261,7 +262,7 @@ class JarCache:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another"
+                holder = _holder(fd)
                 _log.warning(
                     "cdcflow: waiting for the jar cache %s: process %s is filling it",
                     self.root,
@@ -273,6 +274,18 @@ class JarCache:
             yield
         finally:
             os.close(fd)  # releases the lock
+
+
+def _holder(fd: int) -> str:
+    """The process id the lock's holder wrote into the lock file. A holder writes it right
+    after taking the lock, so a process that finds the lock taken an instant earlier reads
+    the file empty: it reads again for up to a second before saying only "another"."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        if holder or time.monotonic() >= deadline:
+            return holder or "another"
+        time.sleep(0.02)
 
 
 def local_paths(spark_jars: str, ivy: Path) -> list[str]:
