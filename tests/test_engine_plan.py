@@ -273,7 +273,7 @@ def test_foreign_tables_are_left_out_of_the_plan_and_named_in_the_refusal() -> N
 
 
 def test_columns_keep_the_producers_order_not_the_alphabets() -> None:
-    from cdcflow.engine.stage import create_replica_columns
+    from cdcflow.engine.statements import create_replica_columns
 
     seen = {"zeta": {"string"}, "id": {"bigint"}, "alpha": {"int"}}
     plan = decide(TableSettings("t", keys=["id"]), meta({"INSERT": 1}, seen), None)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from cdcflow.engine import multiset
+from cdcflow.engine.encoding import newest_truncates_sql, sequence_sql
 from cdcflow.engine.history import (
     history_write_sql,
     log_merge_sql,
@@ -18,16 +19,17 @@ from cdcflow.engine.history import (
 from cdcflow.engine.meta import TableMeta
 from cdcflow.engine.plan import TablePlan, TableSettings, TableState, decide
 from cdcflow.engine.schema import Seen
-from cdcflow.engine.stage import (
-    StageSql,
+from cdcflow.engine.stage import StageSql
+from cdcflow.engine.statements import (
+    changelog_source_sql,
     changelog_sql,
     insert_sql,
+    merge_source_sql,
     merge_sql,
-    newest_truncates_sql,
-    sequence_sql,
     tombstones_sql,
     truncate_sql,
 )
+from cdcflow.engine.stats import stats_sql
 from cdcflow.iceberg.layouts import KEY_PROPERTY, KEYLESS_PROPERTY, TRUNCATE_PROPERTY
 from tests.golden import check_golden_text
 
@@ -54,39 +56,41 @@ def batch_sql(plans: list[TablePlan], tombstones: bool = False) -> str:
     out.append(("validated", sql.validated_sql("events")))
     out.append(("rejected", sql.rejected_sql("validated") if sql.has_rules else None))
     staged = winners = None
-    if sql.keyed:
+    if sql.tables.keyed:
         out.append(("rows", sql.rows_sql("validated")))
         rows = "rows"
-        if sql.history:
+        if sql.tables.history:
             out.append(("winners", sql.winners_sql(rows, "validated")))
             winners = "winners"
-        if sql.merge:
-            if sql.history:
+        if sql.tables.merge:
+            if sql.tables.history:
                 out.append(("merge rows", sql.merge_rows_sql(rows)))
                 rows = "merge_rows"
             out.append(("collapsed", sql.collapsed_sql(rows, tombstones)))
             out.append(("staged", sql.staged_sql("collapsed", TOMBSTONES if tombstones else None)))
             staged = "staged"
     mset = None
-    if sql.multiset:
+    if sql.tables.multiset:
         out.append(("multiset winners", sql.multiset_winners_sql("validated")))
         log = MULTISET_LOG if tombstones else None
         out.append(("multiset staged", sql.multiset_staged_sql("mset", log, "pipe", 7)))
         mset = "multiset"
-    out.append(("stats", sql.stats_sql("validated", staged, winners, mset)))
+    out.append(("stats", stats_sql(sql.tables, "validated", staged, winners, mset)))
     if mset is not None:
         out.append(("multiset log source", sql.multiset_log_source_sql(mset)))
         for replaces in (False, True):
-            text = multiset.log_write_sql(MULTISET_LOG, "mlog", sql.multiset, "pipe", 7, replaces)
+            text = multiset.log_write_sql(
+                MULTISET_LOG, "mlog", sql.tables.multiset, "pipe", 7, replaces
+            )
             out.append((f"multiset log{' (replacing)' if replaces else ''}", text))
     if winners is not None:
         out.append(("history log source", sql.history_log_source_sql(winners)))
-        names = [p.name for p in sql.history]
+        names = [p.name for p in sql.tables.history]
         out.append(("history log", log_merge_sql(HISTORY_LOG, "log", names)))
     for p in plans:
         ident = f"cat.`shop`.`{p.name}`"
         if p.mode == "append":
-            out.append((f"changelog source {p.target}", sql.changelog_source_sql("validated", p)))
+            out.append((f"changelog source {p.target}", changelog_source_sql("validated", p)))
             out.append((f"changelog {p.target}", changelog_sql(ident, "changelog")))
         elif p.mode == "scd2" and p.keys is not None:
             truncated = p.meta.ops.get("TRUNCATE", 0) > 0
@@ -102,12 +106,12 @@ def batch_sql(plans: list[TablePlan], tombstones: bool = False) -> str:
             if p.truncate is not None:
                 out.append((f"truncate {p.target}", truncate_sql(ident, p.truncate)))
             if staged is not None:
-                out.append((f"merge source {p.target}", sql.merge_source_sql(staged, p)))
+                out.append((f"merge source {p.target}", merge_source_sql(staged, p)))
                 if p.exists:
                     out.append((f"merge {p.target}", merge_sql(ident, p, "source", p.truncate)))
                 else:
                     out.append((f"insert {p.target}", insert_sql(ident, p, "source")))
-    if staged is not None and any(not p.soft_deletes for p in sql.merge):
+    if staged is not None and any(not p.soft_deletes for p in sql.tables.merge):
         out.append(("deletes source", sql.deletes_source_sql(staged)))
         out.append(("tombstones", tombstones_sql(TOMBSTONES, "deletes")))
     return "\n\n".join(f"-- {name}\n{(text or '(none)').strip()}" for name, text in out)
@@ -221,7 +225,7 @@ from cdcflow.engine.plan import TableSettings, decide
 plan = decide(TableSettings("t", keys=("id",)), meta({"INSERT": 1}, {"id": "bigint"}), None)
 text = batch_sql([plan], tombstones=True)
 assert "INSERT INTO" in text and "cdcflow_" not in text  # only the views it was given
-from cdcflow.engine.stage import TableStats
+from cdcflow.engine.stats import TableStats
 from cdcflow.engine.steps import batch_plan, table_ddl
 assert table_ddl(plan).creates
 stats = {"t": TableStats(live=1, deletes=1)}

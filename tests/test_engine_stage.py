@@ -11,7 +11,7 @@ import pytest
 from cdcflow.engine.execute import BatchStage
 from cdcflow.engine.meta import batch_meta, with_batch_columns
 from cdcflow.engine.plan import TableSettings, decide
-from cdcflow.engine.stage import TableStats
+from cdcflow.engine.stats import TableStats
 from cdcflow.event import spark_schema_ddl
 from cdcflow.sequence import encode
 
@@ -159,7 +159,7 @@ def test_positional_key_values_name_the_key(spark: Any) -> None:
 def test_sequence_by_values_encode_like_sequences(spark: Any) -> None:
     """``sequence_by`` columns are ordered by the same encoding the dialects use, computed in
     SQL: integers of any sign, timestamps (microseconds), dates (days) and text (escaped)."""
-    from cdcflow.engine.stage import encoded_sql
+    from cdcflow.engine.encoding import encoded_sql
     from cdcflow.spark.sql import lit
 
     cases = [

@@ -4,7 +4,7 @@ table's DDL and the batch's plan for the shapes users have, without Spark."""
 from __future__ import annotations
 
 from cdcflow.engine.plan import TablePlan, TableSettings, TableState, decide
-from cdcflow.engine.stage import TableStats
+from cdcflow.engine.stats import TableStats
 from cdcflow.engine.steps import Step, batch_plan, table_ddl, table_steps
 from cdcflow.iceberg.layouts import KEY_PROPERTY, KEYLESS_PROPERTY, TRUNCATE_PROPERTY
 from tests.test_engine_sql import COLUMNS, meta

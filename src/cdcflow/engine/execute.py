@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING
 
 from cdcflow.engine import multiset
 from cdcflow.engine.deadletters import event_rows
+from cdcflow.engine.encoding import newest_truncates_sql, sequence_sql
 from cdcflow.engine.plan import TablePlan
-from cdcflow.engine.stage import StageSql, TableStats, newest_truncates_sql, sequence_sql
+from cdcflow.engine.stage import StageSql
+from cdcflow.engine.statements import changelog_source_sql, merge_source_sql
+from cdcflow.engine.stats import TableStats, stats_of, stats_sql
 from cdcflow.spark.sql import view
 
 if TYPE_CHECKING:
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
 
 def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
     """The events, with ``sequence`` taken from the columns that order a table's events
-    (see :func:`cdcflow.engine.stage.sequence_sql`)."""
+    (see :func:`cdcflow.engine.encoding.sequence_sql`)."""
     expr = sequence_sql(plans)
     if expr is None:
         return events
@@ -57,11 +60,8 @@ class BatchStage:
     def __init__(self, spark: SparkSession, events: DataFrame, plans: Sequence[TablePlan]) -> None:
         self.spark = spark
         self.sql = StageSql(plans)
-        self.plans = self.sql.plans
-        self.merge = self.sql.merge
-        self.history = self.sql.history
-        self.keyed = self.sql.keyed
-        self.multiset = self.sql.multiset
+        #: the batch's plans by how they are written
+        self.tables = self.sql.tables
         self.source = view(sequenced(events, plans), "events")
         self.validated = view(self.spark.sql(self.sql.validated_sql(self.source)), "validated")
         self.staged: DataFrame | None = None
@@ -97,24 +97,24 @@ class BatchStage:
         identifier when it exists; ``ledger``: the batch's pipeline and id, which tell its own
         log rows). They are checkpointed locally: every later query of the batch (one per
         table) starts from them instead of re-analysing the whole plan."""
-        if self.multiset:
+        if self.tables.multiset:
             found = view(self.spark.sql(self.sql.multiset_winners_sql(self.validated)), "mset")
             copies = self.spark.sql(self.sql.multiset_staged_sql(found, log, *ledger))
             copies = copies.localCheckpoint(eager=True)
             self._checkpoints.append(copies)
             self.multiset_view = view(copies, "multiset")
-        if not self.keyed:
+        if not self.tables.keyed:
             return
         rows = view(self.spark.sql(self.sql.rows_sql(self.validated)), "rows")
-        if self.history:
+        if self.tables.history:
             winners = self.spark.sql(self.sql.winners_sql(rows, self.validated)).localCheckpoint(
                 eager=True
             )
             self._checkpoints.append(winners)
             self.winners_view = view(winners, "winners")
-        if not self.merge:
+        if not self.tables.merge:
             return
-        if self.history:
+        if self.tables.history:
             rows = view(self.spark.sql(self.sql.merge_rows_sql(rows)), "rows")
         # the collapsed rows are read twice by the tombstone look-up (the batch's keys, then
         # the rows): kept once (measured: one checkpoint over both costs more than two)
@@ -134,12 +134,12 @@ class BatchStage:
 
     def stats(self) -> dict[str, TableStats]:
         """Counts of every table (one small aggregate, see
-        :meth:`cdcflow.engine.stage.StageSql.stats_sql`)."""
-        sql = self.sql.stats_sql(
-            self.validated, self.staged_view, self.winners_view, self.multiset_view
+        :func:`cdcflow.engine.stats.stats_sql`)."""
+        sql = stats_sql(
+            self.tables, self.validated, self.staged_view, self.winners_view, self.multiset_view
         )
         rows = self.spark.sql(sql).collect() if sql is not None else []
-        return self.sql.stats_of(r.asDict() for r in rows)
+        return stats_of(self.tables, (r.asDict() for r in rows))
 
     def release(self) -> None:
         """Drop the batch's staged rows (the blocks of its local checkpoints)."""
@@ -153,11 +153,11 @@ class BatchStage:
     def merge_source(self, plan: TablePlan) -> str:
         """Register the typed ``MERGE`` source of one table; returns the view name."""
         assert self.staged_view is not None
-        return view(self.spark.sql(self.sql.merge_source_sql(self.staged_view, plan)), "source")
+        return view(self.spark.sql(merge_source_sql(self.staged_view, plan)), "source")
 
     def changelog_source(self, plan: TablePlan) -> str:
         """Register the changelog rows of one append table; returns the view name."""
-        sql = self.sql.changelog_source_sql(self.validated, plan)
+        sql = changelog_source_sql(self.validated, plan)
         return view(self.spark.sql(sql), "changelog")
 
     def history_log_source(self) -> str:

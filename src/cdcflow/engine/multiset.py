@@ -187,7 +187,7 @@ def staged_sql(
 
 
 def stats_sql(staged: str) -> str:
-    """The keyless tables' counts (columns of :meth:`cdcflow.engine.stage.StageSql.stats_sql`):
+    """The keyless tables' counts (columns of :func:`cdcflow.engine.stats.stats_sql`):
     ``n`` events, ``conflicts`` beyond each event's winner, ``winners`` and ``writes`` the
     events applied (logged now or by this batch before), ``live`` those the log step writes,
     ``replaced`` those replacing a logged copy."""

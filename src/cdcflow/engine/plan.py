@@ -186,6 +186,35 @@ class TablePlan:
         return not self.exists and (self.mode == "append" or self.writes_rows)
 
 
+@dataclass(frozen=True)
+class BatchTables:
+    """One batch's table plans, grouped by how their rows are written."""
+
+    #: every plan, by target
+    plans: Mapping[str, TablePlan]
+    #: merge tables written per key
+    merge: tuple[TablePlan, ...]
+    #: scd2 tables written per key
+    history: tuple[TablePlan, ...]
+    #: the tables without a key, kept as multisets of rows
+    multiset: tuple[TablePlan, ...]
+
+    @classmethod
+    def of(cls, plans: Sequence[TablePlan]) -> BatchTables:
+        """The groups of ``plans``."""
+        return cls(
+            plans=MappingProxyType({p.target: p for p in plans}),
+            merge=tuple(p for p in plans if p.mode == "merge" and p.keys and p.writes_rows),
+            history=tuple(p for p in plans if p.mode == "scd2" and p.keys and p.writes_rows),
+            multiset=tuple(p for p in plans if p.multiset and p.writes_rows),
+        )
+
+    @property
+    def keyed(self) -> tuple[TablePlan, ...]:
+        """The tables written per key (merge and scd2): key values, key rules, rows."""
+        return (*self.merge, *self.history)
+
+
 def existing_columns(state: TableState | None, mode: Mode) -> dict[str, str] | None:
     """Canonical types of a table's data columns (``None`` when it does not exist)."""
     if state is None:

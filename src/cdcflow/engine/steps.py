@@ -27,7 +27,8 @@ from typing import Literal
 from cdcflow.engine import multiset
 from cdcflow.engine.history import create_history_columns
 from cdcflow.engine.plan import TablePlan
-from cdcflow.engine.stage import TableStats, create_changelog_columns, create_replica_columns
+from cdcflow.engine.statements import create_changelog_columns, create_replica_columns
+from cdcflow.engine.stats import TableStats
 from cdcflow.iceberg.layouts import (
     CDC_STRUCT,
     CHANGELOG_STRUCT,

@@ -28,6 +28,7 @@ from cdcflow.config import MaintenanceConfig, PipelineConfig, SourceConfig, pars
 from cdcflow.decode.columns import SEGMENT, SKIPPED
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.deadletters import rejected_rows
+from cdcflow.engine.encoding import typed_text
 from cdcflow.engine.execute import BatchStage, newest_truncates
 from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.keys import match_keys
@@ -35,11 +36,8 @@ from cdcflow.engine.meta import MARKERS, BatchMeta, aggregate, target_expr, with
 from cdcflow.engine.plan import Mode, TablePlan, TableSettings, TableState, decide
 from cdcflow.engine.rules import applied, conditions, marked_sql
 from cdcflow.engine.segments import SegmentResult, SegmentStage
-from cdcflow.engine.stage import (
-    TableStats,
-    expire_tombstones_sql,
-    typed_text,
-)
+from cdcflow.engine.statements import expire_tombstones_sql
+from cdcflow.engine.stats import TableStats
 from cdcflow.engine.steps import batch_plan, table_ddl
 from cdcflow.errors import CdcflowError
 from cdcflow.iceberg.catalog import Catalog, TableInfo
@@ -606,20 +604,24 @@ class BatchRunner:
             stats: dict[str, TableStats] = {}
             before: int | None = None
             try:
-                if stage is not None and (stage.keyed or stage.multiset or stage.has_rules):
+                if stage is not None and (
+                    stage.tables.keyed or stage.tables.multiset or stage.has_rules
+                ):
                     with clock.stage("validate"):
                         tombs, looked = None, None
-                        if stage.merge and self.catalog.exists(spark, self.internal, TOMBSTONES):
+                        if stage.tables.merge and self.catalog.exists(
+                            spark, self.internal, TOMBSTONES
+                        ):
                             # only the replicas that may have tombstones look them up
                             have = self.tombstones.targets(spark)
-                            looked = {p.name for p in stage.merge if not p.soft_deletes}
+                            looked = {p.name for p in stage.tables.merge if not p.soft_deletes}
                             looked = looked if have is None else looked & have
                             if looked:
                                 tombs = self.catalog.ident(self.internal, TOMBSTONES)
                         before = self.tombstones.snapshot
-                        if stage.keyed or stage.multiset:
+                        if stage.tables.keyed or stage.tables.multiset:
                             log = None
-                            if stage.multiset and self.catalog.exists(
+                            if stage.tables.multiset and self.catalog.exists(
                                 spark, self.internal, MULTISET_LOG
                             ):
                                 log = self.catalog.ident(self.internal, MULTISET_LOG)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from cdcflow.engine.stage import encoded_sql
+from cdcflow.engine.encoding import encoded_sql
 from cdcflow.errors import ConfigError, did_you_mean
 from cdcflow.spark.sql import lit, q
 

@@ -32,14 +32,14 @@ from cdcflow.engine.history import (
 from cdcflow.engine.hold import HoldResult
 from cdcflow.engine.meta import BatchMeta
 from cdcflow.engine.plan import TablePlan
-from cdcflow.engine.stage import (
-    TableStats,
+from cdcflow.engine.statements import (
     changelog_sql,
     insert_sql,
     merge_sql,
     tombstones_sql,
     truncate_sql,
 )
+from cdcflow.engine.stats import TableStats
 from cdcflow.engine.steps import BatchPlan, Step, TableDdl
 from cdcflow.engine.watermarks import watermarks_sql
 from cdcflow.iceberg.catalog import Catalog
@@ -289,7 +289,9 @@ class BatchWrites:
             spark, self.internal, HISTORY_LOG, HISTORY_LOG_FIELDS, partitioned_by="target"
         )
         ident = self.catalog.ident(self.internal, HISTORY_LOG)
-        sql = log_merge_sql(ident, stage.history_log_source(), [p.name for p in stage.history])
+        sql = log_merge_sql(
+            ident, stage.history_log_source(), [p.name for p in stage.tables.history]
+        )
         st = Statement(self.internal, HISTORY_LOG, "log", sql)
         return self.writer.run(spark, st, ctx.batch_id)
 
@@ -304,7 +306,7 @@ class BatchWrites:
         sql = multiset.log_write_sql(
             ident,
             stage.multiset_log_source(),
-            stage.multiset,
+            stage.tables.multiset,
             self.pipeline_id,
             ctx.batch_id,
             replaces,
