@@ -12,7 +12,7 @@ from cdcflow.codes import APPLY_CODES
 
 SRC = Path(cdcflow.__file__).parent
 DECODING = ("transports", "decode", "dialects", "wire.py", "serve")
-APPLYING = ("engine", "outputs", "pipeline/batch.py")
+APPLYING = ("engine", "outputs", "pipeline/stages.py")
 # a code given as the first argument of fail/DecodeError/Rejection, or as code=
 GIVEN = re.compile(r"(?:fail\(|DecodeError\(|Rejection\(|reject\(|code=)\s*\"([A-Z][A-Z0-9_]+)\"")
 # an upper-case literal with an underscore (operation names have none, but STOP_REQUESTED)

@@ -7,7 +7,7 @@ truncate watermark, an scd2 table's versions after the history log, a keyless ta
 copies after its log) ``parallel_tables`` at a time on the batch's pool, each under the
 commit ledger (:mod:`cdcflow.iceberg.write`), and the internal tables' (history log, the
 keyless tables' log, tombstones, watermarks), then the dead letters and the batch history.
-The statements' text comes from :mod:`cdcflow.engine.stage`, :mod:`cdcflow.engine.history`
+The statements' text comes from :mod:`cdcflow.engine.statements`, :mod:`cdcflow.engine.history`
 and :mod:`cdcflow.engine.multiset`; nothing here decides.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -79,6 +79,8 @@ class BatchContext:
     started: float
     clock: StageClock = field(default_factory=StageClock)
     dead: list[DataFrame] = field(default_factory=list)
+    #: what the batch keeps in Spark's storage, released when it ends
+    releases: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
