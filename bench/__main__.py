@@ -1534,6 +1534,7 @@ PARTS = (
     "soak",
     "freshness",
     "months",
+    "peer",
 )
 
 
@@ -1569,6 +1570,11 @@ def main(argv: list[str] | None = None) -> int:
         print("(l) freshness on the live stack, no faults:", flush=True)
         results["freshness"] = run_rates()
         chosen.discard("freshness")
+    if "peer" in chosen:  # services, Flink and cdcflow as processes of their own
+        from bench.peer import run as run_peer
+
+        results["peer"] = run_peer()
+        chosen.discard("peer")
     if not chosen:
         pass
     elif chosen == {"receiver"}:
