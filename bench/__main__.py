@@ -37,13 +37,17 @@
 (n) months of files: a steady batch of 1,000 events beside 1,000 processed files, beside
     200,000 (``BENCH_MONTHS_FILES``) left where they landed, and beside 200,000 read by a
     source that archives what it processed (``archive:``) (``bench/months.py``).
+(p) peer: Flink SQL's Debezium → Iceberg upsert job and ``cdcflow run --follow`` on one set of
+    Debezium topics, one after the other: catch-up, steady lag, faults, reads after N commits
+    (``bench/peer.py``, ``docs/peer.md``); Flink in a venv of its own, skipped with one line
+    where it cannot be installed.
 ``BENCH_FORMAT=3`` makes every table format 3 (deletion vectors), cdcflow's and the
 hand-written jobs' alike; ``BENCH_MAINTENANCE=off`` turns cdcflow's maintenance off.
 
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png``. Sizes scale with the
 environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench PART...`` runs some cases
 (decode, e2e, growth, receiver, many, small, parallel, history, kafka, soak, freshness,
-months); the others' figures in bench.json are kept.
+months, peer); the others' figures in bench.json are kept.
 """
 
 from __future__ import annotations
@@ -1534,6 +1538,7 @@ PARTS = (
     "soak",
     "freshness",
     "months",
+    "peer",
 )
 
 
@@ -1569,6 +1574,11 @@ def main(argv: list[str] | None = None) -> int:
         print("(l) freshness on the live stack, no faults:", flush=True)
         results["freshness"] = run_rates()
         chosen.discard("freshness")
+    if "peer" in chosen:  # services, Flink and cdcflow as processes of their own
+        from bench.peer import run as run_peer
+
+        results["peer"] = run_peer()
+        chosen.discard("peer")
     if not chosen:
         pass
     elif chosen == {"receiver"}:

@@ -507,22 +507,7 @@ class LiveRun:
         self.log(f"cdcflow caught up at {self._now():.1f}s")
 
     def _applied(self, ends: dict[tuple[str, int], int]) -> bool:
-        """Whether the pipeline committed a batch that read every partition to ``ends``."""
-        folders = list((self.root / "checkpoint" / "sources").glob("*/query"))
-        if not folders:
-            return False
-        query = folders[0]
-        commits = [int(p.name) for p in (query / "commits").glob("[0-9]*")]
-        if not commits:
-            return False
-        lines = (query / "offsets" / str(max(commits))).read_text().splitlines()
-        try:
-            read = orjson.loads(lines[2])
-        except (IndexError, orjson.JSONDecodeError):
-            return False
-        return all(
-            read.get(topic, {}).get(str(p), 0) >= end for (topic, p), end in ends.items() if end
-        )
+        return applied(self.root / "checkpoint", ends)
 
     # ------------------------------------------------------------------ checks
 
@@ -605,6 +590,24 @@ class LiveRun:
                 self.log(f"could not drop replication slot {self.prefix}: {e}")
         for server in reversed(self._own):
             server.stop()
+
+
+def applied(checkpoint: Path, ends: Mapping[tuple[str, int], int]) -> bool:
+    """Whether the ``cdcflow run`` of ``checkpoint`` committed a batch that read every
+    Kafka partition of ``ends`` ((topic, partition) → end offset) to its end."""
+    folders = list((checkpoint / "sources").glob("*/query"))
+    if not folders:
+        return False
+    query = folders[0]
+    commits = [int(p.name) for p in (query / "commits").glob("[0-9]*")]
+    if not commits:
+        return False
+    lines = (query / "offsets" / str(max(commits))).read_text().splitlines()
+    try:
+        read = orjson.loads(lines[2])
+    except (IndexError, orjson.JSONDecodeError):
+        return False
+    return all(read.get(topic, {}).get(str(p), 0) >= end for (topic, p), end in ends.items() if end)
 
 
 def oracle_result(
