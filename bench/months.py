@@ -9,13 +9,13 @@ import os
 import shutil
 import statistics
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from bench.runner import Follow, multi_cfg
 from cdcflow.testing.landing import land
 
 #: Processed files of the small and of the large landing zone.
@@ -56,11 +56,9 @@ def _fill(landing: Path, files: int) -> int:
     return files + 1
 
 
-def _steady(
-    spark: Any, cfg: Any, landing: Path, first: int, follower: Callable[[Any, Any], Any]
-) -> tuple[list[float], int]:
+def _steady(spark: Any, cfg: Any, landing: Path, first: int) -> tuple[list[float], int]:
     """Trigger seconds of :data:`STEADY` batches of one new file each, after two warm ones."""
-    follow = follower(spark, cfg)
+    follow = Follow(spark, cfg)
     out: list[float] = []
     n = first
     try:
@@ -88,15 +86,8 @@ def _drained(landing: Path, timeout: float = 1800.0) -> None:
         time.sleep(1.0)
 
 
-def bench_months(
-    spark: Any,
-    root: Path,
-    config: Callable[[Path, str, Path, int], Any],
-    follower: Callable[[Any, Any], Any],
-) -> dict[str, Any]:
-    """The steady batch beside few and many processed files, archived or not; ``config``
-    makes a one-table pipeline's configuration (root, name, landing zone, tables) and
-    ``follower`` keeps a pipeline following (the bench's own, passed in)."""
+def bench_months(spark: Any, root: Path) -> dict[str, Any]:
+    """The steady batch beside few and many processed files, archived or not."""
     from cdcflow.pipeline.query import Pipeline
 
     out: dict[str, Any] = {"few_files": FEW, "many_files": MANY, "events_per_batch": EVENTS}
@@ -104,7 +95,7 @@ def bench_months(
     # landing zone has it from its first batch (files read before stay where they are)
     for label, files in (("few", FEW), ("many", MANY), ("many_archived", MANY)):
         landing = root / f"months_{label}"
-        cfg = config(root, f"bench_months_{label}", landing, 1)
+        cfg = multi_cfg(root, f"bench_months_{label}", landing, 1)
         if label == "many_archived":
             src = cfg.sources[0].model_copy(update={"archive": str(root / "months_archive")})
             cfg = cfg.model_copy(update={"sources": [src]})
@@ -112,7 +103,7 @@ def bench_months(
         t = time.perf_counter()
         Pipeline(cfg, spark).run()
         out[f"{label}_load_seconds"] = time.perf_counter() - t
-        seconds, n = _steady(spark, cfg, landing, n, follower)
+        seconds, n = _steady(spark, cfg, landing, n)
         out[f"{label}_steady_seconds"] = statistics.median(seconds)
         out[f"{label}_steady_batches_seconds"] = seconds
         shutil.rmtree(landing, ignore_errors=True)

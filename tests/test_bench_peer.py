@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from bench import peer, peer_flink
+from pathlib import Path
+
+from bench import peer_flink, peer_stack, peer_systems
 
 
 def _spec() -> dict[str, object]:
-    flink = peer.Flink(peer.Path("/py"), peer.Path("/r"), "127.0.0.1:9", peer.Path("/r/wh"))
+    flink = peer_systems.Flink(Path("/py"), Path("/r"), "127.0.0.1:9", Path("/r/wh"))
     return flink.spec("10s")
 
 
@@ -23,7 +25,7 @@ def test_flink_sql_reads_debezium_and_upserts_by_key() -> None:
     assert "`updated_at` TIMESTAMP_LTZ(6)" in source
     sink = next(s for s in ddl if "`peer_flink`.`t3`" in s)
     assert "'write.upsert.enabled' = 'true'" in sink and "'format-version' = '2'" in sink
-    assert len(inserts) == len(peer.TABLES) + 1
+    assert len(inserts) == len(peer_stack.TABLES) + 1
     assert inserts[3] == (
         "INSERT INTO `cdc`.`peer_flink`.`t3` SELECT `id`, `name`, `qty`, `score`, `flag`, "
         "`updated_at` FROM `src_t3`"
@@ -42,6 +44,6 @@ def test_flink_settings_resume_from_retained_checkpoints() -> None:
 
 
 def test_fill_adds_up_to_the_changes_asked_for() -> None:
-    made = list(peer.fill_statements(100_000))
+    made = list(peer_stack.fill_statements(100_000))
     assert sum(n for _, n in made) == 100_000
-    assert sum(s.startswith("INSERT") for s, _ in made) == len(peer.TABLES)
+    assert sum(s.startswith("INSERT") for s, _ in made) == len(peer_stack.TABLES)
