@@ -39,7 +39,7 @@ SMOKE = (
     "import pandas, pyarrow, pyspark; "
     "import cdcflow.cli.main; "
     "from cdcflow.outputs.stream import post; "
-    "from cdcflow.serve.server import Metrics; "
+    "from cdcflow.serve.receiver import Metrics; "
     "from cdcflow.spark.session import SparkSettings, needs; "
     "wanted = needs(SparkSettings(), pyspark.__version__); "
     "print('imports ok; jars:', ','.join(c for n in wanted for c in n.coordinates))"

@@ -2,7 +2,7 @@
 
 The service is ``cdcflow.receiver.v1.Receiver`` (``cdcflow/proto/receiver.proto``): ``Stream``
 takes a client stream of ``CDCEvent`` messages, ``Send`` an ``EventBatch``; both answer
-``Ack{accepted, file}``. It shares the HTTP receiver's :class:`~cdcflow.serve.server.Receiver`:
+``Ack{accepted, file}``. It shares the HTTP receiver's :class:`~cdcflow.serve.receiver.Receiver`:
 its landing zone, its in-flight slots (``max_in_flight`` counts HTTP requests and gRPC calls
 together), ``max_body_size`` (the bytes of one call), ``body_timeout`` and its metrics.
 
@@ -41,7 +41,7 @@ from cdcflow.errors import DecodeError
 from cdcflow.proto import receiver_pb2
 from cdcflow.serve.config import GrpcConfig, GrpcEndpointRuntime
 from cdcflow.serve.landing import DiskFull, Withdrawn
-from cdcflow.serve.server import Receiver, bearer_matches
+from cdcflow.serve.receiver import Receiver, bearer_matches
 from cdcflow.transports.message import RawMessage
 from cdcflow.transports.protobuf import read_varint, write_delimited
 
