@@ -108,7 +108,8 @@ def _jobs_per_batch(events: Path) -> dict[int, int]:
 
 def measure(rate: float, minutes: float, root: Path) -> dict[str, Any]:
     """One live run without faults at ``rate`` transactions/s per session."""
-    from cdcflow.testing.live.scenario import LiveRun, Plan
+    from cdcflow.testing.live.report import Plan
+    from cdcflow.testing.live.scenario import LiveRun
     from cdcflow.testing.live.workload import Settings
 
     events = root / "events"

@@ -171,7 +171,7 @@ class Cdcflow:
         return path
 
     def start(self, interval: str = INTERVAL) -> None:
-        from cdcflow.testing.live.scenario import Follower
+        from cdcflow.testing.live.follower import Follower
 
         self.follower = Follower(self.config(interval), self.root / "cdcflow.log")
         self.follower.start()
@@ -186,7 +186,7 @@ class Cdcflow:
             self.follower = None
 
     def reached(self, ends: Mapping[tuple[str, int], int]) -> bool:
-        from cdcflow.testing.live.scenario import applied
+        from cdcflow.testing.live.follower import applied
 
         return applied(self.checkpoint, ends)
 

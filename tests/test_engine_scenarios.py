@@ -214,7 +214,9 @@ def test_9_the_read_commands_read_the_same_with_pyiceberg_and_spark(
     from cdcflow.cli.render import json_line
     from cdcflow.config import load_config
     from cdcflow.observe.catalog import open_catalog
-    from cdcflow.observe.tables import IcebergResults, Listing, SparkResults
+    from cdcflow.observe.tables import Listing
+    from cdcflow.observe.tables_iceberg import IcebergResults
+    from cdcflow.observe.tables_spark import SparkResults
     from cdcflow.pipeline.replay import DeadLetterFilter
 
     cfg = world["cfg"]

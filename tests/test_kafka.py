@@ -259,7 +259,7 @@ def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_
         (f"kafka://{table_topic}/{p}", offset, "NOT_JSON") for p, offset in poisoned
     ]
     from cdcflow.observe.catalog import open_catalog
-    from cdcflow.observe.tables import IcebergResults
+    from cdcflow.observe.tables_iceberg import IcebergResults
     from cdcflow.pipeline.replay import DeadLetterFilter
 
     cfg = load_config_file(config)

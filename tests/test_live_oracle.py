@@ -7,7 +7,7 @@ import datetime as dt
 from decimal import Decimal
 
 from cdcflow.testing.live import oracle
-from cdcflow.testing.live.scenario import Plan
+from cdcflow.testing.live.report import Plan
 
 COLS = [oracle.Column("id", "integer", "int"), oracle.Column("v", "text", "text")]
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from cdcflow.testing.live.scenario import LiveRun, Plan, Report
+from cdcflow.testing.live.report import Plan, Report
+from cdcflow.testing.live.scenario import LiveRun
 from cdcflow.testing.live.schema import TABLES
 from cdcflow.testing.live.workload import Settings
 

@@ -17,7 +17,8 @@ from cdcflow.config import load_config_file
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.errors import ConfigError
 from cdcflow.observe.catalog import open_catalog
-from cdcflow.observe.tables import IcebergResults, SparkResults
+from cdcflow.observe.tables_iceberg import IcebergResults
+from cdcflow.observe.tables_spark import SparkResults
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters
 from cdcflow.testing import oracle

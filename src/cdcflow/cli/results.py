@@ -155,7 +155,8 @@ def open_results(config: str, use_spark: bool = False) -> Results:
     created: a catalog that does not exist is ``CATALOG_NOT_FOUND``."""
     from cdcflow.config import load_config_file
     from cdcflow.observe.catalog import CatalogUnreadable, check_exists, open_catalog
-    from cdcflow.observe.tables import IcebergResults, SparkResults
+    from cdcflow.observe.tables_iceberg import IcebergResults
+    from cdcflow.observe.tables_spark import SparkResults
 
     cfg = load_config_file(config)
     check_exists(cfg.catalog)

@@ -108,7 +108,7 @@ class MetricsServer:
     def _seed(self) -> None:
         from cdcflow.errors import CdcflowError
         from cdcflow.observe.catalog import CatalogUnreadable, open_catalog
-        from cdcflow.observe.tables import IcebergResults
+        from cdcflow.observe.tables_iceberg import IcebergResults
 
         try:
             catalog = open_catalog(self.metrics.cfg.catalog)

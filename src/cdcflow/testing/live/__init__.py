@@ -12,5 +12,7 @@ tests).
   the source tables now and at every transaction boundary, replicas now and at every Iceberg
   snapshot (time travel), their comparison and the end-to-end lag;
 - :mod:`~cdcflow.testing.live.scenario`: the run — services up, workload, faults (Kafka
-  Connect and ``cdcflow run`` killed, the broker restarted), catch-up measured, checks, report.
+  Connect and ``cdcflow run`` killed, the broker restarted), catch-up measured, checks;
+  :mod:`~cdcflow.testing.live.report` what it is asked (``Plan``) and what it found
+  (``Report``); :mod:`~cdcflow.testing.live.follower` ``cdcflow run --follow`` as a process.
 """

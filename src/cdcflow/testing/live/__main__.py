@@ -15,7 +15,8 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     """Run the live scenario and print its report."""
-    from cdcflow.testing.live.scenario import LiveRun, Plan
+    from cdcflow.testing.live.report import Plan
+    from cdcflow.testing.live.scenario import LiveRun
 
     parser = argparse.ArgumentParser(prog="python -m cdcflow.testing.live")
     parser.add_argument("--minutes", type=float, default=3.0, help="minutes of workload")

@@ -18,24 +18,20 @@ broker is away) is started again and reported.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import yaml
 
 from cdcflow.testing.kafka import end_offsets
 from cdcflow.testing.live import oracle
+from cdcflow.testing.live.follower import Follower, applied
+from cdcflow.testing.live.report import Fault, Plan, Report, TableResult
 from cdcflow.testing.live.schema import TABLES, connector_config
-from cdcflow.testing.live.workload import Settings, Workload
+from cdcflow.testing.live.workload import Workload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,201 +54,6 @@ PIPELINE_CONF = {
     ),
     "spark.ui.enabled": "false",
 }
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a run does: seconds of workload, faults of each kind (spread over the run),
-    the workload's settings, the pipeline's consistency mode."""
-
-    duration: float = 180.0
-    connect_kills: int = 2
-    cdcflow_kills: int = 2
-    broker_restarts: int = 1
-    settings: Settings = field(default_factory=Settings)
-    consistency: str = "transactions"
-    follow_interval: str = "2s"
-
-    def faults(self) -> list[tuple[float, str]]:
-        """(second of the run, fault) in time order."""
-        out: list[tuple[float, str]] = []
-        kinds = (
-            ("connect", self.connect_kills, 0.2),
-            ("cdcflow", self.cdcflow_kills, 0.3),
-            ("broker", self.broker_restarts, 0.45),
-        )
-        for name, n, first in kinds:
-            for i in range(n):
-                share = first + i * (0.85 - first) / max(n, 1) + (0.05 if i else 0.0)
-                out.append((share * self.duration, name))
-        return sorted(out)
-
-
-@dataclass
-class Fault:
-    """A fault injected: when (seconds into the run), what, and what it took to recover."""
-
-    at: float
-    kind: str
-    outcome: str = ""
-
-
-@dataclass
-class TableResult:
-    """One table: rows in the source and the replica, whether they are equal (or the first
-    difference), and how its snapshots matched transaction boundaries."""
-
-    table: str
-    source_rows: int
-    replica_rows: int
-    difference: str
-    snapshots: int = 0
-    snapshots_matched: int = 0
-    snapshot_failures: list[str] = field(default_factory=list)
-
-    @property
-    def equal(self) -> bool:
-        """Whether the replica equals the table and every snapshot matched a boundary."""
-        return not self.difference and self.snapshots_matched == self.snapshots
-
-
-@dataclass
-class Report:
-    """What a live run found."""
-
-    tables: list[TableResult] = field(default_factory=list)
-    faults: list[Fault] = field(default_factory=list)
-    lags: list[float] = field(default_factory=list)
-    #: when each transaction of :attr:`lags` committed in the source, in the same order
-    lag_commits: list[dt.datetime] = field(default_factory=list)
-    connector_catch_up: float = 0.0
-    connector_lag_bytes: list[int] = field(default_factory=list)
-    dead_letters: list[str] = field(default_factory=list)
-    committed: dict[str, int] = field(default_factory=dict)
-    rolled_back: dict[str, int] = field(default_factory=dict)
-    cdcflow_runs: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """Every replica equal, every snapshot at a boundary, no dead letters."""
-        return bool(self.tables) and all(t.equal for t in self.tables) and not self.dead_letters
-
-    def lag(self, q: float) -> float:
-        """A quantile of the end-to-end lag, in seconds."""
-        if not self.lags:
-            return float("nan")
-        ordered = sorted(self.lags)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-    def lines(self) -> list[str]:
-        """The report as text."""
-        out = [f"{'table':<12}{'source':>8}{'replica':>9}  snapshots  result"]
-        for t in self.tables:
-            result = "equal" if not t.difference else f"differs: {t.difference}"
-            snaps = f"{t.snapshots_matched}/{t.snapshots}"
-            out.append(f"{t.table:<12}{t.source_rows:>8}{t.replica_rows:>9}  {snaps:>9}  {result}")
-            out.extend(
-                f"    snapshot not at a transaction boundary: {f}" for f in t.snapshot_failures
-            )
-        out.append(
-            "transactions: "
-            + ", ".join(f"{k}={v}" for k, v in sorted(self.committed.items()))
-            + (
-                f"; rolled back: {sum(self.rolled_back.values())} (deadlocks, key conflicts)"
-                if self.rolled_back
-                else ""
-            )
-        )
-        out.append("faults injected:")
-        out.extend(f"  {f.at:7.1f}s  {f.kind:<8} {f.outcome}" for f in self.faults)
-        out.append("cdcflow runs: " + "; ".join(self.cdcflow_runs))
-        if self.lags:
-            out.append(
-                f"end-to-end lag (commit in PostgreSQL → visible in the replica) over "
-                f"{len(self.lags)} transactions: median {self.lag(0.5):.1f}s, "
-                f"p95 {self.lag(0.95):.1f}s, max {max(self.lags):.1f}s"
-            )
-        if self.connector_lag_bytes:
-            out.append(
-                f"connector lag behind the WAL: max {max(self.connector_lag_bytes):,} bytes; "
-                f"caught up {self.connector_catch_up:.1f}s after the last commit"
-            )
-        out.append(f"dead letters: {len(self.dead_letters)}")
-        out.extend(f"  {d}" for d in self.dead_letters[:5])
-        out.append("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in self.seconds.items()))
-        out.append("every replica equals its table" if self.ok else "REPLICAS DIFFER")
-        return out
-
-
-class Follower:
-    """``cdcflow run CONFIG --follow`` in a process group of its own, started again when it
-    exits by itself."""
-
-    def __init__(self, config: Path, log: Path) -> None:
-        self.config = config
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._watch: threading.Thread | None = None
-
-    @property
-    def stopping(self) -> bool:
-        """Whether :meth:`stop` was asked for."""
-        return self._stop.is_set()
-
-    def start(self) -> None:
-        """Start the process, and the watch that starts it again when it exits by itself."""
-        with self._lock:
-            self._spawn()
-        if self._watch is None:
-            self._watch = threading.Thread(target=self._guard, name="live-follower", daemon=True)
-            self._watch.start()
-
-    def _spawn(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cdcflow", "run", str(self.config), "--follow"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    def _guard(self) -> None:
-        while not self._stop.wait(0.5):
-            with self._lock:
-                if self.proc is not None and self.proc.poll() is not None:
-                    self.runs.append(f"exited by itself with status {self.proc.returncode}")
-                    self._spawn()
-
-    def kill(self) -> None:
-        """SIGKILL the process group (the driver and its JVM), then start it again."""
-        with self._lock:
-            assert self.proc is not None
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            self.runs.append("killed (SIGKILL)")
-            self._spawn()
-
-    def stop(self, timeout: float = 120.0) -> None:
-        """SIGTERM: the run stops after the batch in progress."""
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.join()
-        with self._lock:
-            if self.proc is None or self.proc.poll() is not None:
-                return
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                status = self.proc.wait(timeout)
-                self.runs.append(f"stopped (SIGTERM), status {status}")
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-                self.runs.append("did not stop on SIGTERM: killed")
 
 
 class LiveRun:
@@ -590,24 +391,6 @@ class LiveRun:
                 self.log(f"could not drop replication slot {self.prefix}: {e}")
         for server in reversed(self._own):
             server.stop()
-
-
-def applied(checkpoint: Path, ends: Mapping[tuple[str, int], int]) -> bool:
-    """Whether the ``cdcflow run`` of ``checkpoint`` committed a batch that read every
-    Kafka partition of ``ends`` ((topic, partition) → end offset) to its end."""
-    folders = list((checkpoint / "sources").glob("*/query"))
-    if not folders:
-        return False
-    query = folders[0]
-    commits = [int(p.name) for p in (query / "commits").glob("[0-9]*")]
-    if not commits:
-        return False
-    lines = (query / "offsets" / str(max(commits))).read_text().splitlines()
-    try:
-        read = orjson.loads(lines[2])
-    except (IndexError, orjson.JSONDecodeError):
-        return False
-    return all(read.get(topic, {}).get(str(p), 0) >= end for (topic, p), end in ends.items() if end)
 
 
 def oracle_result(
