@@ -405,7 +405,6 @@ def settings(flink: Flink) -> dict[str, Any]:
     from bench import peer_flink, peer_setup
 
     spec = flink.spec(INTERVAL)
-    spec["restore"] = "<latest retained checkpoint, on every start after the first>"
     ddl, inserts = peer_flink.statements({**spec, "tables": spec["tables"][:1]})
     return {
         "flink": {
@@ -414,7 +413,11 @@ def settings(flink: Flink) -> dict[str, Any]:
                 "iceberg_flink_runtime": peer_setup.ICEBERG,
                 "kafka_connector": peer_setup.KAFKA_CONNECTOR,
             },
-            "job": peer_flink.job_settings(spec),
+            "job": {
+                **peer_flink.job_settings(spec),
+                "execution.state-recovery.path": "the latest retained checkpoint, on every "
+                "start after the first",
+            },
             "catalog": peer_flink.catalog_options(spec),
             "source": peer_flink.source_options(spec, f"{PREFIX}.public.t0"),
             "sink_table_properties": peer_flink.SINK_PROPERTIES,

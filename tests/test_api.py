@@ -12,8 +12,8 @@ import yaml
 
 import cdcflow.api as cdc
 from cdcflow.config import load_config
+from cdcflow.decode.batches import decode_records
 from cdcflow.decode.columns import SKIPPED
-from cdcflow.decode.spark import decode_records
 from cdcflow.errors import ConfigError
 from cdcflow.testing.renderers import renderer_names
 from tests.kafka_shaped import KafkaRendering, kafka_batch, kafka_rendering, reference, same

@@ -21,8 +21,8 @@ from tests.conftest_shared import SHARED
 
 pa = pytest.importorskip("pyarrow")
 
+from cdcflow.decode.batches import decode_files  # noqa: E402
 from cdcflow.decode.decoder import Decoder  # noqa: E402
-from cdcflow.decode.spark import decode_files  # noqa: E402
 
 
 def _rows(files: list[tuple[str, bytes]], dialect: str, options: DialectOptions, bulk: bool):

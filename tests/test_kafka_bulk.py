@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.decode import spark
+from cdcflow.decode.batches import decode_records
 from cdcflow.decode.columns import arrow_schema
 from cdcflow.decode.decoder import Decoder, Outcome
-from cdcflow.decode.spark import decode_records
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.testing.kafka import delivery
 from cdcflow.testing.renderers import renderer_features

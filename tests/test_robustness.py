@@ -408,7 +408,7 @@ def test_an_empty_resolved_file_is_still_a_cockroachdb_message() -> None:
 
 
 def test_an_empty_file_in_bulk_mode_is_rejected_too() -> None:
-    from cdcflow.decode.spark import decode_files
+    from cdcflow.decode.batches import decode_files
 
     pa = pytest.importorskip("pyarrow")
     batch = pa.RecordBatch.from_pydict(
