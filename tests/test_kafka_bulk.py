@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.decode import spark
+from cdcflow.decode import batches as decode_batches
 from cdcflow.decode.batches import decode_records
 from cdcflow.decode.columns import arrow_schema
 from cdcflow.decode.decoder import Decoder, Outcome
@@ -57,13 +57,13 @@ def _rows(batches: list[pa.RecordBatch], options: DialectOptions, bulk: bool) ->
 def one_by_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """A count of the records the row decoder decodes."""
     calls = [0]
-    record = spark._record
+    record = decode_batches._record
 
     def counted(*args: Any) -> Outcome:
         calls[0] += 1
         return record(*args)
 
-    monkeypatch.setattr(spark, "_record", counted)
+    monkeypatch.setattr(decode_batches, "_record", counted)
     yield calls
 
 
