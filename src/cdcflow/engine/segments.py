@@ -137,9 +137,58 @@ class SegmentStage:
         b = int(batch_id)
         recorded = self._recorded_now(spark, b) if check else None
         now = recorded if recorded is not None else time.time()
-        now_us = int(now * 1_000_000)
+        v = self._views(spark, new_rows, b, int(now * 1_000_000))
+        grouped = spark.sql(
+            f"""
+            SELECT src, dialect, grp,
+                   collect_list(struct(idx, final, total, raw, origin, offset, line, batch_id,
+                                       unix_micros(first_seen) AS seen)) AS pieces
+            FROM {v.all} GROUP BY src, dialect, grp
+            """
+        )
+        judged = grouped.mapInArrow(
+            partial(judge_groups, now=now, wait=self.wait, options=self.options),
+            spark_schema_ddl() + ", _src string, _grp string, _status string",
+        ).persist()
+        judged.createOrReplaceTempView(v.judged)
+        closing = f"""
+            SELECT a.src, a.dialect, a.grp, a.idx, a.final, a.total, a.raw, a.origin, a.offset,
+                   a.line, a.item, a.batch_id, a.first_seen,
+                   CASE WHEN j._status = 'pending' THEN NULL ELSE CAST({b} AS bigint) END
+                     AS resolved_batch,
+                   CASE WHEN j._status = 'pending' THEN NULL ELSE j._status END AS outcome,
+                   j.error_code, j.error_message
+            FROM {v.all} a JOIN {v.judged} j
+              ON j._status IS NOT NULL AND a.src = j._src AND a.dialect = j.dialect
+             AND a.grp = j._grp
+        """
+        counts = spark.sql(_counts_sql(v, closing)).collect()[0]
+        rejected_codes = {str(k): int(n) for k, n in (counts["rejected"] or {}).items()}
+        dead_codes = {str(k): int(n) for k, n in (counts["dead_segments"] or {}).items()}
+        statements: list[Statement] = []
+        if recorded is None and (counts["fresh"] or counts["complete"] or counts["dead_groups"]):
+            statements.append(self._record(spark, closing, b, now))
+        self.pending = bool(counts["pending"])
+        assembled = judged.where("_status IS NULL").drop("_src", "_grp", "_status")
+        return SegmentResult(
+            assembled=assembled,
+            dead=spark.sql(_dead_sql(v, closing, lit(self.pipeline), f"CAST({b} AS bigint)")),
+            segments=int(counts["segments"]),
+            complete=int(counts["complete"]),
+            pending=int(counts["pending"]),
+            dead_groups=int(counts["dead_groups"]),
+            rejected=sum(rejected_codes.values()),
+            late=int(counts["late"]),
+            dead_segments=sum(dead_codes.values()),
+            codes=_add(_add(rejected_codes, dead_codes), {LATE: int(counts["late"])}),
+            cache=judged,
+            statements=statements,
+        )
 
-        new_view = view_name("seg_new")
+    def _views(self, spark: SparkSession, new_rows: DataFrame, b: int, now_us: int) -> _Views:
+        """The batch's segments, those pending from earlier batches, the groups closed
+        earlier, the first delivery of each new (group, index), and all to judge."""
+        v = _Views()
         new_rows.selectExpr(
             "coalesce(metadata['cdcflow.source'], '') AS src",
             "dialect",
@@ -154,97 +203,47 @@ class SegmentStage:
             "item",
             f"CAST({b} AS bigint) AS batch_id",
             f"timestamp_micros({now_us}) AS first_seen",
-        ).createOrReplaceTempView(new_view)
-        pending_view = view_name("seg_pending")
+        ).createOrReplaceTempView(v.new)
         spark.sql(
             f"SELECT {_COLS} FROM {self.ident} WHERE src = {lit(self.source)} "
             f"AND batch_id < {b} AND (resolved_batch IS NULL OR resolved_batch >= {b})"
-        ).createOrReplaceTempView(pending_view)
-        closed_view = view_name("seg_closed")
+        ).createOrReplaceTempView(v.pending)
         spark.sql(
             f"SELECT src, dialect, grp, max(outcome) AS outcome FROM {self.ident} "
             f"WHERE src = {lit(self.source)} AND resolved_batch < {b} GROUP BY src, dialect, grp"
-        ).createOrReplaceTempView(closed_view)
+        ).createOrReplaceTempView(v.closed)
         # first delivery of each (group, index) in this batch, minus groups closed earlier and
         # segments already pending
-        fresh_view = view_name("seg_fresh")
         spark.sql(
             f"""
             SELECT {_COLS} FROM (
               SELECT *, row_number() OVER (PARTITION BY src, dialect, grp, idx
                                            ORDER BY origin, offset, line, item) AS _n
-              FROM {new_view}) n
+              FROM {v.new}) n
             WHERE _n = 1
-              AND NOT EXISTS (SELECT 1 FROM {closed_view} c
+              AND NOT EXISTS (SELECT 1 FROM {v.closed} c
                               WHERE c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp)
-              AND NOT EXISTS (SELECT 1 FROM {pending_view} p
+              AND NOT EXISTS (SELECT 1 FROM {v.pending} p
                               WHERE p.src = n.src AND p.dialect = n.dialect AND p.grp = n.grp
                                 AND p.idx = n.idx)
             """
-        ).createOrReplaceTempView(fresh_view)
-        all_view = view_name("seg_all")
+        ).createOrReplaceTempView(v.fresh)
         spark.sql(
-            f"SELECT * FROM {pending_view} UNION ALL SELECT * FROM {fresh_view}"
-        ).createOrReplaceTempView(all_view)
-        grouped = spark.sql(
-            f"""
-            SELECT src, dialect, grp,
-                   collect_list(struct(idx, final, total, raw, origin, offset, line, batch_id,
-                                       unix_micros(first_seen) AS seen)) AS pieces
-            FROM {all_view} GROUP BY src, dialect, grp
-            """
-        )
-        judged = grouped.mapInArrow(
-            partial(judge_groups, now=now, wait=self.wait, options=self.options),
-            spark_schema_ddl() + ", _src string, _grp string, _status string",
-        ).persist()
-        judged_view = view_name("seg_judged")
-        judged.createOrReplaceTempView(judged_view)
+            f"SELECT * FROM {v.pending} UNION ALL SELECT * FROM {v.fresh}"
+        ).createOrReplaceTempView(v.all)
+        return v
 
-        closing = f"""
-            SELECT a.src, a.dialect, a.grp, a.idx, a.final, a.total, a.raw, a.origin, a.offset,
-                   a.line, a.item, a.batch_id, a.first_seen,
-                   CASE WHEN j._status = 'pending' THEN NULL ELSE CAST({b} AS bigint) END
-                     AS resolved_batch,
-                   CASE WHEN j._status = 'pending' THEN NULL ELSE j._status END AS outcome,
-                   j.error_code, j.error_message
-            FROM {all_view} a JOIN {judged_view} j
-              ON j._status IS NOT NULL AND a.src = j._src AND a.dialect = j.dialect
-             AND a.grp = j._grp
-        """
-        counts = spark.sql(
+    def _record(self, spark: SparkSession, closing: str, b: int, now: float) -> Statement:
+        """The write that records the batch's new segments and the groups it closed."""
+        source = view_name("seg_merge")
+        spark.sql(
+            f"SELECT * FROM ({closing}) WHERE outcome IS NOT NULL OR batch_id = {b}"
+        ).createOrReplaceTempView(source)
+        return Statement(
+            self.namespace,
+            SEGMENTS,
+            "segments",
             f"""
-            SELECT
-              (SELECT count(*) FROM {new_view}) AS segments,
-              (SELECT count(*) FROM {judged_view} WHERE _status = 'complete') AS complete,
-              (SELECT count(*) FROM {judged_view} WHERE _status = 'pending') AS pending,
-              (SELECT count(*) FROM {judged_view}
-                 WHERE _status IN ('invalid', 'expired')) AS dead_groups,
-              (SELECT count(*) FROM {fresh_view}) AS fresh,
-              (SELECT {_BY_CODE} FROM (SELECT error_code, count(*) AS n FROM {judged_view}
-                 WHERE _status IS NULL AND error_code IS NOT NULL GROUP BY 1)) AS rejected,
-              (SELECT count(*) FROM {new_view} n JOIN {closed_view} c
-                 ON c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp
-               WHERE c.outcome <> 'complete') AS late,
-              (SELECT {_BY_CODE} FROM (SELECT error_code, count(*) AS n FROM ({closing})
-                 WHERE outcome IN ('invalid', 'expired') GROUP BY 1)) AS dead_segments
-            """
-        ).collect()[0]
-        rejected_codes = {str(k): int(v) for k, v in (counts["rejected"] or {}).items()}
-        dead_codes = {str(k): int(v) for k, v in (counts["dead_segments"] or {}).items()}
-
-        statements: list[Statement] = []
-        if recorded is None and (counts["fresh"] or counts["complete"] or counts["dead_groups"]):
-            source = view_name("seg_merge")
-            spark.sql(
-                f"SELECT * FROM ({closing}) WHERE outcome IS NOT NULL OR batch_id = {b}"
-            ).createOrReplaceTempView(source)
-            statements.append(
-                Statement(
-                    self.namespace,
-                    SEGMENTS,
-                    "segments",
-                    f"""
                     MERGE INTO {self.ident} t USING {source} s
                     ON t.src = s.src AND t.dialect = s.dialect AND t.grp = s.grp
                        AND t.idx = s.idx AND t.batch_id = s.batch_id
@@ -255,44 +254,7 @@ class SegmentStage:
                     VALUES ({", ".join("s." + c.strip() for c in _COLS.split(","))},
                       s.resolved_batch, s.outcome)
                     """,
-                    extra={_NOW_PROPERTY: repr(now)},
-                )
-            )
-        self.pending = bool(counts["pending"])
-
-        pipeline, bl = lit(self.pipeline), f"CAST({b} AS bigint)"
-        dead = spark.sql(
-            f"""
-            SELECT {pipeline} AS pipeline, {bl} AS batch_id, current_timestamp() AS first_seen,
-                   origin, offset, line, item, dialect, CAST(NULL AS string) AS `table`,
-                   error_code, error_message, raw, src AS source, 'message' AS kind,
-                   CAST(NULL AS timestamp) AS replayed_at, CAST(NULL AS bigint) AS replay_batch
-            FROM ({closing}) WHERE outcome IN ('invalid', 'expired')
-            UNION ALL
-            SELECT {pipeline}, {bl}, current_timestamp(), n.origin, n.offset, n.line, n.item,
-                   n.dialect, CAST(NULL AS string), {lit(LATE)},
-                   concat('segment ', n.idx, ' of split message ', n.grp,
-                          ' arrived after the message was dead-lettered as ', c.outcome),
-                   n.raw, n.src, 'message', CAST(NULL AS timestamp), CAST(NULL AS bigint)
-            FROM {new_view} n JOIN {closed_view} c
-              ON c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp
-            WHERE c.outcome <> 'complete'
-            """
-        )
-        assembled = judged.where("_status IS NULL").drop("_src", "_grp", "_status")
-        return SegmentResult(
-            assembled=assembled,
-            dead=dead,
-            segments=int(counts["segments"]),
-            complete=int(counts["complete"]),
-            pending=int(counts["pending"]),
-            dead_groups=int(counts["dead_groups"]),
-            rejected=sum(rejected_codes.values()),
-            late=int(counts["late"]),
-            dead_segments=sum(dead_codes.values()),
-            codes=_add(_add(rejected_codes, dead_codes), {LATE: int(counts["late"])}),
-            cache=judged,
-            statements=statements,
+            extra={_NOW_PROPERTY: repr(now)},
         )
 
     def expire_sql(self, retention_seconds: int) -> str:
@@ -302,3 +264,56 @@ class SegmentStage:
             f"DELETE FROM {self.ident} WHERE resolved_batch IS NOT NULL AND first_seen < "
             f"current_timestamp() - make_interval(0, 0, 0, 0, 0, 0, {int(retention_seconds)})"
         )
+
+
+@dataclass(frozen=True)
+class _Views:
+    """The names of one judgement's temporary views."""
+
+    new: str = field(default_factory=lambda: view_name("seg_new"))
+    pending: str = field(default_factory=lambda: view_name("seg_pending"))
+    closed: str = field(default_factory=lambda: view_name("seg_closed"))
+    fresh: str = field(default_factory=lambda: view_name("seg_fresh"))
+    all: str = field(default_factory=lambda: view_name("seg_all"))
+    judged: str = field(default_factory=lambda: view_name("seg_judged"))
+
+
+def _counts_sql(v: _Views, closing: str) -> str:
+    """One row of the judgement's counts (``closing``: the rows that record it)."""
+    return f"""
+            SELECT
+              (SELECT count(*) FROM {v.new}) AS segments,
+              (SELECT count(*) FROM {v.judged} WHERE _status = 'complete') AS complete,
+              (SELECT count(*) FROM {v.judged} WHERE _status = 'pending') AS pending,
+              (SELECT count(*) FROM {v.judged}
+                 WHERE _status IN ('invalid', 'expired')) AS dead_groups,
+              (SELECT count(*) FROM {v.fresh}) AS fresh,
+              (SELECT {_BY_CODE} FROM (SELECT error_code, count(*) AS n FROM {v.judged}
+                 WHERE _status IS NULL AND error_code IS NOT NULL GROUP BY 1)) AS rejected,
+              (SELECT count(*) FROM {v.new} n JOIN {v.closed} c
+                 ON c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp
+               WHERE c.outcome <> 'complete') AS late,
+              (SELECT {_BY_CODE} FROM (SELECT error_code, count(*) AS n FROM ({closing})
+                 WHERE outcome IN ('invalid', 'expired') GROUP BY 1)) AS dead_segments
+            """
+
+
+def _dead_sql(v: _Views, closing: str, pipeline: str, batch: str) -> str:
+    """The dead letters of the judgement: the segments of groups that cannot be completed,
+    and segments arriving after their group was dead-lettered."""
+    return f"""
+            SELECT {pipeline} AS pipeline, {batch} AS batch_id, current_timestamp() AS first_seen,
+                   origin, offset, line, item, dialect, CAST(NULL AS string) AS `table`,
+                   error_code, error_message, raw, src AS source, 'message' AS kind,
+                   CAST(NULL AS timestamp) AS replayed_at, CAST(NULL AS bigint) AS replay_batch
+            FROM ({closing}) WHERE outcome IN ('invalid', 'expired')
+            UNION ALL
+            SELECT {pipeline}, {batch}, current_timestamp(), n.origin, n.offset, n.line, n.item,
+                   n.dialect, CAST(NULL AS string), {lit(LATE)},
+                   concat('segment ', n.idx, ' of split message ', n.grp,
+                          ' arrived after the message was dead-lettered as ', c.outcome),
+                   n.raw, n.src, 'message', CAST(NULL AS timestamp), CAST(NULL AS bigint)
+            FROM {v.new} n JOIN {v.closed} c
+              ON c.src = n.src AND c.dialect = n.dialect AND c.grp = n.grp
+            WHERE c.outcome <> 'complete'
+            """
