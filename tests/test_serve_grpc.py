@@ -64,7 +64,7 @@ def grpc_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
                 {
                     "name": "events",
                     "landing": "savegress",
-                    "auth": {"bearer": {"token_env": "TEST_GRPC_TOKEN"}},
+                    "auth": {"bearer": {"token": {"env": "TEST_GRPC_TOKEN"}}},
                     "options": {"limits": {"max_message_bytes": 4096}},
                 },
                 {"name": "open", "landing": "open"},
@@ -509,8 +509,10 @@ def test_config_errors_name_the_grpc_key(tmp_path: Path, monkeypatch: pytest.Mon
     cfg["grpc"]["endpoints"][1]["name"] = "events"
     assert "gRPC endpoint name events is configured twice" in error(cfg)
     cfg = grpc_config(tmp_path)
-    cfg["grpc"]["endpoints"][0]["auth"]["bearer"] = {"token_env": "NOT_SET_ANYWHERE_XYZ"}
-    assert "grpc.endpoints.0.auth.bearer: environment variable NOT_SET_ANYWHERE_XYZ" in error(cfg)
+    cfg["grpc"]["endpoints"][0]["auth"]["bearer"] = {"token": {"env": "NOT_SET_ANYWHERE_XYZ"}}
+    assert "grpc.endpoints.0.auth.bearer.token: environment variable NOT_SET_ANYWHERE_XYZ" in error(
+        cfg
+    )
     cfg = grpc_config(tmp_path)
     cfg["endpoints"] = [{"path": "/crdb", "dialect": "cockroachdb", "landing": "savegress"}]
     assert "one landing folder holds one dialect" in error(cfg)
