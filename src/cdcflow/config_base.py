@@ -4,8 +4,9 @@ dialect check, durations, the YAML file reading and the validation messages.
 
 A secret is spelt the same everywhere: a key holding ``{env: NAME}`` (an environment variable)
 or ``{file: PATH}`` (a file), read when the configuration is put to use, never written in the
-file, never shown. The receiver's earlier spelling (``token_env: NAME``, ``secret_file: PATH``
-beside the other keys) is still read, with a warning naming the new one.
+file, never shown. The receiver's and the webhook output's earlier spelling (``token_env:
+NAME``, ``secret_file: PATH`` beside the other keys) is still read, with a warning naming the
+new one.
 """
 
 from __future__ import annotations
