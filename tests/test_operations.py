@@ -69,9 +69,6 @@ def test_two_sources_with_the_same_table_names_write_two_exact_replicas(
     assert result.dead_lettered == 0
     compare_replicas(spark, w_crdb, "two_src", prefix="crdb__").assert_equal()
     compare_replicas(spark, w_ds, "two_src", prefix="mysql__").assert_equal()
-    # and the comparison sees one source's rows under the other's names
-    crossed = compare_replicas(spark, w_ds, "two_src", prefix="crdb__")
-    assert not crossed.equal and crossed.first_difference().startswith("crdb__"), crossed
     names = {r["tableName"] for r in spark.sql("SHOW TABLES IN cdc.two_src").collect()}
     assert not names & set(w_crdb.tables)  # no replica under a bare, shared name
 
