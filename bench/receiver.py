@@ -309,7 +309,7 @@ def bench_receiver(
                     "landing": "savegress",
                     "auth": {
                         "signature": {
-                            "secret_file": str(root / "receiver_secret"),
+                            "secret": {"file": str(root / "receiver_secret")},
                             "timestamp_tolerance": "1h",
                         }
                     },
@@ -321,7 +321,7 @@ def bench_receiver(
                     {
                         "name": "events",
                         "landing": "grpc",
-                        "auth": {"bearer": {"token_file": str(root / "receiver_token")}},
+                        "auth": {"bearer": {"token": {"file": str(root / "receiver_token")}}},
                     }
                 ],
             },

@@ -23,11 +23,9 @@ from cdcflow.engine.rules import applied, marked_sql
 from cdcflow.errors import ConfigError
 from cdcflow.event import SPARK_COLUMNS
 from cdcflow.spark.columns import column_sql
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.renderers import renderer_names
 from cdcflow.testing.services.base import free_port
-from cdcflow.testing.workload import Workload
 from cdcflow.types.canonical import canonical_type_sql, is_valid_type
 from tests import api_job
 from tests.kafka_shaped import kafka_batch, kafka_rendering, reference, same
@@ -51,15 +49,6 @@ def _parquet(rows: list[dict[str, Any]], folder: Path, files: int = 1) -> Path:
 
 def _warehouse(spark: Any) -> str:
     return str(spark.conf.get("spark.sql.catalog.cdc.warehouse"))
-
-
-def _equals_oracle(spark: Any, w: Workload, namespace: str) -> None:
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
-        d = diff_table(name, list(expected[name].values()), actual, cols)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
 
 
 def _maps(row: Any) -> dict[str, Any]:
@@ -356,7 +345,7 @@ def test_own_foreach_batch_killed_after_a_commit_then_replayed_equals_the_oracle
 
     reports = api_job.run(spark, str(config), str(source))
     assert [rep.batch_id for rep in reports] == [0]
-    _equals_oracle(spark, r.workload, "api_crash")
+    compare_replicas(spark, r.workload, "api_crash").assert_equal()
     pipe = cdc.pipeline(config, spark=spark)
     history = pipe.history().groupBy("batch_id").count().collect()
     assert sorted((h["batch_id"], h["count"]) for h in history) == [(0, 1)]
@@ -403,7 +392,7 @@ def test_start_from_a_kafka_stream_and_read_the_results(spark: Any, tmp_path: Pa
     )
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=5)
-    _equals_oracle(spark, r.workload, "api_start")
+    compare_replicas(spark, r.workload, "api_start").assert_equal()
     assert set(pipe.tables()) == set(r.workload.tables)
     dead = pipe.dead_letters().collect()
     assert [(d["origin"], d["offset"], d["source"]) for d in dead] == [

@@ -19,8 +19,7 @@ from cdcflow.errors import ConfigError
 from cdcflow.iceberg.migrate import hadoop_tables, move_tables, unregistered
 from cdcflow.pipeline.query import Pipeline, open_session
 from cdcflow.spark.session import SparkSettings, catalog_conf
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.renderers import renderer, renderer_features
 from cdcflow.testing.workload import generate
 from tests.processes import run_conf
@@ -77,12 +76,7 @@ def test_two_pipelines_write_one_rest_catalog_at_the_same_time(
         assert proc.returncode == 0, out + err[-3000:]
         batches = [line for line in out.splitlines() if line.startswith("batch ")]
         assert len(batches) > 1, out  # several commits each, interleaved with the other's
-        expected = oracle.apply(w)
-        for name, table in w.tables.items():
-            cols = list(table.columns)
-            actual = read_replica(spark, f"rest.{doc['namespace']}.{name}", cols)
-            d = diff_table(name, list(expected[name].values()), actual, cols)
-            assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+        compare_replicas(spark, w, doc["namespace"], catalog="rest").assert_equal()
 
 
 def test_a_hadoop_warehouse_is_refused_then_moved_into_the_embedded_catalog(

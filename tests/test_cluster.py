@@ -23,8 +23,7 @@ import pytest
 import yaml
 
 from cdcflow.spark.session import SparkSettings, attach_catalog
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.renderers import renderer, renderer_features
 from cdcflow.testing.workload import generate
 from tests.processes import SHORT_RUN_CONF
@@ -175,12 +174,7 @@ def test_local_cluster_run_equals_the_oracle(spark: Any, tmp_path: Path) -> None
     assert given is not None and given[1].split(",") == held, proc.stderr[-3000:]
 
     assert not attach_catalog(spark, SparkSettings(catalog_name="cluster", warehouse=warehouse))
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        actual = read_replica(spark, f"cluster.{namespace}.{name}", cols)
-        d = diff_table(name, list(expected[name].values()), actual, cols)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+    compare_replicas(spark, w, namespace, catalog="cluster").assert_equal()
     # the ledger: the batch in the history
     hist = spark.sql(f"SELECT batch_id, events FROM cluster.{namespace}__cdcflow.batches").collect()
     assert [r["batch_id"] for r in hist] == [0] and hist[0]["events"] > 0

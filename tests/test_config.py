@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cdcflow.config import load_config, load_config_file, parse_duration
+from cdcflow.config import load_config, load_config_file
+from cdcflow.config_base import parse_duration
 from cdcflow.errors import ConfigError
 
 BASE = {"sources": [{"name": "s", "path": "/tmp/x", "dialect": "savegress"}]}
@@ -221,3 +223,85 @@ def test_a_relative_archive_is_the_configuration_files(tmp_path: Path) -> None:
     )
     src = load_config_file(tmp_path / "p.yaml").sources[0]
     assert src.archive == str((tmp_path / "done").resolve())
+
+
+# ---------------------------------------------------------------- secrets: one spelling
+
+VALUE = "s3cr3t-value-never-shown"
+
+
+def _receiver(tmp_path: Path, bearer: Any, signature: Any) -> Any:
+    from cdcflow.serve.config import load_serve_config
+
+    endpoint = {"path": "/e", "dialect": "savegress", "auth": {"bearer": bearer}}
+    endpoint["auth"]["signature"] = signature
+    grpc = {"endpoints": [{"name": "g", "auth": {"bearer": bearer}}]}
+    return load_serve_config(
+        {"landing": str(tmp_path), "endpoints": [endpoint], "grpc": grpc}, "(t)", tmp_path
+    )
+
+
+def _webhook(secret: dict[str, Any]) -> Any:
+    return load_config(
+        {**BASE, "outputs": [{"type": "webhook", "name": "hook", "url": "http://h/x", **secret}]}
+    )
+
+
+def test_a_secret_is_spelt_one_way_and_the_old_receiver_spelling_still_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every secret, the pipeline's and the receiver's, is a key holding ``{env: NAME}`` or
+    ``{file: PATH}``; the receiver's and the webhook output's earlier ``token_env``/
+    ``token_file``/``secret_env``/``secret_file`` read the same secrets, each with a warning
+    naming the new spelling. The value is in no log, error or ``repr``."""
+    from cdcflow.outputs.stream import load_secret
+
+    monkeypatch.setenv("CDCFLOW_T_TOKEN", VALUE)
+    (tmp_path / "sig").write_text(VALUE + "\n")
+    caplog.set_level(logging.DEBUG, logger="cdcflow")
+    new = _receiver(tmp_path, {"token": {"env": "CDCFLOW_T_TOKEN"}}, {"secret": {"file": "sig"}})
+    hook = _webhook({"secret": {"env": "CDCFLOW_T_TOKEN"}})
+    assert not caplog.records  # the one spelling: nothing to say
+    old = _receiver(tmp_path, {"token_env": "CDCFLOW_T_TOKEN"}, {"secret_file": "sig"})
+    old_hook = _webhook({"secret_env": "CDCFLOW_T_TOKEN"})
+    assert old.config == new.config and old_hook == hook
+    for found in (new, old):
+        ep = found.endpoints["/e"]
+        assert ep.bearer_token.reveal() == ep.signing_secret.reveal() == VALUE.encode()
+        assert found.grpc_endpoints["g"].bearer_token.reveal() == VALUE.encode()
+    said = "is deprecated, write"
+    assert sorted(r.getMessage() for r in caplog.records) == sorted(
+        [
+            f"auth.signature: 'secret_file: sig' {said} 'secret: {{file: sig}}' (a secret is "
+            "spelt so everywhere)",
+            f"auth.bearer: 'token_env: CDCFLOW_T_TOKEN' {said} 'token: {{env: CDCFLOW_T_TOKEN}}' "
+            "(a secret is spelt so everywhere)",
+            f"auth.bearer: 'token_env: CDCFLOW_T_TOKEN' {said} 'token: {{env: CDCFLOW_T_TOKEN}}' "
+            "(a secret is spelt so everywhere)",
+            f"output 'hook': 'secret_env: CDCFLOW_T_TOKEN' {said} 'secret: {{env: "
+            "CDCFLOW_T_TOKEN}' (a secret is spelt so everywhere)",
+        ]
+    )
+    assert all(r.levelname == "WARNING" for r in caplog.records)
+    # both spellings at once, or a value where a name belongs: errors that never echo it
+    errors = []
+    for bearer in (
+        {"token": {"env": "CDCFLOW_T_TOKEN"}, "token_env": "CDCFLOW_T_TOKEN"},
+        {"token": VALUE},
+        {"token": {"env": "CDCFLOW_T_TOKEN", "file": "sig"}},
+    ):
+        with pytest.raises(ConfigError) as e:
+            _receiver(tmp_path, bearer, {"secret": {"file": "sig"}})
+        errors.append(e.value.message)
+    assert "endpoints.0.auth.bearer: give token alone: token_env/token_file are its " in errors[0]
+    assert "endpoints.0.auth.bearer.token: Input should be a valid dictionary" in errors[1]
+    assert "endpoints.0.auth.bearer.token: give exactly one of env or file" in errors[2]
+    with pytest.raises(ConfigError) as e:
+        _receiver(tmp_path, {"token": {"env": "CDCFLOW_T_UNSET"}}, {"secret": {"file": "nope"}})
+    errors.append(e.value.message)
+    assert "endpoints.0.auth.signature.secret: cannot read secret file" in errors[-1]
+    secret = load_secret(hook.outputs[0])
+    assert secret is not None and secret.get_secret_value() == VALUE
+    shown = [caplog.text, *errors, repr(new), repr(old), repr(hook), str(hook), repr(secret)]
+    shown += [repr(new.endpoints), repr(new.grpc_endpoints), str(new.endpoints["/e"].bearer_token)]
+    assert not [s for s in shown if VALUE in s]

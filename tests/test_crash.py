@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, history_shape, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.landing import append, land
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.renderers import renderer_features
@@ -61,21 +60,7 @@ def _rerun(spark: Any, config: Path) -> int:
 def _check(spark: Any, w: Any, namespace: str, histories: tuple[str, ...] = ()) -> None:
     """Replicas (and the ``histories``, scd2 tables) equal the oracle's; every batch is in the
     batch history once."""
-    expected = oracle.apply(w)
-    versions = oracle.history(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        if name in histories:
-            got = history_shape(
-                read_replica(spark, f"cdc.{namespace}.{name}", [*cols, "__START_AT", "__END_AT"]),
-                table.key,
-            )
-            d = diff_table(name, versions[name], got, [*cols, oracle.VERSION, oracle.ENDS])
-            assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
-            continue
-        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
-        d = diff_table(name, list(expected[name].values()), actual, cols)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+    compare_replicas(spark, w, namespace, histories=histories).assert_equal()
     # every batch is in the history exactly once, whatever was replayed
     hist = spark.sql(
         f"SELECT batch_id, count(*) AS n FROM cdc.{namespace}__cdcflow.batches GROUP BY batch_id"

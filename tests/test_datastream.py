@@ -725,7 +725,7 @@ def test_renderer_layout_and_shapes(tmp_path: Path) -> None:
 def test_spec_and_rendered_events_through_the_pipeline(spark: Any, tmp_path: Path) -> None:
     from cdcflow.demo import demo_config
     from cdcflow.pipeline.query import Pipeline
-    from cdcflow.testing.compare import diff_table, read_replica
+    from cdcflow.testing.compare import compare_replicas
 
     feats = frozenset(ALL_FEATURES - {"truncate"})
     w = generate(11, tables=3, transactions=40, features=feats)
@@ -742,16 +742,7 @@ def test_spec_and_rendered_events_through_the_pipeline(spark: Any, tmp_path: Pat
     cfg = cfg.model_copy(update={"namespace": "ds_spec", "pipeline": "ds_spec"})
     reports = Pipeline(cfg, spark).run().reports
     assert sum(r.dead_lettered for r in reports) == 1  # the spec's row: no key (KEY_UNKNOWN)
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        d = diff_table(
-            name,
-            list(expected[name].values()),
-            read_replica(spark, f"cdc.ds_spec.{name}", cols),
-            cols,
-        )
-        assert d.equal, f"{name}: missing {d.missing[:2]} unexpected {d.unexpected[:2]}"
+    compare_replicas(spark, w, "ds_spec").assert_equal()
 
 
 @pytest.mark.spark

@@ -25,8 +25,7 @@ from cdcflow.config import load_config, load_config_file
 from cdcflow.errors import CdcflowError
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.report import format_report
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.kafka import KAFKA_DIALECTS, KafkaRecord, delivery, produce
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.services.base import free_port
@@ -61,15 +60,6 @@ def kafka_config(
     )
 
 
-def assert_replicas(spark: Any, namespace: str, w: Workload) -> None:
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
-        d = diff_table(name, list(expected[name].values()), actual, cols)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
-
-
 @pytest.mark.parametrize("dialect", KAFKA_DIALECTS)
 def test_each_producers_kafka_form_through_a_real_broker_equals_the_oracle(
     spark: Any, kafka: Any, tmp_path: Path, dialect: str
@@ -82,7 +72,7 @@ def test_each_producers_kafka_form_through_a_real_broker_equals_the_oracle(
     cfg = kafka_config(tmp_path, name, dialect, kafka.bootstrap, sent.options, topics=sent.topics)
     reports = Pipeline(cfg, spark).run().reports
     assert sum(r.dead_lettered for r in reports) == 0, [r.__dict__ for r in reports]
-    assert_replicas(spark, name, w)
+    compare_replicas(spark, w, name).assert_equal()
     # records without a change (Debezium's tombstones after deletes) are counted, apart from
     # the events, in the reports, their progress lines and the batch history
     skipped: Counter[str] = Counter()
@@ -247,7 +237,7 @@ def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_
     assert _follow(config, None, kill_after_batches=1) == -signal.SIGKILL
     assert Pipeline(load_config_file(config), spark).run().exit_status == 3  # the poison
 
-    assert_replicas(spark, "kcrash", w)
+    compare_replicas(spark, w, "kcrash").assert_equal()
     hist = spark.sql(
         "SELECT batch_id, count(*) AS n FROM cdc.kcrash__cdcflow.batches GROUP BY batch_id"
     ).collect()
@@ -413,7 +403,7 @@ def test_the_broker_stopped_for_30_seconds_while_following(
         applied = False
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                assert_replicas(spark, "koutage", w)
+                compare_replicas(spark, w, "koutage").assert_equal()
                 applied = True
                 break
             except AssertionError:
@@ -539,7 +529,8 @@ def test_the_canonical_stream_out_to_a_topic(spark: Any, kafka: Any, tmp_path: P
         "SELECT DISTINCT error_code FROM cdc.kout_gone__cdcflow.dead_letters"
     ).collect()
     assert [r["error_code"] for r in codes] == ["DELIVERY_FAILED"]
-    assert_replicas(spark, "kout_gone", w)  # the replicas were written all the same
+    # the replicas were written all the same
+    compare_replicas(spark, w, "kout_gone").assert_equal()
 
 
 def test_the_python_api_reads_a_topic_as_docs_python_api_shows(
@@ -571,7 +562,7 @@ def test_the_python_api_reads_a_topic_as_docs_python_api_shows(
     )
     result = pipe.wait()
     assert result.failure is None and result.dead_lettered == 0
-    assert_replicas(spark, "api_topic", w)
+    compare_replicas(spark, w, "api_topic").assert_equal()
 
 
 def test_a_missing_topics_hint_lists_the_nearest_topics_first() -> None:

@@ -17,8 +17,7 @@ from cdcflow.iceberg.maintain import (
     orphans_sql,
     rewrite_sql,
 )
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.landing import append
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import generate
@@ -86,15 +85,6 @@ def test_the_configuration_turns_it_off_per_pipeline_or_table_and_refuses_short_
     assert "maintenance.orphan_age: '2h' is under 24h" in str(e.value)
 
 
-def _check(spark: Any, w: Any, namespace: str) -> None:
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
-        d = diff_table(name, list(expected[name].values()), actual, cols)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
-
-
 POLICY = {
     "every_batches": 2,
     "rewrite_delete_files": 2,
@@ -124,7 +114,7 @@ def test_maintenance_between_batches_keeps_files_and_snapshots_bounded(
     lines = [line for r in reports for line in r.maintenance]
     assert any(line.startswith("rewrite_data_files ") for line in lines), lines
     assert any(line.startswith("expire_snapshots ") for line in lines), lines
-    _check(spark, w, "upkeep")
+    compare_replicas(spark, w, "upkeep").assert_equal()
     actions = maintenance(cfg, spark).collect()
     assert {r["action"] for r in actions} >= {"rewrite_data_files", "expire_snapshots"}
     rewrites = [r for r in actions if r["action"] == "rewrite_data_files"]
@@ -148,7 +138,7 @@ def test_maintenance_between_batches_keeps_files_and_snapshots_bounded(
             "n"
         ]
         assert files == 0, name
-    _check(spark, w, "upkeep")
+    compare_replicas(spark, w, "upkeep").assert_equal()
     # what cdcflow history --maintenance shows
     from click.testing import CliRunner
 
@@ -232,7 +222,7 @@ def test_a_crash_during_and_right_after_each_maintenance_action_then_rerun_equal
         assert _run(config, step) == 137, step
     cfg = load_config_file(config)
     assert Pipeline(cfg, spark).run().failure is None
-    _check(spark, w, "upkeep_crash")
+    compare_replicas(spark, w, "upkeep_crash").assert_equal()
     waiting = spark.sql(
         "SELECT count(*) AS n FROM cdc.upkeep_crash__cdcflow.held WHERE released_batch IS NULL"
     ).collect()[0]["n"]
@@ -250,4 +240,4 @@ def test_a_crash_during_and_right_after_each_maintenance_action_then_rerun_equal
     replayed = replay_dead_letters(cfg, spark, DeadLetterFilter())
     assert sum(replayed.claimed.values()) == 1  # the bad line, dead-lettered again
     assert replayed.dead_lettered == 1
-    _check(spark, w, "upkeep_crash")
+    compare_replicas(spark, w, "upkeep_crash").assert_equal()

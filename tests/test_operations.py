@@ -15,8 +15,7 @@ from cdcflow.cli.main import main
 from cdcflow.config import PipelineConfig, load_config
 from cdcflow.errors import ConfigError
 from cdcflow.pipeline.query import Pipeline, SourceMissing
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, history_shape, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.renderers import renderer, renderer_features
 from cdcflow.testing.workload import Workload, generate
 from tests.scenario import ev, land
@@ -46,15 +45,6 @@ def _config(root: Path, name: str, sources: list[dict], **extra: Any) -> Pipelin
     )
 
 
-def _assert_replicas(spark: Any, w: Workload, namespace: str, prefix: str = "") -> None:
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        actual = read_replica(spark, f"cdc.{namespace}.{prefix}{name}", cols)
-        d = diff_table(name, list(expected[name].values()), actual, cols)
-        assert d.equal, f"{prefix}{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
-
-
 def _render(dialect: str, root: Path, seed: int) -> tuple[Workload, Any]:
     w = generate(seed, tables=2, transactions=25, features=renderer_features(dialect))
     res = renderer(dialect)(w, root / dialect, seed=seed, faults=False)
@@ -77,8 +67,8 @@ def test_two_sources_with_the_same_table_names_write_two_exact_replicas(
     )
     result = Pipeline(cfg, spark).run()
     assert result.dead_lettered == 0
-    _assert_replicas(spark, w_crdb, "two_src", "crdb__")
-    _assert_replicas(spark, w_ds, "two_src", "mysql__")
+    compare_replicas(spark, w_crdb, "two_src", prefix="crdb__").assert_equal()
+    compare_replicas(spark, w_ds, "two_src", prefix="mysql__").assert_equal()
     names = {r["tableName"] for r in spark.sql("SHOW TABLES IN cdc.two_src").collect()}
     assert not names & set(w_crdb.tables)  # no replica under a bare, shared name
 
@@ -122,12 +112,7 @@ def test_batches_leave_no_temporary_view_behind(
     result = Pipeline(cfg, spark).run()
     assert result.failure is None and len(result.reports) >= 2
     assert sessions and not any(_cdcflow_views(s) for s in sessions)
-    versions = oracle.history(w)
-    for name, table in w.tables.items():
-        cols = [*table.columns, "__START_AT", "__END_AT"]
-        got = history_shape(read_replica(spark, f"cdc.views.{name}", cols), table.key)
-        d = diff_table(name, versions[name], got, [*table.columns, oracle.VERSION, oracle.ENDS])
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+    compare_replicas(spark, w, "views", histories=w.tables).assert_equal()
 
 
 def test_the_pipelines_own_stream_is_checked_once_and_others_batches_each_time(
@@ -214,12 +199,12 @@ def test_a_source_added_later_is_read_from_its_start_and_the_others_are_not_rere
     c_events = Pipeline(_config(tmp_path / "alone", "alone", [srcs[2]]), spark).run().events
     assert second.events == c_events
     for prefix, w in (("a__", w_a), ("b__", w_b), ("c__", w_c)):
-        _assert_replicas(spark, w, "grow", prefix)
+        compare_replicas(spark, w, "grow", prefix=prefix).assert_equal()
     # renamed, a source keeps its progress and its replica names
     srcs[2] = {**srcs[2], "name": "c2", "renamed_from": "c"}
     third = Pipeline(_config(tmp_path, "grow", srcs), spark).run()
     assert third.events == 0
-    _assert_replicas(spark, w_c, "grow", "c__")
+    compare_replicas(spark, w_c, "grow", prefix="c__").assert_equal()
 
 
 def test_a_missing_landing_zone_is_an_error_unless_it_may_be_created(

@@ -330,7 +330,7 @@ def test_secret_never_in_repr_or_reasons(
                 "type": "webhook",
                 "name": "hook",
                 "url": "http://h/x",
-                "secret_env": "CDCFLOW_TEST_SECRET",
+                "secret": {"env": "CDCFLOW_TEST_SECRET"},
             }
         ]
     )
@@ -496,24 +496,25 @@ def _cfg(outputs: list[dict[str, Any]]) -> Any:
 
 
 def test_output_config_validation() -> None:
-    cfg = _cfg([{"type": "webhook", "name": "hook", "url": "http://h/x", "secret_env": "S"}])
+    cfg = _cfg([{"type": "webhook", "name": "hook", "url": "http://h/x", "secret": {"env": "S"}}])
     assert cfg.outputs[0].batch_size == 100 and cfg.outputs[0].max_attempts == 5
     with pytest.raises(ConfigError, match="needs 'path'"):
         _cfg([{"type": "files", "name": "f"}])
     with pytest.raises(ConfigError, match="needs 'url'"):
         _cfg([{"type": "webhook", "name": "w"}])
-    with pytest.raises(ConfigError, match="not both"):
+    with pytest.raises(ConfigError, match=r"outputs\.0\.secret: give exactly one of env or file"):
         _cfg(
             [
                 {
                     "type": "webhook",
                     "name": "w",
                     "url": "http://h",
-                    "secret_env": "A",
-                    "secret_file": "B",
+                    "secret": {"env": "A", "file": "B"},
                 }
             ]
         )
+    with pytest.raises(ConfigError, match="'secret' is for webhook outputs"):
+        _cfg([{"type": "files", "name": "f", "path": "/a", "secret": {"env": "A"}}])
     with pytest.raises(ConfigError, match="unique"):
         _cfg(
             [
@@ -584,7 +585,7 @@ def test_pipeline_outputs(
                 "type": "webhook",
                 "name": "hook",
                 "url": good.url,
-                "secret_env": "CDCFLOW_TEST_SECRET",
+                "secret": {"env": "CDCFLOW_TEST_SECRET"},
                 "batch_size": 2,
                 "backoff": 0.01,
             },

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from cdcflow.demo import demo_config
 from cdcflow.iceberg import ledger
 from cdcflow.pipeline.query import Pipeline
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, history_shape, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
 from cdcflow.testing.workload import generate
 from tests.scenario import config, ev, land
@@ -45,7 +44,6 @@ def test_replicas_equal_the_oracle(
     spark: Any, prop_root: Path, dialect: str, seed: int, runs: int, overlap: bool
 ) -> None:
     w = generate(seed, tables=3, transactions=60, features=renderer_features(dialect))
-    expected = oracle.apply(w)
     root = Path(tempfile.mkdtemp(prefix="replicas-", dir=prop_root))
     n = len(w.transactions)
     cuts = sorted({0, n, *(n * i // runs for i in range(1, runs))})
@@ -59,14 +57,7 @@ def test_replicas_equal_the_oracle(
             cfg = cfg.model_copy(update={"namespace": f"prop{next(_n)}", "pipeline": f"prop{seed}"})
         Pipeline(cfg, spark).run()
     assert cfg is not None
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        ident = f"cdc.{cfg.namespace}.{name}"
-        rows = list(expected[name].values())
-        if not rows and not spark.catalog.tableExists(ident):
-            continue
-        d = diff_table(name, rows, read_replica(spark, ident, cols), cols)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+    compare_replicas(spark, w, cfg.namespace, empty_may_be_absent=True).assert_equal()
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
@@ -82,7 +73,6 @@ def test_histories_equal_the_oracle(
     truncates, added columns) under redelivery and several runs: versions equal the oracle's."""
     dialect = "savegress"
     w = generate(seed, tables=2, transactions=50, features=renderer_features(dialect))
-    expected = oracle.history(w)
     root = Path(tempfile.mkdtemp(prefix="histories-", dir=prop_root))
     n = len(w.transactions)
     cuts = sorted({0, n, *(n * i // runs for i in range(1, runs))})
@@ -96,17 +86,9 @@ def test_histories_equal_the_oracle(
             cfg = cfg.model_copy(update={"namespace": f"prop{next(_n)}", "pipeline": f"hist{seed}"})
         Pipeline(cfg, spark).run()
     assert cfg is not None
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        ident = f"cdc.{cfg.namespace}.{name}"
-        if not expected[name] and not spark.catalog.tableExists(ident):
-            continue
-        got = history_shape(
-            read_replica(spark, ident, [*cols, "__START_AT", "__END_AT"]), table.key
-        )
-        shape = [*cols, oracle.VERSION, oracle.ENDS]
-        d = diff_table(name, expected[name], got, shape)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
+    compare_replicas(
+        spark, w, cfg.namespace, histories=w.tables, empty_may_be_absent=True
+    ).assert_equal()
 
 
 def keyless_workload(seed: int, n: int = 48) -> tuple[list[dict[str, Any]], Counter[Any]]:

@@ -21,8 +21,7 @@ from cdcflow.observe.tables_iceberg import IcebergResults
 from cdcflow.observe.tables_spark import SparkResults
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters
-from cdcflow.testing import oracle
-from cdcflow.testing.compare import diff_table, read_replica
+from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.landing import append
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.workload import Workload, generate
@@ -43,15 +42,6 @@ def _landing(root: Path, seed: int) -> tuple[Workload, dict[str, list[str]], dic
     append(res.files[0], b"this line is not json\n")
     keys = {t: list(k) for t, k in res.options.table_keys.items()}
     return w, keys, {t: dict(c) for t, c in res.options.column_types.items()}
-
-
-def _assert_replicas(spark: Any, w: Workload, namespace: str) -> None:
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        actual = read_replica(spark, f"cdc.{namespace}.{name}", cols)
-        d = diff_table(name, list(expected[name].values()), actual, cols)
-        assert d.equal, f"{name}: missing {d.missing[:3]} unexpected {d.unexpected[:3]}"
 
 
 def _open(spark: Any, namespace: str) -> dict[str, int]:
@@ -84,7 +74,7 @@ def test_keys_configured_later_then_replay_equals_oracle(
     result = replay_dead_letters(cfg, spark, only_keys)
     assert result.claimed == {"s": unknown["KEY_UNKNOWN"]}
     assert result.exit_status == 0, result.summary()
-    _assert_replicas(spark, w, ns)
+    compare_replicas(spark, w, ns).assert_equal()
     assert _open(spark, ns) == {"NOT_JSON": 1}
 
     # a second replay finds nothing; the replicas do not move
@@ -102,7 +92,7 @@ def test_keys_configured_later_then_replay_equals_oracle(
         assert found is not None
         replayed = [r for r in found.dicts() if r["replayed_at"] is not None]
         assert len(replayed) == unknown["KEY_UNKNOWN"] + 1
-    _assert_replicas(spark, w, ns)
+    compare_replicas(spark, w, ns).assert_equal()
     # the history tells the replays from the run's batches, in a table as in JSON
     config = _write_config(tmp_path, warehouse, ns, keys, types)
     assert main(["history", str(config)]) == 0
@@ -130,7 +120,7 @@ def test_replay_killed_half_way_is_completed_by_the_next(spark: Any, tmp_path: P
     result = replay_dead_letters(cfg, spark, DeadLetterFilter(codes=("KEY_UNKNOWN",)))
     assert result.resumed == ["s"], result.summary()
     assert result.exit_status == 3  # the claimed batch holds the bad line too
-    _assert_replicas(spark, w, ns)
+    compare_replicas(spark, w, ns).assert_equal()
     assert _open(spark, ns) == {"NOT_JSON": 1}
     history = spark.sql(
         f"SELECT batch_id, count(*) AS n FROM cdc.{ns}__cdcflow.batches "

@@ -56,13 +56,13 @@ def base_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
                 "path": "/events",
                 "dialect": "savegress",
                 "landing": "savegress",
-                "auth": {"signature": {"secret_env": "TEST_SG_SECRET"}},
+                "auth": {"signature": {"secret": {"env": "TEST_SG_SECRET"}}},
             },
             {
                 "path": "/token",
                 "dialect": "auto",
                 "landing": "token",
-                "auth": {"bearer": {"token_file": str(tmp_path / "token.txt")}},
+                "auth": {"bearer": {"token": {"file": str(tmp_path / "token.txt")}}},
             },
             {"path": "/ces", "dialect": "sqlserver_ces", "landing": "ces"},
             {"path": "/auto", "dialect": "auto", "landing": "auto"},
@@ -728,10 +728,15 @@ def test_secrets_never_in_logs_errors_or_repr(
     assert "hidden" in repr(receiver.settings.endpoints["/events"].signing_secret)
     # configuration errors name the key and the variable, never a value
     cfg = base_config(tmp_path)
-    cfg["endpoints"][1]["auth"]["signature"]["secret_file"] = SECRET
+    cfg["endpoints"][1]["auth"]["signature"]["secret"] = {"env": "TEST_SG_SECRET", "file": SECRET}
     with pytest.raises(ConfigError) as err:
         load_serve_config(cfg, "(t)", tmp_path)
-    assert "endpoints.1.auth.signature" in str(err.value) and SECRET not in str(err.value)
+    assert "endpoints.1.auth.signature.secret" in str(err.value) and SECRET not in str(err.value)
+    # nor the value itself written where its variable's name belongs
+    cfg["endpoints"][1]["auth"]["signature"]["secret"] = SECRET
+    with pytest.raises(ConfigError) as err:
+        load_serve_config(cfg, "(t)", tmp_path)
+    assert "endpoints.1.auth.signature.secret" in str(err.value) and SECRET not in str(err.value)
 
 
 def test_config_errors_name_the_bad_key(tmp_path: Path, secrets_env: None) -> None:
@@ -744,11 +749,11 @@ def test_config_errors_name_the_bad_key(tmp_path: Path, secrets_env: None) -> No
         base_config(tmp_path, listen={"prot": 1})
     )
     bad = base_config(tmp_path)
-    bad["endpoints"][1]["auth"]["signature"]["secret_evn"] = "X"
+    bad["endpoints"][1]["auth"]["signature"]["secert"] = "X"
     assert (
-        "endpoints.1.auth.signature.secret_evn: unknown key. Did you mean 'secret_env'? "
-        "Allowed keys: replay_window, require_event_id, require_timestamp, secret_env, "
-        "secret_file, timestamp_tolerance" in error(bad)
+        "endpoints.1.auth.signature.secert: unknown key. Did you mean 'secret'? "
+        "Allowed keys: replay_window, require_event_id, require_timestamp, secret, "
+        "timestamp_tolerance" in error(bad)
     )
     bad = base_config(tmp_path)
     bad["endpoints"][0]["dialect"] = "cockroach"
@@ -758,8 +763,11 @@ def test_config_errors_name_the_bad_key(tmp_path: Path, secrets_env: None) -> No
     assert "endpoints.0.landing" in error(bad)
     assert "max_body_size" in error(base_config(tmp_path, max_body_size="lots"))
     bad = base_config(tmp_path)
-    bad["endpoints"][1]["auth"]["signature"]["secret_env"] = "NOT_SET_ANYWHERE_XYZ"
-    assert "NOT_SET_ANYWHERE_XYZ is not set" in error(bad)
+    bad["endpoints"][1]["auth"]["signature"]["secret"] = {"env": "NOT_SET_ANYWHERE_XYZ"}
+    assert (
+        "endpoints.1.auth.signature.secret: environment variable NOT_SET_ANYWHERE_XYZ is not set"
+        in error(bad)
+    )
     bad = base_config(tmp_path)
     bad["endpoints"].append(dict(bad["endpoints"][0]))
     assert "configured twice" in error(bad)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import orjson
 import pytest
 from prometheus_client import generate_latest
 
@@ -65,7 +64,7 @@ def grpc_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
                 {
                     "name": "events",
                     "landing": "savegress",
-                    "auth": {"bearer": {"token_env": "TEST_GRPC_TOKEN"}},
+                    "auth": {"bearer": {"token": {"env": "TEST_GRPC_TOKEN"}}},
                     "options": {"limits": {"max_message_bytes": 4096}},
                 },
                 {"name": "open", "landing": "open"},
@@ -510,8 +509,10 @@ def test_config_errors_name_the_grpc_key(tmp_path: Path, monkeypatch: pytest.Mon
     cfg["grpc"]["endpoints"][1]["name"] = "events"
     assert "gRPC endpoint name events is configured twice" in error(cfg)
     cfg = grpc_config(tmp_path)
-    cfg["grpc"]["endpoints"][0]["auth"]["bearer"] = {"token_env": "NOT_SET_ANYWHERE_XYZ"}
-    assert "grpc.endpoints.0.auth.bearer: environment variable NOT_SET_ANYWHERE_XYZ" in error(cfg)
+    cfg["grpc"]["endpoints"][0]["auth"]["bearer"] = {"token": {"env": "NOT_SET_ANYWHERE_XYZ"}}
+    assert "grpc.endpoints.0.auth.bearer.token: environment variable NOT_SET_ANYWHERE_XYZ" in error(
+        cfg
+    )
     cfg = grpc_config(tmp_path)
     cfg["endpoints"] = [{"path": "/crdb", "dialect": "cockroachdb", "landing": "savegress"}]
     assert "one landing folder holds one dialect" in error(cfg)
@@ -591,8 +592,7 @@ def test_streamed_workload_becomes_exact_replicas(
     zone → the replicas equal the oracle."""
     from cdcflow.demo import demo_config
     from cdcflow.pipeline.query import Pipeline
-    from cdcflow.testing import oracle
-    from cdcflow.testing.compare import diff_table, read_replica
+    from cdcflow.testing.compare import compare_replicas
     from cdcflow.testing.render_savegress import decode_options, render_messages
     from cdcflow.testing.workload import ALL_FEATURES, generate
 
@@ -625,25 +625,5 @@ def test_streamed_workload_becomes_exact_replicas(
     pipeline = pipeline.model_copy(update={"namespace": "grpc_served", "pipeline": "grpc_served"})
     reports = Pipeline(pipeline, spark).run().reports
     assert sum(r.dead_lettered for r in reports) == 0
-    expected = oracle.apply(w)
-    for name, table in w.tables.items():
-        cols = list(table.columns)
-        # a protobuf Struct is a map: a JSON column's object keys come back in another order
-        objects = [c for c, t in table.columns.items() if t == "json"]
-
-        def same_keys(rows: list[dict[str, Any]], objects: list[str] = objects) -> list[Any]:
-            return [
-                {
-                    **r,
-                    **{
-                        c: orjson.dumps(orjson.loads(r[c]), option=orjson.OPT_SORT_KEYS)
-                        for c in objects
-                        if r.get(c) is not None
-                    },
-                }
-                for r in rows
-            ]
-
-        actual = same_keys(read_replica(spark, f"cdc.grpc_served.{name}", cols))
-        d = diff_table(name, same_keys(list(expected[name].values())), actual, cols)
-        assert d.equal, f"{name}: missing {d.missing[:2]} unexpected {d.unexpected[:2]}"
+    # a protobuf Struct is a map: a JSON column's object keys come back in another order
+    compare_replicas(spark, w, "grpc_served", unordered_json=True).assert_equal()

@@ -8,10 +8,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdcflow.testing import oracle
+from cdcflow.testing.compare import ReplicaComparison, diff_table
 from cdcflow.testing.render_savegress import render_messages, render_to_landing
 from cdcflow.testing.workload import Change, TableDef, generate
 
@@ -124,3 +126,33 @@ def test_render_to_landing_faults(tmp_path: Path) -> None:
     ]
     assert batches and all(b["batch_size"] == len(b["events"]) for b in batches)
     assert res.messages > sum(1 for _ in w.changes())  # duplicates were added
+
+
+def test_a_replicas_first_difference_is_said_column_by_column() -> None:
+    """One row with another value is said by its key and the differing column; a row on one
+    side only is said whole; the other differing replicas are named."""
+    cols, key = ["id", "name", "n"], ["id"]
+    expected = [{"id": 1, "name": "a", "n": 1}, {"id": 2, "name": "b", "n": 2}]
+    other = diff_table("t", expected, [expected[0], {**expected[1], "n": 3}], cols, key)
+    assert (other.expected, other.actual, other.equal) == (2, 2, False)
+    assert (
+        other.first_difference()
+        == "t: 2 rows expected, 2 in the replica; key id=2: n expected 2, replica 3"
+    )
+    gone = diff_table("u", expected, expected[:1], cols, key)
+    assert (
+        gone.first_difference()
+        == "u: 2 rows expected, 1 in the replica; missing: id=2, name='b', n=2"
+    )
+    extra = diff_table("v", expected[:1], expected, cols, key)
+    assert (
+        extra.first_difference()
+        == "v: 1 rows expected, 2 in the replica; unexpected: id=2, name='b', n=2"
+    )
+    same = diff_table("w", expected, list(reversed(expected)), cols, key)
+    assert same.equal and same.first_difference() == ""
+    found = ReplicaComparison((same, other, gone))
+    assert found.first_difference() == other.first_difference() + " (also differing: u)"
+    with pytest.raises(AssertionError, match="key id=2: n expected 2, replica 3"):
+        found.assert_equal()
+    ReplicaComparison((same,)).assert_equal()

@@ -24,41 +24,23 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
+from pydantic import Field, field_validator, model_validator
+
+from cdcflow.config_base import (
+    ConfigModel,
+    SecretFrom,
+    check_declared_types,
+    known_dialect,
+    old_secret_keys,
+    parse_duration,
+    read_yaml_mapping,
+    validate,
 )
 
-from cdcflow.errors import ConfigError, did_you_mean
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str | int) -> int:
-    """``90s``, ``15m``, ``12h``, ``7d`` (or plain seconds) → seconds."""
-    if isinstance(text, int):
-        return text
-    m = _DURATION.match(text)
-    if not m:
-        raise ValueError(f"expected a duration like 30s, 15m, 12h or 7d, got {text!r}")
-    return int(m.group(1)) * _UNITS[m.group(2)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CatalogConfig(_Model):
+class CatalogConfig(ConfigModel):
     """The Iceberg catalog the replicas live in. The default is embedded: Iceberg's JDBC
     catalog on an SQLite file inside the warehouse (``<warehouse>/catalog.db``), which pyiceberg
     and the engines over it open by table name; ``uri`` points a JDBC catalog elsewhere
@@ -72,7 +54,7 @@ class CatalogConfig(_Model):
     options: dict[str, str] = Field(default_factory=dict)
 
 
-class MetricsConfig(_Model):
+class MetricsConfig(ConfigModel):
     """Where a running pipeline answers ``/metrics`` (Prometheus), ``/healthz``, ``/readyz``,
     ``/status.json`` and its status page (``/``); ``ready_intervals``: ``/readyz`` answers
     ready while a batch succeeded (or a trigger found nothing new) within that many follow
@@ -83,7 +65,7 @@ class MetricsConfig(_Model):
     ready_intervals: int = Field(default=3, ge=1)
 
 
-class SparkConfig(_Model):
+class SparkConfig(ConfigModel):
     """Spark settings; ``conf`` is passed through."""
 
     master: str = "local[*]"
@@ -92,20 +74,6 @@ class SparkConfig(_Model):
     iceberg_packages: str | None = None
     packages: list[str] = Field(default_factory=list)
     conf: dict[str, str] = Field(default_factory=dict)
-
-
-class SecretFrom(_Model):
-    """Where a secret comes from: an environment variable (``env``) or a file (``file``),
-    exactly one. The value itself never appears in a configuration."""
-
-    env: str | None = None
-    file: str | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> SecretFrom:
-        if (self.env is None) == (self.file is None):
-            raise ValueError("give exactly one of env or file")
-        return self
 
 
 #: Options of Spark's Kafka source and sink that cdcflow sets from a source's or an output's
@@ -125,7 +93,7 @@ KAFKA_OWN_OPTIONS: dict[str, str] = {
 _SECRET_WORDS = ("jaas", "password", "secret", "token", "credential")
 
 
-class KafkaConnection(_Model):
+class KafkaConnection(ConfigModel):
     """How to reach a Kafka cluster: ``bootstrap_servers``, ``options`` for Spark's Kafka
     source or sink (``kafka.security.protocol``…) and ``secrets``: options whose values are
     secrets (``kafka.sasl.jaas.config``), each from an environment variable or a file."""
@@ -150,21 +118,16 @@ class KafkaConnection(_Model):
     def connection_options(self, where: str) -> dict[str, str]:
         """``kafka.bootstrap.servers``, the options, and the secrets read now (the result is
         not to be shown or logged)."""
-        from cdcflow.secrets import read_secret
-
         out = {"kafka.bootstrap.servers": self.bootstrap_servers, **self.options}
         for key, src in self.secrets.items():
-            out[key] = read_secret(src.env, src.file, f"{where}: secret {key!r}").text()
+            out[key] = src.read(f"{where}: secret {key!r}").text()
         return out
 
     def with_files_relative_to(self, fix: Any) -> Any:
         """A copy whose secret files are resolved by ``fix``."""
         if not any(s.file for s in self.secrets.values()):
             return self
-        secrets = {
-            k: v.model_copy(update={"file": fix(v.file)}) if v.file else v
-            for k, v in self.secrets.items()
-        }
+        secrets = {k: v.relative_to(fix) for k, v in self.secrets.items()}
         return self.model_copy(update={"secrets": secrets})
 
 
@@ -237,22 +200,7 @@ NAME_FIELDS: tuple[str, ...] = ("source", "database", "schema", "table")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
-def check_declared_types(
-    types: dict[str, dict[str, str]], info: ValidationInfo
-) -> dict[str, dict[str, str]]:
-    """The validator of a source's (or a receiver endpoint's) declared column types: each read
-    by its ``dialect`` before any message is (a dialect that failed its own check is left to
-    that error)."""
-    from cdcflow.dialects import declared_type_problems
-
-    dialect = info.data.get("dialect")
-    problems = declared_type_problems(dialect, types) if dialect is not None else []
-    if problems:
-        raise ValueError("; ".join(problems))
-    return types
-
-
-class SourceConfig(_Model):
+class SourceConfig(ConfigModel):
     """One source of raw messages and how to decode them: a landing zone (``path``), Kafka
     topics (``kafka``), or a DataFrame given through the Python API (neither).
 
@@ -332,23 +280,11 @@ class SourceConfig(_Model):
             raise ValueError(f"{v!r} must contain {{table}}: every table needs its own replica")
         return v
 
-    @field_validator("dialect")
-    @classmethod
-    def _known_dialect(cls, v: str) -> str:
-        from cdcflow.dialects import dialect_class
-        from cdcflow.errors import UnknownDialectError
-
-        if v != "auto":
-            try:
-                dialect_class(v)
-            except UnknownDialectError as e:
-                raise ValueError(e.message) from None
-        return v
-
+    _known_dialect = field_validator("dialect")(known_dialect)
     _readable_types = field_validator("types")(check_declared_types)
 
 
-class MaintenanceConfig(_Model):
+class MaintenanceConfig(ConfigModel):
     """When the running pipeline maintains a table (between batches, under its run lock).
 
     Every ``every_batches`` batches, each table written since the last round is checked: with
@@ -406,7 +342,7 @@ def _maintenance(v: Any) -> Any:
     return v
 
 
-class TableConfig(_Model):
+class TableConfig(ConfigModel):
     """How one target table is written.
 
     ``mode``: ``merge`` (current state, one row per key), ``append`` (changelog of canonical
@@ -522,13 +458,14 @@ class TableConfig(_Model):
         return self
 
 
-class OutputConfig(_Model):
+class OutputConfig(ConfigModel):
     """One downstream output of the canonical stream (``outputs:``).
 
     ``files``: JSON lines under ``<path>/batch=<batch id>/`` in the unified batch format
     (``format: unified_batch``) or the Kafka message form (``format: kafka``).
-    ``webhook``: signed HTTP POSTs of unified batches (or single events when ``batch_size`` is 1)
-    with retries; what still fails is dead-lettered as ``DELIVERY_FAILED``.
+    ``webhook``: HTTP POSTs of unified batches (or single events when ``batch_size`` is 1)
+    with retries, signed with ``secret`` when given; what still fails is dead-lettered as
+    ``DELIVERY_FAILED``.
     ``kafka``: records of the unified format's Kafka message form written to ``kafka.topic``
     with Spark's Kafka sink (key ``<table>:<primary key>``, so a key stays on one partition;
     the event id in the ``savegress-event-id`` header); a batch whose write fails is
@@ -541,13 +478,18 @@ class OutputConfig(_Model):
     kafka: KafkaOutputConfig | None = None
     format: Literal["unified_batch", "kafka"] = "unified_batch"
     url: str | None = None
-    secret_env: str | None = None
-    secret_file: str | None = None
+    secret: SecretFrom | None = None
     batch_size: int = Field(default=100, ge=1)
     max_attempts: int = Field(default=5, ge=1)
     timeout: float = Field(default=10.0, gt=0)
     backoff: float = Field(default=0.5, ge=0)
     concurrency: int = Field(default=2, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_secret(cls, data: Any) -> Any:
+        name = data.get("name") if isinstance(data, Mapping) else None
+        return old_secret_keys(data, "secret", "secret_env", "secret_file", f"output {name!r}")
 
     @field_validator("name")
     @classmethod
@@ -566,13 +508,13 @@ class OutputConfig(_Model):
                     f"output {self.name!r}: a kafka output needs 'kafka' "
                     "({bootstrap_servers: ..., topic: ...})"
                 )
-            for key in ("path", "url", "secret_env", "secret_file"):
+            for key in ("path", "url", "secret"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"output {self.name!r}: '{key}' is not for kafka outputs")
         elif self.type == "files":
             if not self.path:
                 raise ValueError(f"output {self.name!r}: a files output needs 'path'")
-            for key in ("url", "secret_env", "secret_file"):
+            for key in ("url", "secret"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"output {self.name!r}: '{key}' is for webhook outputs")
         else:
@@ -582,14 +524,10 @@ class OutputConfig(_Model):
                 )
             if self.path is not None:
                 raise ValueError(f"output {self.name!r}: 'path' is for files outputs")
-            if self.secret_env and self.secret_file:
-                raise ValueError(
-                    f"output {self.name!r}: give 'secret_env' or 'secret_file', not both"
-                )
         return self
 
 
-class PipelineConfig(_Model):
+class PipelineConfig(ConfigModel):
     """A whole pipeline (``cdcflow run CONFIG``)."""
 
     pipeline: str = "cdcflow"
@@ -682,82 +620,15 @@ class PipelineConfig(_Model):
         return parse_duration(self.tombstone_retention)
 
 
-def validation_message(err: ValidationError, what: str, model: type[BaseModel]) -> str:
-    """A configuration's validation errors, naming each bad key; an unknown key gets the
-    closest allowed one and the keys allowed where it stands (``model``: the configuration's
-    model). Values given are not echoed (they may be secrets), but for a key taking one of a
-    few fixed words (a literal), where the word given is shown beside those allowed."""
-    lines = []
-    for e in err.errors(include_url=False):
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key" + _allowed_keys(model, e["loc"])
-        elif e["type"] == "literal_error" and isinstance(e.get("input"), str | int | bool):
-            msg = f"{msg} (got {e['input']!r})"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        lines.append(f"{loc}: {msg}")
-    return f"invalid {what}: " + "; ".join(lines)
-
-
-def _allowed_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
-    """``. Did you mean 'x'? Allowed keys: …`` for the unknown key at ``loc``, ``""`` where
-    the mapping it stands in is not a model's (a free-form mapping takes any key)."""
-    found = _model_at(model, loc[:-1])
-    if found is None:
-        return ""
-    known = sorted(found.model_fields)
-    return f"{did_you_mean(str(loc[-1]), known) or '.'} Allowed keys: {', '.join(known)}"
-
-
-def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The model of the mapping at ``loc`` (list indexes and mapping keys stepped through)."""
-    current: Any = model
-    steps = list(loc)
-    while steps:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        found = current.model_fields.get(str(steps.pop(0)))
-        if found is None:
-            return None
-        current = found.annotation
-        while True:  # X | None, list[X], dict[str, X]: into X, as far as the location goes
-            args = [a for a in get_args(current) if a is not type(None)]
-            origin = get_origin(current)
-            if origin in (Union, UnionType):
-                models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-                current = models[0] if len(models) == 1 else None
-            elif origin in (list, dict) and args and steps:
-                steps.pop(0)
-                current = args[-1]
-            else:
-                break
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
 def load_config(data: Mapping[str, Any], origin: str = "") -> PipelineConfig:
     """Validate a configuration mapping; errors name each bad key and the allowed values."""
-    try:
-        return PipelineConfig.model_validate(dict(data))
-    except ValidationError as e:
-        what = f"configuration {origin}".strip()
-        raise ConfigError(validation_message(e, what, PipelineConfig)) from None
+    return validate(PipelineConfig, data, f"configuration {origin}".strip())
 
 
 def load_config_file(path: str | Path) -> PipelineConfig:
     """Read and validate a YAML configuration file."""
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"configuration file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p} is not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p} must hold a mapping at the top level")
-    cfg = load_config(data, f"({p})")
-    return relative_to(cfg, p.parent)
+    return relative_to(load_config(read_yaml_mapping(p), f"({p})"), p.parent)
 
 
 def relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
@@ -801,4 +672,6 @@ def _output_relative_to(out: OutputConfig, fix: Any) -> OutputConfig:
         return out.model_copy(update={"path": fix(out.path)})
     if out.kafka is not None:
         return out.model_copy(update={"kafka": out.kafka.with_files_relative_to(fix)})
+    if out.secret is not None:
+        return out.model_copy(update={"secret": out.secret.relative_to(fix)})
     return out

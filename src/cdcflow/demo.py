@@ -201,7 +201,7 @@ def run_demo(
         )
         pipe.run(on_report=lambda r: echo("  " + format_report(r)))
         label = f"[{dialect}] "
-        ok = compare_replicas(spark, workload, cfg.namespace, history, echo, label)
+        ok = print_replicas(spark, workload, cfg.namespace, history, echo, label)
         all_ok = ok and all_ok
     if spark is not None and own_session:
         spark.stop()  # as `cdcflow run` does
@@ -211,7 +211,7 @@ def run_demo(
     return all_ok
 
 
-def compare_replicas(
+def print_replicas(
     spark: SparkSession,
     workload: Workload,
     namespace: str,
@@ -221,35 +221,24 @@ def compare_replicas(
 ) -> bool:
     """Print each replica of ``namespace`` against the oracle (``history``: the table kept as
     an scd2 history; ``label`` leads the first line); whether all are equal."""
-    from cdcflow.testing import oracle
-    from cdcflow.testing.compare import diff_table, history_shape, read_replica
+    from cdcflow.testing.compare import compare_replicas
 
-    expected = oracle.apply(workload)
-    all_ok = True
+    found = compare_replicas(spark, workload, namespace, histories=[history] if history else ())
     echo(f"{label}replicas in cdc.{namespace}:")
-    for name, table in sorted(workload.tables.items()):
-        cols = [*table.key, *[c for c in table.columns if c not in table.key]]
-        ident = f"cdc.{namespace}.{name}"
-        if name == history:
-            validity = ["__START_AT", "__END_AT"]
-            actual = history_shape(read_replica(spark, ident, [*cols, *validity]), table.key)
-            shape = [*cols, oracle.VERSION, oracle.ENDS]
-            d = diff_table(name, oracle.history(workload)[name], actual, shape)
+    for d in found.tables:
+        if d.table == history:
             mark = "equals the oracle's history" if d.equal else "DIFFERS from the oracle"
-            echo(f"  {name:<12} {d.actual:>6} versions (scd2)  {mark}")
+            echo(f"  {d.table:<12} {d.actual:>6} versions (scd2)  {mark}")
         else:
-            actual = read_replica(spark, ident, cols)
-            rows = list(expected.get(name, {}).values())
-            d = diff_table(name, rows, actual, cols)
             mark = "equals the oracle" if d.equal else "DIFFERS from the oracle"
-            echo(f"  {name:<12} {d.actual:>6} rows  {mark}")
+            echo(f"  {d.table:<12} {d.actual:>6} rows  {mark}")
         if not d.equal:
-            all_ok = False
+            echo(f"    first difference: {d.first_difference()}")
             for row in d.missing[:3]:
                 echo(f"    missing:    {row}")
             for row in d.unexpected[:3]:
                 echo(f"    unexpected: {row}")
-    return all_ok
+    return found.equal
 
 
 def run_kafka_demo(
@@ -302,7 +291,7 @@ def run_kafka_demo(
             if spark is None:
                 spark = open_session(cfg)
             Pipeline(cfg, spark).run(on_report=lambda r: echo("  " + format_report(r)))
-            ok = compare_replicas(spark, workload, cfg.namespace, None, echo, f"[{dialect}] ")
+            ok = print_replicas(spark, workload, cfg.namespace, None, echo, f"[{dialect}] ")
             all_ok = ok and all_ok
     finally:
         if spark is not None and own_session:

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cdcflow.config import parse_duration
+from cdcflow.config_base import parse_duration
 from cdcflow.observe.status import (
     WINDOW_SECONDS,
     BatchPoint,

@@ -309,12 +309,10 @@ def write_kafka(
 
 
 def load_secret(out: OutputConfig) -> SecretStr | None:
-    """The output's secret from ``secret_env`` or ``secret_file`` (``None`` when unsigned)."""
-    from cdcflow.secrets import read_secret
-
-    if not (out.secret_env or out.secret_file):
+    """The output's ``secret``, read now (``None`` when unsigned)."""
+    if out.secret is None:
         return None
-    return SecretStr(read_secret(out.secret_env, out.secret_file, f"output {out.name!r}").text())
+    return SecretStr(out.secret.read(f"output {out.name!r}: secret").text())
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
+from cdcflow.config import PipelineConfig, SourceConfig
+from cdcflow.config_base import parse_duration
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.hold import HoldStage
 from cdcflow.engine.meta import target_expr

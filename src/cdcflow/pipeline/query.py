@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdcflow.config import PipelineConfig, SourceConfig, parse_duration
+from cdcflow.config import PipelineConfig, SourceConfig
+from cdcflow.config_base import parse_duration
 from cdcflow.errors import CdcflowError, ConfigError
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.pipeline import results

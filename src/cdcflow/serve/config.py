@@ -14,13 +14,13 @@ Example::
         dialect: cockroachdb
         landing: crdb                  # sub-folder of `landing` (a pipeline source path)
         auth:
-          bearer: {token_env: CRDB_WEBHOOK_TOKEN}
+          bearer: {token: {env: CRDB_WEBHOOK_TOKEN}}
       - path: /events                  # a unified-format producer
         dialect: savegress
         landing: savegress
         auth:
           signature:
-            secret_file: /run/secrets/webhook   # or secret_env: NAME
+            secret: {file: /run/secrets/webhook}   # or {env: NAME}
             timestamp_tolerance: 5m
             replay_window: 7d
     grpc:                              # optional: the gRPC endpoint (receiver.proto)
@@ -30,11 +30,12 @@ Example::
         - name: events                 # metadata cdcflow-endpoint: events
           landing: savegress           # may share a savegress endpoint's folder
           auth:
-            bearer: {token_env: EVENTS_GRPC_TOKEN}
+            bearer: {token: {env: EVENTS_GRPC_TOKEN}}
 
-Secrets are read from environment variables or files only, never written in the file; the
-configuration holds their names, and the values live in :class:`Secret` objects whose
-``repr``/``str`` hide them. Validation errors name the bad key and never echo values.
+Secrets are read from environment variables or files only, never written in the file, spelt as
+in the pipeline's configuration (:class:`cdcflow.config_base.SecretFrom`); the configuration
+holds their names, and the values live in :class:`Secret` objects whose ``repr``/``str`` hide
+them. Validation errors name the bad key and never echo values.
 """
 
 from __future__ import annotations
@@ -45,12 +46,20 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from cdcflow.config import check_declared_types, parse_duration, validation_message
+from cdcflow.config_base import (
+    ConfigModel,
+    SecretFrom,
+    check_declared_types,
+    known_dialect,
+    old_secret_keys,
+    parse_duration,
+    read_yaml_mapping,
+    validate,
+)
 from cdcflow.errors import ConfigError
-from cdcflow.secrets import Secret, read_secret
+from cdcflow.secrets import Secret
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
@@ -85,44 +94,20 @@ def parse_size(value: str | int) -> int:
     return size
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class SignatureAuth(ConfigModel):
+    """The unified format's HMAC signature (``X-Savegress-Signature``), keyed with ``secret``,
+    and its companions."""
 
-
-class _SecretSource(_Model):
-    """Where one secret comes from: exactly one of an environment variable or a file."""
-
-    def _names(self) -> tuple[str | None, str | None]:
-        raise NotImplementedError
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> _SecretSource:
-        env, path = self._names()
-        if (env is None) == (path is None):
-            kind = type(self).__name__
-            keys = (
-                "token_env or token_file" if kind == "BearerAuth" else "secret_env or secret_file"
-            )
-            raise ValueError(f"give exactly one of {keys}")
-        return self
-
-    def resolve(self, where: str) -> Secret:
-        """Read the secret now; errors name the variable or file, never the value."""
-        return read_secret(*self._names(), where)
-
-
-class SignatureAuth(_SecretSource):
-    """The unified format's HMAC signature (``X-Savegress-Signature``) and its companions."""
-
-    secret_env: str | None = None
-    secret_file: str | None = None
+    secret: SecretFrom
     timestamp_tolerance: str = "5m"
     require_timestamp: bool = True
     replay_window: str = "7d"
     require_event_id: bool = False
 
-    def _names(self) -> tuple[str | None, str | None]:
-        return self.secret_env, self.secret_file
+    @model_validator(mode="before")
+    @classmethod
+    def _old_secret(cls, data: Any) -> Any:
+        return old_secret_keys(data, "secret", "secret_env", "secret_file", "auth.signature")
 
     @field_validator("timestamp_tolerance", "replay_window")
     @classmethod
@@ -131,17 +116,18 @@ class SignatureAuth(_SecretSource):
         return v
 
 
-class BearerAuth(_SecretSource):
+class BearerAuth(ConfigModel):
     """``Authorization: Bearer <token>`` (e.g. CockroachDB's ``webhook_auth_header``)."""
 
-    token_env: str | None = None
-    token_file: str | None = None
+    token: SecretFrom
 
-    def _names(self) -> tuple[str | None, str | None]:
-        return self.token_env, self.token_file
+    @model_validator(mode="before")
+    @classmethod
+    def _old_secret(cls, data: Any) -> Any:
+        return old_secret_keys(data, "token", "token_env", "token_file", "auth.bearer")
 
 
-class AuthConfig(_Model):
+class AuthConfig(ConfigModel):
     """How an endpoint authenticates requests (both may be set: both must pass)."""
 
     signature: SignatureAuth | None = None
@@ -164,7 +150,7 @@ def _landing_subdir(v: str | None) -> str | None:
     return v
 
 
-class EndpointConfig(_Model):
+class EndpointConfig(ConfigModel):
     """One URL path, the dialect of its bodies and where they land."""
 
     path: str
@@ -183,25 +169,9 @@ class EndpointConfig(_Model):
             raise ValueError("must start with / and not be /healthz or /metrics")
         return v.rstrip("/") or "/"
 
-    @field_validator("dialect")
-    @classmethod
-    def _known_dialect(cls, v: str) -> str:
-        from cdcflow.dialects import dialect_class
-        from cdcflow.errors import UnknownDialectError
-
-        if v != "auto":
-            try:
-                dialect_class(v)
-            except UnknownDialectError as e:
-                raise ValueError(e.message) from None
-        return v
-
+    _known_dialect = field_validator("dialect")(known_dialect)
     _readable_types = field_validator("types")(check_declared_types)
-
-    @field_validator("landing")
-    @classmethod
-    def _subdir(cls, v: str | None) -> str | None:
-        return _landing_subdir(v)
+    _subdir = field_validator("landing")(_landing_subdir)
 
     @property
     def subdir(self) -> str:
@@ -212,14 +182,14 @@ class EndpointConfig(_Model):
         return name or "root"
 
 
-class ListenConfig(_Model):
+class ListenConfig(ConfigModel):
     """Address the receiver binds."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
 
 
-class TlsConfig(_Model):
+class TlsConfig(ConfigModel):
     """HTTPS: a PEM certificate (chain) and its private key."""
 
     cert_file: str
@@ -233,7 +203,7 @@ class GrpcTlsConfig(TlsConfig):
     client_ca_file: str | None = None
 
 
-class GrpcAuthConfig(_Model):
+class GrpcAuthConfig(ConfigModel):
     """How a gRPC endpoint authenticates calls (``authorization: Bearer <token>`` metadata)."""
 
     bearer: BearerAuth | None = None
@@ -242,7 +212,7 @@ class GrpcAuthConfig(_Model):
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-class GrpcEndpointConfig(_Model):
+class GrpcEndpointConfig(ConfigModel):
     """One gRPC endpoint: the name calls give in their ``cdcflow-endpoint`` metadata, where its
     ``CDCEvent`` messages land (dialect ``savegress``) and how they are decoded."""
 
@@ -270,10 +240,7 @@ class GrpcEndpointConfig(_Model):
             raise ValueError("must be 1-64 letters, digits, '.', '_' or '-'")
         return v
 
-    @field_validator("landing")
-    @classmethod
-    def _subdir(cls, v: str | None) -> str | None:
-        return _landing_subdir(v)
+    _subdir = field_validator("landing")(_landing_subdir)
 
     @property
     def subdir(self) -> str:
@@ -281,7 +248,7 @@ class GrpcEndpointConfig(_Model):
         return self.landing or self.name
 
 
-class GrpcConfig(_Model):
+class GrpcConfig(ConfigModel):
     """The gRPC endpoint of the receiver, beside the HTTP one."""
 
     listen: ListenConfig = Field(default_factory=lambda: ListenConfig(port=50051))
@@ -298,7 +265,7 @@ class GrpcConfig(_Model):
         return self
 
 
-class ServeConfig(_Model):
+class ServeConfig(ConfigModel):
     """A whole receiver (``cdcflow serve CONFIG``)."""
 
     listen: ListenConfig = Field(default_factory=ListenConfig)
@@ -408,11 +375,7 @@ def load_serve_config(
     data: Mapping[str, Any], origin: str = "", base: Path | None = None
 ) -> Settings:
     """Validate a configuration mapping and read its secrets."""
-    try:
-        cfg = ServeConfig.model_validate(dict(data))
-    except ValidationError as e:
-        what = f"serve configuration {origin}".strip()
-        raise ConfigError(validation_message(e, what, ServeConfig)) from None
+    cfg = validate(ServeConfig, data, f"serve configuration {origin}".strip())
     root = base or Path.cwd()
 
     def fix(path: str) -> str:
@@ -430,16 +393,15 @@ def load_serve_config(
     endpoints: dict[str, EndpointRuntime] = {}
     for i, ep in enumerate(cfg.endpoints):
         where = f"endpoints.{i}.auth"
-        sig = ep.auth.signature
-        bearer = ep.auth.bearer
-        if sig is not None and sig.secret_file:
-            sig = sig.model_copy(update={"secret_file": fix(sig.secret_file)})
-        if bearer is not None and bearer.token_file:
-            bearer = bearer.model_copy(update={"token_file": fix(bearer.token_file)})
+        sig, bearer = ep.auth.signature, ep.auth.bearer
         endpoints[ep.path] = EndpointRuntime(
             config=ep,
-            signing_secret=sig.resolve(f"{where}.signature") if sig else None,
-            bearer_token=bearer.resolve(f"{where}.bearer") if bearer else None,
+            signing_secret=sig.secret.relative_to(fix).read(f"{where}.signature.secret")
+            if sig
+            else None,
+            bearer_token=bearer.token.relative_to(fix).read(f"{where}.bearer.token")
+            if bearer
+            else None,
             where=f"endpoints.{i}",
         )
     grpc_endpoints: dict[str, GrpcEndpointRuntime] = {}
@@ -463,11 +425,10 @@ def load_serve_config(
         assert cfg.grpc is not None
         for i, gep in enumerate(cfg.grpc.endpoints):
             bearer = gep.auth.bearer
-            if bearer is not None and bearer.token_file:
-                bearer = bearer.model_copy(update={"token_file": fix(bearer.token_file)})
+            where = f"grpc.endpoints.{i}.auth.bearer.token"
             grpc_endpoints[gep.name] = GrpcEndpointRuntime(
                 config=gep,
-                bearer_token=bearer.resolve(f"grpc.endpoints.{i}.auth.bearer") if bearer else None,
+                bearer_token=bearer.token.relative_to(fix).read(where) if bearer else None,
             )
     return Settings(
         config=cfg,
@@ -480,12 +441,4 @@ def load_serve_config(
 def load_serve_config_file(path: str | Path) -> Settings:
     """Read and validate a YAML configuration file (relative paths against its folder)."""
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"configuration file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p} is not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p} must hold a mapping at the top level")
-    return load_serve_config(data, f"({p})", p.parent.resolve())
+    return load_serve_config(read_yaml_mapping(p), f"({p})", p.parent.resolve())

@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from cdcflow import signing
-from cdcflow.config import parse_duration
+from cdcflow.config_base import parse_duration
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.secrets import Secret
