@@ -26,8 +26,8 @@ from cdcflow.decode.columns import Columns
 from cdcflow.decode.decoder import DECODER_ERROR, Decoder
 from cdcflow.decode.segments import SegmentBuffer
 from cdcflow.dialects import dialect_names
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import generate
 from cdcflow.types import json_bytes
 
 _ROOT = Path(__file__).resolve().parents[1]

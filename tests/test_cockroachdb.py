@@ -19,10 +19,10 @@ from cdcflow import sequence
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.cockroachdb import bits_from_avro, parse_object_name, split_topic
-from cdcflow.testing import oracle
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.render_cockroachdb import render, table_feed
 from cdcflow.testing.renderers import renderer_features
-from cdcflow.testing.workload import generate
 from cdcflow.transports.json import loads_exact
 from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path

@@ -37,6 +37,7 @@ from cdcflow.dialects.base import (
     Envelope,
 )
 from cdcflow.event import ROW_OPERATIONS
+from cdcflow.simulation.workload import Workload, generate
 from cdcflow.testing.render_savegress import RenderResult
 from cdcflow.testing.renderers import (
     renderer,
@@ -45,7 +46,6 @@ from cdcflow.testing.renderers import (
     renderer_names,
     renderer_transport,
 )
-from cdcflow.testing.workload import Workload, generate
 from cdcflow.transports import TRANSPORTS
 from cdcflow.transports.eventhubs import CAPTURE_SCHEMA
 from cdcflow.transports.json import dumps, loads_exact

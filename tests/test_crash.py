@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from cdcflow.simulation.landing import append, land
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.landing import append, land
 from cdcflow.testing.render_savegress import render_to_landing
 from cdcflow.testing.renderers import renderer_features
-from cdcflow.testing.workload import generate
 from tests.crashing import ROOT, command
 from tests.processes import pipeline_config as _config
 

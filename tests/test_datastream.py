@@ -18,9 +18,9 @@ import yaml
 
 from cdcflow.decode.decoder import Decoder
 from cdcflow.event import dumps
-from cdcflow.testing import oracle
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import ALL_FEATURES, generate
 from cdcflow.testing.render_datastream import render, table_source
-from cdcflow.testing.workload import ALL_FEATURES, generate
 from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
 from tests.dialect_harness import DialectHarness, inspect, replay

@@ -20,10 +20,10 @@ from cdcflow.decode.columns import SKIPPED, SKIPPED_WHY, Columns
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import get_dialect
 from cdcflow.dialects.base import Skipped
-from cdcflow.testing import oracle
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.render_debezium import render
 from cdcflow.testing.renderers import renderer_features
-from cdcflow.testing.workload import generate
 from cdcflow.transports.message import KafkaCoordinates, RawMessage
 from cdcflow.types import to_wire
 from tests.conftest_shared import shared_path

@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 import pytest
 
+from cdcflow.simulation.workload import TableDef
 from cdcflow.testing.live import oracle
 from cdcflow.testing.live.capture import decode as decode_value
-from cdcflow.testing.workload import TableDef
 from tests.dialect_harness import DialectHarness, replay
 
 DATA = Path(__file__).parent / "data" / "debezium" / "postgresql"

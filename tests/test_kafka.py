@@ -25,11 +25,11 @@ from cdcflow.config import load_config, load_config_file
 from cdcflow.errors import CdcflowError
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.report import format_report
+from cdcflow.simulation.workload import Workload, generate
 from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.kafka import KAFKA_DIALECTS, KafkaRecord, delivery, produce
 from cdcflow.testing.renderers import renderer_features
 from cdcflow.testing.services.base import free_port
-from cdcflow.testing.workload import Workload, generate
 from tests.crashing import ROOT, command
 from tests.processes import pipeline_config
 

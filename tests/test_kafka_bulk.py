@@ -22,9 +22,9 @@ from cdcflow.decode.batches import decode_records
 from cdcflow.decode.columns import arrow_schema
 from cdcflow.decode.decoder import Decoder, Outcome
 from cdcflow.dialects.base import DialectOptions
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.kafka import delivery
 from cdcflow.testing.renderers import renderer_features
-from cdcflow.testing.workload import generate
 from tests.kafka_shaped import KAFKA_ARROW
 from tests.test_bulk import EVENTS, _line
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from cdcflow.demo import demo_config
 from cdcflow.iceberg import ledger
 from cdcflow.pipeline.query import Pipeline
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
-from cdcflow.testing.workload import generate
 from tests.scenario import config, ev, land
 
 pytestmark = pytest.mark.spark

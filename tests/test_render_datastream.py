@@ -16,7 +16,9 @@ import pytest
 
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.datastream import avro_column_type
-from cdcflow.testing import oracle, render_datastream
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import Change, Workload, generate
+from cdcflow.testing import render_datastream
 from cdcflow.testing.render_datastream import (
     AVRO_TYPES,
     NATIVE_TYPES,
@@ -31,7 +33,6 @@ from cdcflow.testing.renderers import (
     renderer_event_operations,
     renderer_features,
 )
-from cdcflow.testing.workload import Change, Workload, generate
 from tests.dialect_harness import DialectHarness, replay
 
 FEATURES = renderer_features("datastream")

@@ -592,9 +592,9 @@ def test_streamed_workload_becomes_exact_replicas(
     zone → the replicas equal the oracle."""
     from cdcflow.demo import demo_config
     from cdcflow.pipeline.query import Pipeline
+    from cdcflow.simulation.workload import ALL_FEATURES, generate
     from cdcflow.testing.compare import compare_replicas
     from cdcflow.testing.render_savegress import decode_options, render_messages
-    from cdcflow.testing.workload import ALL_FEATURES, generate
 
     monkeypatch.setenv("TEST_GRPC_TOKEN", TOKEN)
     w = generate(29, tables=3, transactions=20, features=frozenset(ALL_FEATURES - {"truncate"}))

@@ -25,7 +25,7 @@ from cdcflow.errors import ConfigError, did_you_mean
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdcflow.testing.workload import Workload
+    from cdcflow.simulation.workload import Workload
 
 #: The demo keeps this table of the unified format's workload as an scd2 history.
 HISTORY_DEMO = ("savegress", "orders")
@@ -146,9 +146,9 @@ def run_demo(
     process is used, and the files name its catalog ``cdc``."""
     from cdcflow.pipeline.query import Pipeline, bind_catalog, open_session
     from cdcflow.pipeline.report import format_report
+    from cdcflow.simulation.workload import generate
     from cdcflow.spark.session import session_running
     from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
-    from cdcflow.testing.workload import generate
 
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -255,11 +255,11 @@ def run_kafka_demo(
     whether every replica equals the oracle."""
     from cdcflow.pipeline.query import Pipeline, open_session
     from cdcflow.pipeline.report import format_report
+    from cdcflow.simulation.workload import generate
     from cdcflow.spark.session import session_running
     from cdcflow.testing.kafka import KAFKA_DIALECTS, delivery, produce
     from cdcflow.testing.renderers import renderer_features
     from cdcflow.testing.services.kafka import KafkaBroker
-    from cdcflow.testing.workload import generate
 
     if workdir.exists():
         shutil.rmtree(workdir)

@@ -1,12 +1,13 @@
 """cdcflow's public testing kit: workloads, the oracle, renderers, replica comparison.
 
-Later dialects add a renderer (``cdcflow.testing.renderers``); users reuse the kit to test
-their own pipelines.
+Workloads and the oracle live in :mod:`cdcflow.simulation`; each dialect's renderer lives
+with its decoder (``cdcflow.testing.renderers`` names them); users reuse the kit to test their
+own pipelines.
 """
 
-from cdcflow.testing.oracle import apply as apply_oracle
+from cdcflow.simulation.oracle import apply as apply_oracle
+from cdcflow.simulation.workload import Change, TableDef, Transaction, Workload, generate
 from cdcflow.testing.renderers import renderer, renderer_names
-from cdcflow.testing.workload import Change, TableDef, Transaction, Workload, generate
 
 __all__ = [
     "Change",

@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing.workload import Workload
+from cdcflow.simulation.workload import Workload
 
 #: Dialects with a Kafka form.
 KAFKA_DIALECTS = ("cockroachdb", "debezium", "savegress", "sqlserver_ces")

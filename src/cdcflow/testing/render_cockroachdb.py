@@ -52,9 +52,9 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing.landing import land
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 from cdcflow.testing.render_savegress import RenderResult
-from cdcflow.testing.workload import Change, Workload
 
 #: Workload features a changefeed can express.
 FEATURES = frozenset(
@@ -582,7 +582,7 @@ def render_transport(
     import csv
     import io
 
-    from cdcflow.testing import oracle
+    from cdcflow.simulation import oracle
 
     state = oracle.apply(workload)
     ts = name_timestamp(hlc(workload, len(workload.transactions) - 1, 9))

@@ -76,11 +76,11 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing import oracle
-from cdcflow.testing.landing import land
+from cdcflow.simulation import oracle
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 from cdcflow.testing.render_savegress import PG_TYPES, RenderResult, pg_lsn
 from cdcflow.testing.render_sqlserver_ces import MSSQL_TYPES, mssql_lsn
-from cdcflow.testing.workload import Change, Workload
 from cdcflow.types import parse_decimal_type
 
 #: Workload features the format can express (a key change is two events: see

@@ -27,10 +27,10 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing import oracle
-from cdcflow.testing.landing import land
+from cdcflow.simulation import oracle
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 from cdcflow.testing.render_savegress import RenderResult
-from cdcflow.testing.workload import Change, Workload
 
 #: Workload features the connector expresses (an added column shows in later rows' schema).
 FEATURES = frozenset(

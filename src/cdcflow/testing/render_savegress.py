@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing.landing import land
-from cdcflow.testing.workload import Change, Workload
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 
 PG_TYPES: dict[str, str] = {
     "bigint": "bigint",

@@ -36,9 +36,9 @@ import orjson
 
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.sqlserver_ces import CLOUDEVENT_AVRO_SCHEMA, DATA_AVRO_SCHEMA
-from cdcflow.testing.landing import land
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 from cdcflow.testing.render_savegress import RenderResult
-from cdcflow.testing.workload import Change, Workload
 from cdcflow.transports.eventhubs import CAPTURE_SCHEMA
 
 #: Workload features the format can express.

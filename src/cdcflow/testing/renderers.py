@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cdcflow.testing.workload import Change, Workload
+    from cdcflow.simulation.workload import Change, Workload
 
 #: Canonical operation of each change kind, when a renderer writes one event per change.
 KIND_OPERATIONS: dict[str, str] = {
@@ -55,7 +55,7 @@ def renderer(name: str) -> Callable[..., Any]:
 def renderer_features(name: str) -> frozenset[str]:
     """Workload features a dialect's format can express (its renderer module's ``FEATURES``;
     every feature when it declares none)."""
-    from cdcflow.testing.workload import ALL_FEATURES
+    from cdcflow.simulation.workload import ALL_FEATURES
 
     module = importlib.import_module(AVAILABLE_RENDERERS[name].partition(":")[0])
     return frozenset(getattr(module, "FEATURES", ALL_FEATURES))
