@@ -204,8 +204,9 @@ def test_captured_messages_through_a_real_broker_equal_the_database(
     ``consistency: transactions`` in batches of a few records each: every replica equals its
     table, nothing is dead-lettered, nothing is left held."""
     from cdcflow.config import load_config
+    from cdcflow.dialects.rendering import KafkaRecord
     from cdcflow.pipeline.query import Pipeline
-    from cdcflow.testing.kafka import KafkaRecord, produce
+    from cdcflow.testing.kafka import produce
 
     prefix = f"cap{next(_prefixes)}x"
     records = []

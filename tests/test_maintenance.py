@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cdcflow.config import MaintenanceConfig, load_config
+from cdcflow.dialects.savegress.render import render_to_landing
 from cdcflow.errors import ConfigError
 from cdcflow.iceberg.maintain import (
     TableFigures,
@@ -20,7 +21,6 @@ from cdcflow.iceberg.maintain import (
 from cdcflow.simulation.landing import append
 from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.render_savegress import render_to_landing
 from tests.crashing import ROOT, command
 from tests.processes import pipeline_config
 
