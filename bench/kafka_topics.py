@@ -22,7 +22,8 @@ def _produce_file(bootstrap: str, topic: str, path: Path) -> dict[int, tuple[int
     """Each line of ``path`` produced to ``topic`` (key: table and id, as the unified format's
     Kafka form keys by table and primary key); the offsets written per partition
     (first, last + 1)."""
-    from cdcflow.testing.kafka import KafkaRecord, produce
+    from cdcflow.dialects.rendering import KafkaRecord
+    from cdcflow.testing.kafka import produce
 
     records = []
     for line in path.read_bytes().splitlines():

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from bench.runner import Follow, multi_cfg
-from cdcflow.testing.landing import land
+from cdcflow.simulation.landing import land
 
 #: Processed files of the small and of the large landing zone.
 FEW = 1_000

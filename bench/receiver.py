@@ -191,7 +191,7 @@ RECEIVER_TOKEN = "bench-receiver-token"
 
 def _grpc_calls(clients: int, per_client: int, events: int, prefix: str) -> list[list[list[bytes]]]:
     """Per client, ``per_client`` calls of ``events`` serialized ``CDCEvent`` messages."""
-    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.dialects.savegress.proto import event_to_proto
 
     out: list[list[list[bytes]]] = []
     lsn = 1

@@ -1,6 +1,6 @@
 """One harness for the dialect tests: decode a document, a file's bytes or files with a dialect
 and its options, the codes of what was rejected, ``cdcflow inspect`` on a file, and decoded
-events applied through the public oracle (:mod:`cdcflow.testing.oracle`)."""
+events applied through the public oracle (:mod:`cdcflow.simulation.oracle`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import orjson
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects.base import DialectOptions, Rejection
 from cdcflow.event import MARKER_OPERATIONS, ROW_OPERATIONS
-from cdcflow.testing import oracle
-from cdcflow.testing.workload import Change, TableDef
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import Change, TableDef
 from cdcflow.transports.message import RawMessage
 
 #: Events and rejections.

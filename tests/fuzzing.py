@@ -25,9 +25,8 @@ from hypothesis import strategies as st
 from cdcflow.decode.columns import Columns
 from cdcflow.decode.decoder import DECODER_ERROR, Decoder
 from cdcflow.decode.segments import SegmentBuffer
-from cdcflow.dialects import dialect_names
-from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import generate
+from cdcflow.dialects import dialect_names, renderer, renderer_features
+from cdcflow.simulation.workload import generate
 from cdcflow.types import json_bytes
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +97,7 @@ def seed_files(dialect: str) -> list[tuple[str, bytes]]:
 
 def _protobuf_seed() -> tuple[str, bytes]:
     """A length-delimited protobuf file of two unified-format events."""
-    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.dialects.savegress.proto import event_to_proto
     from cdcflow.transports.protobuf import write_delimited
 
     event = {

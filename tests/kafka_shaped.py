@@ -11,9 +11,9 @@ from typing import Any
 import pyarrow as pa
 
 from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects import renderer, renderer_features
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import Workload, generate
+from cdcflow.simulation.workload import Workload, generate
 from cdcflow.transports.message import RawMessage
 
 #: :data:`cdcflow.decode.spark.KAFKA_SCHEMA` as Arrow types.

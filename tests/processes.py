@@ -67,10 +67,10 @@ def _make_archive(path: Path) -> None:
     from pyspark import SparkContext
 
     from cdcflow.config import load_config_file
+    from cdcflow.dialects.savegress.render import render_to_landing
     from cdcflow.pipeline.query import Pipeline
+    from cdcflow.simulation.workload import generate
     from cdcflow.spark.session import SparkSettings, build_session
-    from cdcflow.testing.render_savegress import render_to_landing
-    from cdcflow.testing.workload import generate
 
     os.environ.pop(ARCHIVE_ENV, None)  # this process makes it
     partial = path.with_suffix(".partial")

@@ -11,7 +11,7 @@ import orjson
 
 from cdcflow.config import PipelineConfig, load_config
 from cdcflow.pipeline.query import Pipeline
-from cdcflow.testing.landing import land as landed
+from cdcflow.simulation.landing import land as landed
 
 _files = itertools.count()
 
@@ -41,7 +41,7 @@ def ev(
 
 
 def land(landing: Path, messages: list[dict[str, Any]] | bytes) -> Path:
-    """Land one file of messages (see :mod:`cdcflow.testing.landing`)."""
+    """Land one file of messages (see :mod:`cdcflow.simulation.landing`)."""
     n = next(_files)
     data = (
         messages

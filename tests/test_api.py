@@ -14,8 +14,8 @@ import cdcflow.api as cdc
 from cdcflow.config import load_config
 from cdcflow.decode.batches import decode_records
 from cdcflow.decode.columns import SKIPPED
+from cdcflow.dialects import dialect_names
 from cdcflow.errors import ConfigError
-from cdcflow.testing.renderers import renderer_names
 from tests.kafka_shaped import KafkaRendering, kafka_batch, kafka_rendering, reference, same
 
 
@@ -30,7 +30,7 @@ def _decoded(r: KafkaRendering, rows: list[dict[str, Any]] | None = None) -> lis
     return found
 
 
-@pytest.mark.parametrize("name", renderer_names())
+@pytest.mark.parametrize("name", dialect_names())
 def test_kafka_records_of_every_dialect_decode_to_the_events_of_the_files(
     name: str, tmp_path: Path
 ) -> None:

@@ -19,12 +19,12 @@ import pytest
 
 import cdcflow.api as cdc
 from cdcflow.decode.spark import RawShapeError, decoded_frame, raw_shape
+from cdcflow.dialects import dialect_names
 from cdcflow.engine.rules import applied, marked_sql
 from cdcflow.errors import ConfigError
 from cdcflow.event import SPARK_COLUMNS
 from cdcflow.spark.columns import column_sql
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.renderers import renderer_names
 from cdcflow.testing.services.base import free_port
 from cdcflow.types.canonical import canonical_type_sql, is_valid_type
 from tests import api_job
@@ -61,7 +61,7 @@ def _maps(row: Any) -> dict[str, Any]:
 def test_kafka_shaped_streams_of_every_dialect_decode(spark: Any, tmp_path: Path) -> None:
     """A streaming DataFrame in the schema of Spark's Kafka source per dialect, decoded in
     one query: the events the files give, each with its record's origin and offset."""
-    renderings = {name: kafka_rendering(name, tmp_path / name) for name in renderer_names()}
+    renderings = {name: kafka_rendering(name, tmp_path / name) for name in dialect_names()}
     frames = []
     for name, r in renderings.items():
         stream = spark.readStream.schema(cdc.KAFKA_SCHEMA).parquet(

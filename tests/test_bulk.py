@@ -13,10 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.dialects import dialect_names
+from cdcflow.dialects import dialect_names, renderer, renderer_features
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import generate
+from cdcflow.simulation.workload import generate
 from tests.conftest_shared import SHARED
 
 pa = pytest.importorskip("pyarrow")

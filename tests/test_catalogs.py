@@ -15,13 +15,13 @@ import yaml
 
 from cdcflow.cli.main import main
 from cdcflow.config import load_config
+from cdcflow.dialects import renderer, renderer_features
 from cdcflow.errors import ConfigError
 from cdcflow.iceberg.migrate import hadoop_tables, move_tables, unregistered
 from cdcflow.pipeline.query import Pipeline, open_session
+from cdcflow.simulation.workload import generate
 from cdcflow.spark.session import SparkSettings, catalog_conf
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import generate
 from tests.processes import run_conf
 from tests.scenario import config, ev, land, rows
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
+from cdcflow.dialects import renderer, renderer_features
+from cdcflow.simulation.workload import generate
 from cdcflow.spark.session import SparkSettings, attach_catalog
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import generate
 from tests.processes import SHORT_RUN_CONF
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]

@@ -17,17 +17,19 @@ import pytest
 
 from cdcflow import sequence
 from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects import renderer, renderer_features
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.cockroachdb import bits_from_avro, parse_object_name, split_topic
-from cdcflow.testing import oracle
-from cdcflow.testing.render_cockroachdb import render, table_feed
-from cdcflow.testing.renderers import renderer_features
-from cdcflow.testing.workload import generate
+from cdcflow.dialects.cockroachdb.feed import table_feed
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import generate
 from cdcflow.transports.json import loads_exact
 from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
 from tests.dialect_harness import DialectHarness, inspect, replay
 from tests.golden import check_golden
+
+render = renderer("cockroachdb")
 
 DIALECT = "cockroachdb"
 #: A cloud-storage file name for a topic (the spec's examples name no topic in the message).
@@ -794,7 +796,7 @@ def test_confluent_framed_messages(tmp_path: Path) -> None:
 
 
 def test_other_dialects_avro_files_are_handed_over() -> None:
-    from cdcflow.testing.render_sqlserver_ces import avro_cloudevents, render_change
+    from cdcflow.dialects.sqlserver_ces.render import avro_cloudevents, render_change
 
     w = generate(3, transactions=5, features=frozenset({"insert"}))
     data = avro_cloudevents([render_change(w, ch) for ch in w.changes()])

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from cdcflow.dialects import renderer_features
+from cdcflow.dialects.savegress.render import render_to_landing
+from cdcflow.simulation.landing import append, land
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.landing import append, land
-from cdcflow.testing.render_savegress import render_to_landing
-from cdcflow.testing.renderers import renderer_features
-from cdcflow.testing.workload import generate
 from tests.crashing import ROOT, command
 from tests.processes import pipeline_config as _config
 
@@ -129,11 +129,12 @@ def test_crash_around_split_message_reassembly_then_rerun_equals_oracle(
     left pending."""
     import orjson
 
-    from cdcflow.testing.render_sqlserver_ces import render, split_event
+    from cdcflow.dialects import renderer
+    from cdcflow.dialects.sqlserver_ces.render import split_event
 
     w = generate(5, tables=2, transactions=40, features=renderer_features("sqlserver_ces"))
     plain = tmp_path / "plain"
-    res = render(w, plain, seed=5, faults=False)
+    res = renderer("sqlserver_ces")(w, plain, seed=5, faults=False)
     docs = [orjson.loads(line) for f in res.files for line in f.read_bytes().splitlines()]
     files: list[list[bytes]] = [[] for _ in range(4)]
     for i, doc in enumerate(docs):

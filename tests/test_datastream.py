@@ -17,14 +17,17 @@ import pytest
 import yaml
 
 from cdcflow.decode.decoder import Decoder
+from cdcflow.dialects import renderer
+from cdcflow.dialects.datastream.sources import table_source
 from cdcflow.event import dumps
-from cdcflow.testing import oracle
-from cdcflow.testing.render_datastream import render, table_source
-from cdcflow.testing.workload import ALL_FEATURES, generate
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import ALL_FEATURES, generate
 from cdcflow.transports.message import RawMessage
 from tests.conftest_shared import shared_path
 from tests.dialect_harness import DialectHarness, inspect, replay
 from tests.golden import check_golden
+
+render = renderer("datastream")
 
 SPEC = "google-datastream-cdc-events.txt"
 CONFORMANCE = "datastream"
@@ -643,7 +646,7 @@ def test_auto_detection_claims_only_datastream() -> None:
 
 
 def test_ces_avro_files_are_handed_to_their_dialect(tmp_path: Path) -> None:
-    from cdcflow.testing.render_sqlserver_ces import avro_cloudevents, render_change
+    from cdcflow.dialects.sqlserver_ces.render import avro_cloudevents, render_change
 
     w = generate(3, transactions=5, features=frozenset({"insert"}))
     events = [render_change(w, ch) for ch in w.changes()]
@@ -679,7 +682,7 @@ def test_rendered_faults_replay_to_the_oracle(tmp_path: Path, seed: int, source:
 
 
 def _fits(w: Any, table: str, source: str) -> bool:
-    from cdcflow.testing.render_datastream import NATIVE_TYPES
+    from cdcflow.dialects.datastream.sources import NATIVE_TYPES
 
     return all(t in NATIVE_TYPES[source] for t in w.tables[table].columns.values())
 

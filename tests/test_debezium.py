@@ -18,17 +18,17 @@ import pytest
 from cdcflow import sequence
 from cdcflow.decode.columns import SKIPPED, SKIPPED_WHY, Columns
 from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects import get_dialect
+from cdcflow.dialects import get_dialect, renderer, renderer_features
 from cdcflow.dialects.base import Skipped
-from cdcflow.testing import oracle
-from cdcflow.testing.render_debezium import render
-from cdcflow.testing.renderers import renderer_features
-from cdcflow.testing.workload import generate
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import generate
 from cdcflow.transports.message import KafkaCoordinates, RawMessage
 from cdcflow.types import to_wire
 from tests.conftest_shared import shared_path
 from tests.dialect_harness import DialectHarness, inspect, options, replay
 from tests.golden import check_golden
+
+render = renderer("debezium")
 
 DIALECT = "debezium"
 #: The Apache license header some fixture files start with (not part of any message).

@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 import pytest
 
+from cdcflow.simulation.workload import TableDef
 from cdcflow.testing.live import oracle
 from cdcflow.testing.live.capture import decode as decode_value
-from cdcflow.testing.workload import TableDef
 from tests.dialect_harness import DialectHarness, replay
 
 DATA = Path(__file__).parent / "data" / "debezium" / "postgresql"
@@ -204,8 +204,9 @@ def test_captured_messages_through_a_real_broker_equal_the_database(
     ``consistency: transactions`` in batches of a few records each: every replica equals its
     table, nothing is dead-lettered, nothing is left held."""
     from cdcflow.config import load_config
+    from cdcflow.dialects.rendering import KafkaRecord
     from cdcflow.pipeline.query import Pipeline
-    from cdcflow.testing.kafka import KafkaRecord, produce
+    from cdcflow.testing.kafka import produce
 
     prefix = f"cap{next(_prefixes)}x"
     records = []

@@ -22,14 +22,15 @@ import orjson
 import pytest
 
 from cdcflow.config import load_config, load_config_file
+from cdcflow.dialects import kafka_delivery, kafka_dialects, renderer_features
+from cdcflow.dialects.rendering import KafkaRecord
 from cdcflow.errors import CdcflowError
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.report import format_report
+from cdcflow.simulation.workload import Workload, generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.kafka import KAFKA_DIALECTS, KafkaRecord, delivery, produce
-from cdcflow.testing.renderers import renderer_features
+from cdcflow.testing.kafka import produce
 from cdcflow.testing.services.base import free_port
-from cdcflow.testing.workload import Workload, generate
 from tests.crashing import ROOT, command
 from tests.processes import pipeline_config
 
@@ -60,13 +61,13 @@ def kafka_config(
     )
 
 
-@pytest.mark.parametrize("dialect", KAFKA_DIALECTS)
+@pytest.mark.parametrize("dialect", kafka_dialects())
 def test_each_producers_kafka_form_through_a_real_broker_equals_the_oracle(
     spark: Any, kafka: Any, tmp_path: Path, dialect: str
 ) -> None:
     n = next(_names)
     w = generate(50 + n, tables=3, transactions=40, features=renderer_features(dialect))
-    sent = delivery(dialect, w, seed=50 + n, prefix=f"k{n}{dialect[:4]}")
+    sent = kafka_delivery(dialect, w, seed=50 + n, prefix=f"k{n}{dialect[:4]}")
     assert len(produce(kafka.bootstrap, sent.records)) == len(sent.records)
     name = f"kafka_{dialect}"
     cfg = kafka_config(tmp_path, name, dialect, kafka.bootstrap, sent.options, topics=sent.topics)
@@ -95,11 +96,11 @@ def test_each_producers_kafka_form_through_a_real_broker_equals_the_oracle(
 
 def _savegress_records(w: Workload, topic: str, txs: slice) -> list[Any]:
     """The unified format's Kafka form of some transactions, on one topic."""
-    from cdcflow.testing.render_savegress import _kafka, render_messages
+    from cdcflow.dialects.savegress.render import kafka_message, render_messages
 
     out = []
     for doc in render_messages(w, transactions=txs):
-        form = _kafka(doc, w)
+        form = kafka_message(doc, w)
         headers = tuple((k, str(v).encode()) for k, v in form["headers"].items())
         out.append(KafkaRecord(topic, form["key"].encode(), orjson.dumps(form["value"]), headers))
     return out
@@ -130,7 +131,7 @@ def test_offsets_deleted_before_they_were_read_stop_the_source_or_are_recorded(
     w = generate(61, tables=1, transactions=30, features=frozenset({"insert", "update"}))
     topic = "lossy"
     produce(kafka.bootstrap, _savegress_records(w, topic, slice(0, 10)))
-    options = delivery("savegress", w, seed=61).options
+    options = kafka_delivery("savegress", w, seed=61).options
     cfg = kafka_config(tmp_path, "lossy", "savegress", kafka.bootstrap, options, topics=[topic])
     Pipeline(cfg, spark).run()
     read = _ends(kafka.bootstrap, topic)
@@ -206,7 +207,7 @@ def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_
     the oracle's replicas, every batch in the history once, each poison record dead-lettered
     once with its Kafka coordinates."""
     w = generate(71, tables=3, transactions=60, features=renderer_features("debezium"))
-    sent = delivery("debezium", w, seed=71, prefix="crash71")
+    sent = kafka_delivery("debezium", w, seed=71, prefix="crash71")
     table_topic = "crash71.public." + sorted(w.tables)[0]
     # a poison record on partition 1 of a table's topic every 30 records: every batch has one
     records: list[KafkaRecord] = []
@@ -338,7 +339,7 @@ def test_the_broker_stopped_for_30_seconds_while_following(
     unready while the broker is away and ready again after; the run's stderr holds only
     cdcflow's own lines."""
     w = generate(72, tables=2, transactions=40, features=renderer_features("savegress"))
-    sent = delivery("savegress", w, seed=72, prefix="outage72")
+    sent = kafka_delivery("savegress", w, seed=72, prefix="outage72")
     half = len(sent.records) // 2
     produce(kafka.bootstrap, sent.records[:half])
     warehouse = spark.conf.get("spark.sql.catalog.cdc.warehouse")
@@ -439,9 +440,9 @@ def test_the_canonical_stream_out_to_a_topic(spark: Any, kafka: Any, tmp_path: P
     header; a broker that cannot be reached dead-letters the batch's events as
     DELIVERY_FAILED and the run goes on."""
     from cdcflow.decode.decoder import Decoder
+    from cdcflow.dialects import renderer
     from cdcflow.outputs.stream import OUTPUT_OPERATIONS
     from cdcflow.testing.kafka import consume
-    from cdcflow.testing.renderers import renderer
 
     w = generate(73, tables=2, transactions=30, features=renderer_features("savegress"))
     res = renderer("savegress")(w, tmp_path / "landing", seed=73)
@@ -541,7 +542,7 @@ def test_the_python_api_reads_a_topic_as_docs_python_api_shows(
     import cdcflow.api as cdc
 
     w = generate(74, tables=1, transactions=25, features=renderer_features("debezium"))
-    sent = delivery("debezium", w, seed=74, prefix="dbserver1")
+    sent = kafka_delivery("debezium", w, seed=74, prefix="dbserver1")
     produce(kafka.bootstrap, sent.records)
     (table,) = w.tables
     raw = (

@@ -21,10 +21,9 @@ from cdcflow.decode import batches as decode_batches
 from cdcflow.decode.batches import decode_records
 from cdcflow.decode.columns import arrow_schema
 from cdcflow.decode.decoder import Decoder, Outcome
+from cdcflow.dialects import kafka_delivery, renderer_features
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing.kafka import delivery
-from cdcflow.testing.renderers import renderer_features
-from cdcflow.testing.workload import generate
+from cdcflow.simulation.workload import generate
 from tests.kafka_shaped import KAFKA_ARROW
 from tests.test_bulk import EVENTS, _line
 
@@ -162,7 +161,7 @@ def _delivered(seed: int, strip_headers: bool) -> tuple[list[dict[str, Any]], Di
     ``strip_headers``: every other record without its ``savegress-*`` headers (as a producer
     that sends none)."""
     w = generate(seed, tables=3, transactions=40, features=renderer_features("savegress"))
-    sent = delivery("savegress", w, seed=seed, faults=True)
+    sent = kafka_delivery("savegress", w, seed=seed, faults=True)
     offsets: dict[tuple[str, int], int] = {}
     records = []
     for i, r in enumerate(sent.records):

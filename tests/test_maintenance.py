@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cdcflow.config import MaintenanceConfig, load_config
+from cdcflow.dialects.savegress.render import render_to_landing
 from cdcflow.errors import ConfigError
 from cdcflow.iceberg.maintain import (
     TableFigures,
@@ -17,10 +18,9 @@ from cdcflow.iceberg.maintain import (
     orphans_sql,
     rewrite_sql,
 )
+from cdcflow.simulation.landing import append
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.landing import append
-from cdcflow.testing.render_savegress import render_to_landing
-from cdcflow.testing.workload import generate
 from tests.crashing import ROOT, command
 from tests.processes import pipeline_config
 

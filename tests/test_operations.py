@@ -13,11 +13,11 @@ import yaml
 
 from cdcflow.cli.main import main
 from cdcflow.config import PipelineConfig, load_config
+from cdcflow.dialects import renderer, renderer_features
 from cdcflow.errors import ConfigError
 from cdcflow.pipeline.query import Pipeline, SourceMissing
+from cdcflow.simulation.workload import Workload, generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import Workload, generate
 from tests.scenario import ev, land
 
 pytestmark = pytest.mark.spark

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.demo import demo_config
+from cdcflow.dialects import dialect_names, renderer, renderer_features
 from cdcflow.iceberg import ledger
 from cdcflow.pipeline.query import Pipeline
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
-from cdcflow.testing.workload import generate
 from tests.scenario import config, ev, land
 
 pytestmark = pytest.mark.spark
@@ -33,7 +33,7 @@ def prop_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("prop")
 
 
-@pytest.mark.parametrize("dialect", renderer_names())
+@pytest.mark.parametrize("dialect", dialect_names())
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     seed=st.integers(min_value=0, max_value=10**6),

@@ -12,11 +12,11 @@ import orjson
 import pytest
 
 from cdcflow.config import load_config
+from cdcflow.dialects import renderer, renderer_features
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.report import UNDECODED, format_report
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import generate
 from cdcflow.transports.json import BOM
 
 pytestmark = pytest.mark.spark

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 
 from cdcflow.config import TableConfig
+from cdcflow.dialects import renderer, renderer_features
 from cdcflow.pipeline.query import Pipeline
+from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.renderers import renderer, renderer_features
-from cdcflow.testing.workload import generate
 from tests.scenario import config
 
 pytestmark = pytest.mark.spark

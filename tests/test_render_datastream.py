@@ -14,28 +14,25 @@ import fastavro
 import orjson
 import pytest
 
+from cdcflow.dialects import renderer, renderer_event_operations, renderer_features
 from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.datastream import avro_column_type
-from cdcflow.testing import oracle, render_datastream
-from cdcflow.testing.render_datastream import (
-    AVRO_TYPES,
+from cdcflow.dialects.datastream import render as render_datastream
+from cdcflow.dialects.datastream.render import AVRO_TYPES, avro_type, event_operations
+from cdcflow.dialects.datastream.sources import (
     NATIVE_TYPES,
+    SALESFORCE_DOMAIN,
     SOURCES,
-    avro_type,
-    event_operations,
-    render,
     table_source,
 )
-from cdcflow.testing.renderers import (
-    KIND_OPERATIONS,
-    renderer_event_operations,
-    renderer_features,
-)
-from cdcflow.testing.workload import Change, Workload, generate
+from cdcflow.dialects.rendering import KIND_OPERATIONS
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import Change, Workload, generate
 from tests.dialect_harness import DialectHarness, replay
 
 FEATURES = renderer_features("datastream")
 ds = DialectHarness("datastream")
+render = renderer("datastream")
 _LAYOUT = re.compile(r"/[^/]+/\d{4}/\d{2}/\d{2}/\d{2}/\d{2}/[^/_][^/]*\.(jsonl|avro)$")
 
 
@@ -263,7 +260,7 @@ def test_salesforce_shape(tmp_path: Path) -> None:
     for d in docs:
         meta = d["source_metadata"]
         assert meta["object_name"] == "events" and d["object"] == "events"
-        assert meta["domain"] == render_datastream.SALESFORCE_DOMAIN
+        assert meta["domain"] == SALESFORCE_DOMAIN
         assert meta["change_type"] in ("INSERT", "UPDATE", "DELETE")
         assert meta["primary_keys"] == ["id"]
         ms, record_id, replay_id = d["sort_keys"]
@@ -272,7 +269,7 @@ def test_salesforce_shape(tmp_path: Path) -> None:
     events = [
         e for e in ds.events(res.files, decoder_options=res.options) if e["source"] == "salesforce"
     ]
-    assert events and {e["database"] for e in events} == {render_datastream.SALESFORCE_DOMAIN}
+    assert events and {e["database"] for e in events} == {SALESFORCE_DOMAIN}
     assert {e["metadata"]["sequence_shape"] for e in events} == {"n,s,n"}
 
 

@@ -15,16 +15,16 @@ import yaml
 from cdcflow.cli.main import main
 from cdcflow.config import load_config_file
 from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.savegress.render import render_to_landing
 from cdcflow.errors import ConfigError
 from cdcflow.observe.catalog import open_catalog
 from cdcflow.observe.tables_iceberg import IcebergResults
 from cdcflow.observe.tables_spark import SparkResults
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters
+from cdcflow.simulation.landing import append
+from cdcflow.simulation.workload import Workload, generate
 from cdcflow.testing.compare import compare_replicas
-from cdcflow.testing.landing import append
-from cdcflow.testing.render_savegress import render_to_landing
-from cdcflow.testing.workload import Workload, generate
 from tests.crashing import ROOT, command
 from tests.processes import pipeline_config
 

@@ -502,7 +502,7 @@ def test_timestamps_out_of_range_after_their_offset_are_value_type_errors(text: 
 
 
 def test_protobuf_timestamp_out_of_range_is_bad_timestamp() -> None:
-    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.dialects.savegress.proto import event_to_proto
     from cdcflow.proto import savegress_pb2 as pb
     from cdcflow.transports.protobuf import write_delimited
 

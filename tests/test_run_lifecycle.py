@@ -19,9 +19,9 @@ import pytest
 from cdcflow.cli.main import main
 from cdcflow.config import load_config_file
 from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.savegress.render import render_to_landing
 from cdcflow.pipeline.checkpoint import LOCK_FILE, Checkpoint, PipelineBusy
-from cdcflow.testing.render_savegress import render_to_landing
-from cdcflow.testing.workload import generate
+from cdcflow.simulation.workload import generate
 from tests.processes import pipeline_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]

@@ -163,7 +163,7 @@ def test_spec_ddl_gives_added_column_type(tmp_path: Path) -> None:
 
 @pytest.mark.services
 def test_protobuf_golden(tmp_path: Path) -> None:
-    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.dialects.savegress.proto import event_to_proto
     from cdcflow.transports.protobuf import write_delimited
 
     full = orjson.loads(spec_blocks()[0])

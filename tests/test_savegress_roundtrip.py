@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdcflow.decode.decoder import Decoder
-from cdcflow.testing.render_savegress import decode_options, render_messages
-from cdcflow.testing.workload import generate
+from cdcflow.dialects.savegress.render import decode_options, render_messages
+from cdcflow.simulation.workload import generate
 from cdcflow.transports.message import RawMessage
 
 _OPS = {

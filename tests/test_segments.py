@@ -17,7 +17,7 @@ import pytest
 from cdcflow.decode.decoder import Decoder
 from cdcflow.decode.segments import Piece, assess
 from cdcflow.dialects.base import Segment
-from cdcflow.testing.render_sqlserver_ces import avro_cloudevents, split_event
+from cdcflow.dialects.sqlserver_ces.render import avro_cloudevents, split_event
 from tests.test_sqlserver_ces import _event
 
 # ---------------------------------------------------------------- completeness rules
@@ -150,7 +150,7 @@ def test_avro_segments_cut_inside_a_character_are_joined_as_bytes() -> None:
     ]
     import fastavro
 
-    from cdcflow.testing.render_sqlserver_ces import CLOUDEVENT_AVRO_SCHEMA
+    from cdcflow.dialects.sqlserver_ces.render import CLOUDEVENT_AVRO_SCHEMA
 
     buf = io.BytesIO()
     fastavro.writer(buf, fastavro.parse_schema(CLOUDEVENT_AVRO_SCHEMA), segs)

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.savegress_proto import event_to_proto
+from cdcflow.dialects.savegress.proto import event_to_proto
 from cdcflow.errors import ConfigError, DecodeError
 from cdcflow.proto import receiver_pb2, receiver_pb2_grpc
 from cdcflow.proto import savegress_pb2 as pb
@@ -591,10 +591,10 @@ def test_streamed_workload_becomes_exact_replicas(
     and sent again, one retried after it was acknowledged), then the pipeline over the landing
     zone → the replicas equal the oracle."""
     from cdcflow.demo import demo_config
+    from cdcflow.dialects.savegress.render import decode_options, render_messages
     from cdcflow.pipeline.query import Pipeline
+    from cdcflow.simulation.workload import ALL_FEATURES, generate
     from cdcflow.testing.compare import compare_replicas
-    from cdcflow.testing.render_savegress import decode_options, render_messages
-    from cdcflow.testing.workload import ALL_FEATURES, generate
 
     monkeypatch.setenv("TEST_GRPC_TOKEN", TOKEN)
     w = generate(29, tables=3, transactions=20, features=frozenset(ALL_FEATURES - {"truncate"}))

@@ -322,7 +322,7 @@ def _some_events() -> list[dict[str, Any]]:
 
 
 def test_avro_cloudevent_records() -> None:
-    from cdcflow.testing.render_sqlserver_ces import avro_cloudevents
+    from cdcflow.dialects.sqlserver_ces.render import avro_cloudevents
 
     src = _some_events()
     events, rej = ces.decode_file(avro_cloudevents(src), "x/events.avro", "auto")
@@ -332,7 +332,7 @@ def test_avro_cloudevent_records() -> None:
 
 
 def test_event_hubs_capture_file_structured_and_binary_mode() -> None:
-    from cdcflow.testing.render_sqlserver_ces import capture_file
+    from cdcflow.dialects.sqlserver_ces.render import capture_file
 
     src = _some_events()
     events, rej = ces.decode_file(
@@ -347,7 +347,7 @@ def test_event_hubs_capture_file_structured_and_binary_mode() -> None:
 
 
 def test_corrupt_avro_keeps_what_precedes() -> None:
-    from cdcflow.testing.render_sqlserver_ces import capture_file
+    from cdcflow.dialects.sqlserver_ces.render import capture_file
 
     good = capture_file(_some_events(), binary_mode_every=0)
     events, rej = ces.decode_file(good[: len(good) - 40] + b"\x00" * 40, "c.avro")
@@ -364,7 +364,7 @@ def test_corrupt_avro_keeps_what_precedes() -> None:
 
 
 def test_avro_data_record_decodes_like_json() -> None:
-    from cdcflow.testing.render_sqlserver_ces import avro_cloudevents, avro_data
+    from cdcflow.dialects.sqlserver_ces.render import avro_cloudevents, avro_data
 
     src = _some_events()
     assert avro_data(src[0]["data"])[:1] not in (b"{", b"[")
@@ -380,8 +380,8 @@ def test_schemaless_avro_message_files(tmp_path: Path) -> None:
 
     import fastavro
 
-    from cdcflow.dialects.sqlserver_ces import CLOUDEVENT_AVRO_SCHEMA
-    from cdcflow.testing.render_sqlserver_ces import avro_record, schemaless_cloudevent
+    from cdcflow.dialects.sqlserver_ces.dialect import CLOUDEVENT_AVRO_SCHEMA
+    from cdcflow.dialects.sqlserver_ces.render import avro_record, schemaless_cloudevent
 
     ev = _some_events()[1]
     events, rej = ces.decode_file(schemaless_cloudevent(ev), "msg-1.avro", "auto")
@@ -408,7 +408,7 @@ def test_schemaless_avro_message_files(tmp_path: Path) -> None:
 def test_kafka_records_structured_binary_mode_and_avro_value() -> None:
     import base64
 
-    from cdcflow.testing.render_sqlserver_ces import kafka_record, schemaless_cloudevent
+    from cdcflow.dialects.sqlserver_ces.render import kafka_record, schemaless_cloudevent
 
     a, b, c = _some_events()
     lines = [
@@ -447,7 +447,7 @@ def test_binary_content_mode_over_transport_headers() -> None:
 
 
 def test_avro_data_split_into_segments_is_joined_then_decoded() -> None:
-    from cdcflow.testing.render_sqlserver_ces import CAPTURE_AVRO_SCHEMA, avro_data
+    from cdcflow.dialects.sqlserver_ces.render import CAPTURE_AVRO_SCHEMA, avro_data
 
     ev = _some_events()[2]
     body = avro_data(ev["data"])

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow.testing import oracle
+from cdcflow.dialects.savegress.render import render_messages, render_to_landing
+from cdcflow.simulation import oracle
+from cdcflow.simulation.workload import Change, TableDef, generate
 from cdcflow.testing.compare import ReplicaComparison, diff_table
-from cdcflow.testing.render_savegress import render_messages, render_to_landing
-from cdcflow.testing.workload import Change, TableDef, generate
 
 
 def test_same_seed_same_workload() -> None:

@@ -25,7 +25,7 @@ from cdcflow.errors import ConfigError, did_you_mean
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdcflow.testing.workload import Workload
+    from cdcflow.simulation.workload import Workload
 
 #: The demo keeps this table of the unified format's workload as an scd2 history.
 HISTORY_DEMO = ("savegress", "orders")
@@ -144,11 +144,11 @@ def run_demo(
     replica equals the oracle. Each dialect's pipeline configuration is written to
     ``<workdir>/<dialect>.yaml`` and run from there; a session already running in this
     process is used, and the files name its catalog ``cdc``."""
+    from cdcflow.dialects import dialect_names, renderer, renderer_features
     from cdcflow.pipeline.query import Pipeline, bind_catalog, open_session
     from cdcflow.pipeline.report import format_report
+    from cdcflow.simulation.workload import generate
     from cdcflow.spark.session import session_running
-    from cdcflow.testing.renderers import renderer, renderer_features, renderer_names
-    from cdcflow.testing.workload import generate
 
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -162,7 +162,7 @@ def run_demo(
     catalog = _session_catalog(spark) if spark is not None else None
     all_ok = True
     files: list[Path] = []
-    for dialect in _chosen(dialects, renderer_names()):
+    for dialect in _chosen(dialects, dialect_names()):
         render = renderer(dialect)
         # one workload per dialect: the same seed, limited to what the format can express
         workload = generate(
@@ -253,13 +253,13 @@ def run_kafka_demo(
     Kafka form (or those of ``dialects``) produced into topics as its producer would and read
     by a ``kafka:`` source, its configuration written to ``<workdir>/<dialect>.yaml``; returns
     whether every replica equals the oracle."""
+    from cdcflow.dialects import kafka_delivery, kafka_dialects, renderer_features
     from cdcflow.pipeline.query import Pipeline, open_session
     from cdcflow.pipeline.report import format_report
+    from cdcflow.simulation.workload import generate
     from cdcflow.spark.session import session_running
-    from cdcflow.testing.kafka import KAFKA_DIALECTS, delivery, produce
-    from cdcflow.testing.renderers import renderer_features
+    from cdcflow.testing.kafka import produce
     from cdcflow.testing.services.kafka import KafkaBroker
-    from cdcflow.testing.workload import generate
 
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -273,11 +273,11 @@ def run_kafka_demo(
     bootstrap = broker.start()
     echo(f"broker at {bootstrap}")
     try:
-        for dialect in _chosen(dialects, KAFKA_DIALECTS):
+        for dialect in _chosen(dialects, kafka_dialects()):
             workload = generate(
                 seed, tables=3, transactions=transactions, features=renderer_features(dialect)
             )
-            sent = delivery(dialect, workload, seed=seed, prefix=f"demo_{dialect}")
+            sent = kafka_delivery(dialect, workload, seed=seed, prefix=f"demo_{dialect}")
             stored = produce(bootstrap, sent.records)
             parts = {(t, p) for t, p, _ in stored}
             echo(

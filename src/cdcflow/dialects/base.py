@@ -16,7 +16,7 @@ Writing a dialect (see ``docs/dialects/README.md``)::
         def recognise(self, msg, doc): ...     # 0..1
         def event(self, doc, item): ...        # one canonical event (or a list, a Segment)
 
-and one line in :data:`cdcflow.dialects.AVAILABLE_DIALECTS`.
+in ``cdcflow/dialects/mine/dialect.py``, and one line in :data:`cdcflow.dialects.DIALECTS`.
 """
 
 from __future__ import annotations

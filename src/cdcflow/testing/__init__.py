@@ -1,12 +1,13 @@
 """cdcflow's public testing kit: workloads, the oracle, renderers, replica comparison.
 
-Later dialects add a renderer (``cdcflow.testing.renderers``); users reuse the kit to test
+Workloads and the oracle live in :mod:`cdcflow.simulation`, each dialect's renderer with its
+decoder (named by the one registry, :mod:`cdcflow.dialects`); users reuse the kit to test
 their own pipelines.
 """
 
-from cdcflow.testing.oracle import apply as apply_oracle
-from cdcflow.testing.renderers import renderer, renderer_names
-from cdcflow.testing.workload import Change, TableDef, Transaction, Workload, generate
+from cdcflow.dialects import dialect_names, renderer
+from cdcflow.simulation.oracle import apply as apply_oracle
+from cdcflow.simulation.workload import Change, TableDef, Transaction, Workload, generate
 
 __all__ = [
     "Change",
@@ -14,7 +15,7 @@ __all__ = [
     "Transaction",
     "Workload",
     "apply_oracle",
+    "dialect_names",
     "generate",
     "renderer",
-    "renderer_names",
 ]

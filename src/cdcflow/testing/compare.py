@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from cdcflow.simulation import oracle
 from cdcflow.spark.sql import q
-from cdcflow.testing import oracle
 
 if TYPE_CHECKING:
-    from cdcflow.testing.workload import Workload
+    from cdcflow.simulation.workload import Workload
 
 _TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
 
@@ -220,7 +220,7 @@ def _sorted_keys(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> l
 
 def history_shape(rows: Iterable[Mapping[str, Any]], key: Sequence[str]) -> list[dict[str, Any]]:
     """Rows of a history table (with ``__START_AT``/``__END_AT``) in the oracle's form
-    (:func:`cdcflow.testing.oracle.history`): each version's ordinal among its key's
+    (:func:`cdcflow.simulation.oracle.history`): each version's ordinal among its key's
     versions, and whether the next version, a delete or nothing ends it."""
     by_key: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in rows:

@@ -3,7 +3,8 @@ sinkless; JSON, Avro, CSV); the mapping and each envelope: ``docs/dialects/cockr
 
 :mod:`.envelopes` declares the message shapes (one table for recognition and dispatch),
 :mod:`.types` reads Avro and Connect-style schemas and the values they type, :mod:`.names`
-parses cloud-storage object names and topics, :mod:`.dialect` is the decoder.
+parses cloud-storage object names and topics, :mod:`.dialect` is the decoder; :mod:`.feed` and
+:mod:`.render` simulate the changefeeds, :mod:`.kafka` is the Kafka sink's form.
 """
 
 from cdcflow.dialects.cockroachdb.dialect import CAPABILITIES, SOURCE_METADATA, CockroachDbDialect

@@ -3,7 +3,8 @@ files, BigQuery rows). The mapping to canonical fields per source, ordering, bac
 pairs, Avro types and the spec's contradictions: ``docs/dialects/datastream.md``.
 
 :mod:`.dialect` is the decoder and its envelope table, :mod:`.avro` types Avro payload
-columns, :mod:`.names` parses Cloud Storage object names.
+columns, :mod:`.names` parses Cloud Storage object names; :mod:`.sources` and :mod:`.render`
+simulate the streams (no Kafka form: Datastream writes to Cloud Storage and BigQuery).
 """
 
 from cdcflow.dialects.datastream.avro import avro_column_type

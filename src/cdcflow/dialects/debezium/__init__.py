@@ -4,7 +4,8 @@ PostgreSQL, MySQL/MariaDB, SQL Server, Oracle, Db2 and MongoDB connectors. The m
 ordering per connector, Connect types and partial rows: ``docs/dialects/debezium.md``.
 
 :mod:`.envelopes` declares the message shapes, :mod:`.connect` types Connect schemas and
-values, :mod:`.dialect` is the decoder.
+values, :mod:`.dialect` is the decoder; :mod:`.render` simulates the PostgreSQL connector,
+:mod:`.kafka` is its Kafka form.
 """
 
 from cdcflow.dialects.debezium.connect import avro_fields, connect_field, ejson, schema_fields

@@ -35,10 +35,16 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.dialects.sqlserver_ces import CLOUDEVENT_AVRO_SCHEMA, DATA_AVRO_SCHEMA
-from cdcflow.testing.landing import land
-from cdcflow.testing.render_savegress import RenderResult
-from cdcflow.testing.workload import Change, Workload
+from cdcflow.dialects.rendering import (
+    MSSQL_TYPES,
+    RenderJob,
+    RenderResult,
+    mssql_lsn,
+    timestamp_text,
+)
+from cdcflow.dialects.sqlserver_ces.dialect import CLOUDEVENT_AVRO_SCHEMA, DATA_AVRO_SCHEMA
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 from cdcflow.transports.eventhubs import CAPTURE_SCHEMA
 
 #: Workload features the format can express.
@@ -46,19 +52,6 @@ FEATURES = frozenset({"insert", "update", "delete", "reinsert", "pk_change", "pa
 #: Change kinds that become events.
 EVENT_KINDS = frozenset({"insert", "update", "delete"})
 
-MSSQL_TYPES: dict[str, str] = {
-    "bigint": "bigint",
-    "int": "int",
-    "string": "nvarchar(200)",
-    "decimal(10,2)": "decimal(10,2)",
-    "boolean": "bit",
-    "timestamp": "datetimeoffset(6)",
-    "timestamp_ntz": "datetime2(6)",
-    "date": "date",
-    "double": "float",
-    "json": "json",
-    "binary": "varbinary(max)",
-}
 _OPS = {"insert": "INS", "update": "UPD", "delete": "DEL"}
 
 #: Event Hubs Capture's record.
@@ -174,11 +167,6 @@ def capture_file(events: list[dict[str, Any]], *, binary_mode_every: int = 3) ->
     return buf.getvalue()
 
 
-def mssql_lsn(n: int) -> str:
-    """SQL Server LSN text (``VLF:block:slot``) of an integer position."""
-    return f"{(n >> 48) & 0xFFFFFFFF:08X}:{(n >> 16) & 0xFFFFFFFF:08X}:{n & 0xFFFF:04X}"
-
-
 def text_value(value: Any) -> str | None:
     """A typed value as SQL Server change event streaming writes it (always text)."""
     if value is None:
@@ -190,9 +178,7 @@ def text_value(value: Any) -> str | None:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f +00:00")
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return timestamp_text(value, sep=" ", utc=" +00:00")
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, bytes):
@@ -320,30 +306,23 @@ def _write(landing: Path, data: bytes, seed: int, n: int, ext: str = "jsonl") ->
     return land(landing / name, data)
 
 
-def render(
-    workload: Workload,
-    landing: Path,
-    *,
-    seed: int,
-    transactions: slice | None = None,
-    faults: bool = True,
-) -> RenderResult:
+def render(job: RenderJob) -> RenderResult:
     """The registry's renderer: CES events as JSON lines (and JSON arrays) with delivery faults
     when ``faults``."""
-    rng = random.Random(seed)
+    rng = random.Random(job.seed)
     docs = [
         render_change(
-            workload,
+            job.workload,
             ch,
-            preview=faults and rng.random() < 0.2,
-            old_values=not (faults and rng.random() < 0.3),
+            preview=job.faults and rng.random() < 0.2,
+            old_values=not (job.faults and rng.random() < 0.3),
         )
-        for tx in workload.transactions[transactions or slice(None)]
+        for tx in job.workload.transactions[job.transactions or slice(None)]
         for ch in tx.changes
         if ch.kind in EVENT_KINDS
     ]
     files = 1
-    if faults:
+    if job.faults:
         docs = [
             seg
             for d in docs
@@ -363,13 +342,13 @@ def render(
         if not chunk:
             continue
         ext = "jsonl"
-        if faults and i == 1:
+        if job.faults and i == 1:
             data = orjson.dumps(chunk)  # a CloudEvents batch: one JSON array
-        elif faults and i == 2:
+        elif job.faults and i == 2:
             data, ext = capture_file(chunk), "avro"
-        elif faults and i == 3 and not any("splitindex" in d for d in chunk):
+        elif job.faults and i == 3 and not any("splitindex" in d for d in chunk):
             data, ext = avro_cloudevents(chunk, binary_data=True), "avro"
-        elif faults and i == 4:
+        elif job.faults and i == 4:
             data = (
                 b"\n".join(orjson.dumps(_kafka_line(d, n, rng)) for n, d in enumerate(chunk))
                 + b"\n"
@@ -377,8 +356,8 @@ def render(
         else:
             data = b"\n".join(orjson.dumps(d) for d in chunk) + b"\n"
         contents.append((data, ext))
-        written.append(_write(landing, data, seed, i, ext))
-    if faults and contents:
+        written.append(_write(job.landing, data, job.seed, i, ext))
+    if job.faults and contents:
         data, ext = rng.choice(contents)
-        written.append(_write(landing, data, seed, files, ext))
-    return RenderResult(files=written, options=decode_options(workload), messages=len(docs))
+        written.append(_write(job.landing, data, job.seed, files, ext))
+    return RenderResult(files=written, options=decode_options(job.workload), messages=len(docs))

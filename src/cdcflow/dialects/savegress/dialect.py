@@ -1,8 +1,5 @@
-"""The ``savegress`` dialect: the unified CDC event format (JSON, Kafka form, protobuf).
-
-The mapping to canonical fields, the shapes read and the format's gaps:
-``docs/dialects/savegress.md``.
-"""
+"""The ``savegress`` decoder: unified-format events (JSON, Kafka form, protobuf) → canonical
+events (``docs/dialects/savegress.md``)."""
 
 from __future__ import annotations
 
@@ -95,7 +92,7 @@ class SavegressDialect(Dialect):
 
     def document(self, msg: RawMessage) -> Any:
         if msg.form == "protobuf":
-            from cdcflow.dialects.savegress_proto import event_from_proto
+            from cdcflow.dialects.savegress.proto import event_from_proto
 
             return event_from_proto(msg.data)
         doc = super().document(msg)

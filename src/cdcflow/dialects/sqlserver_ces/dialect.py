@@ -1,8 +1,5 @@
-"""The ``sqlserver_ces`` dialect: SQL Server 2025 change event streaming CloudEvents.
-
-The mapping to canonical fields, the serializations read, split messages and the spec's
-contradictions: ``docs/dialects/sqlserver_ces.md``.
-"""
+"""The ``sqlserver_ces`` decoder: SQL Server 2025 change event streaming CloudEvents →
+canonical events (``docs/dialects/sqlserver_ces.md``)."""
 
 from __future__ import annotations
 

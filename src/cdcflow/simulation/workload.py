@@ -2,7 +2,7 @@
 
 A workload is what happened at the source, in commit order: transactions of inserts, updates
 (full or partial), deletes, re-inserts of deleted keys, primary-key changes, truncates and added
-columns. Renderers turn it into a dialect's messages; :mod:`cdcflow.testing.oracle` applies it.
+columns. Renderers turn it into a dialect's messages; :mod:`cdcflow.simulation.oracle` applies it.
 """
 
 from __future__ import annotations

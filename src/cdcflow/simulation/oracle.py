@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from cdcflow.testing.workload import Change, Workload
+from cdcflow.simulation.workload import Change, Workload
 
 Tables = dict[str, dict[tuple, dict[str, Any]]]
 

@@ -25,11 +25,11 @@ MongoDB and Salesforce have no native position: the decoder orders their events 
 ordinal]``, Salesforce ``[ms, record Id, replay id]`` (the commit time in milliseconds grows
 with the commit order of the workload; the last element orders the changes of one commit and
 the two halves of a key change); backfill rows have the same shape (``[ms, 0, n]``,
-``[ms, Id, n]``). Their type tables (:data:`MONGODB_TYPES`, :data:`SALESFORCE_TYPES`) leave out
-what the source cannot hold exactly: BSON dates and Salesforce date-times keep milliseconds
-(the workload's timestamps have microseconds), BSON has no date-only type and neither source a
-time-zone-less timestamp. The decoder has no type table for either source, so
-:func:`decode_options` declares their columns' canonical types.
+``[ms, Id, n]``). Their type tables (:mod:`.sources`) leave out what the source cannot hold
+exactly: BSON dates and Salesforce date-times keep milliseconds (the workload's timestamps
+have microseconds), BSON has no date-only type and neither source a time-zone-less timestamp.
+The decoder has no type table for either source, so :func:`decode_options` declares their
+columns' canonical types.
 
 Values in JSON files are as the source writes them (MySQL booleans as 0/1 and binary as hex
 text, other sources' binary as base64, decimals as JSON numbers, timestamps as ISO text,
@@ -69,18 +69,31 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing import oracle
-from cdcflow.testing.landing import land
-from cdcflow.testing.render_savegress import PG_TYPES, RenderResult, pg_lsn
-from cdcflow.testing.render_sqlserver_ces import MSSQL_TYPES, mssql_lsn
-from cdcflow.testing.workload import Change, Workload
+from cdcflow.dialects.datastream.sources import (
+    CANONICAL_DECLARED,
+    NATIVE_TYPES,
+    PAIR_SOURCES,
+    READ_METHODS,
+    json_value,
+    object_name,
+    source_names,
+    table_source,
+)
+from cdcflow.dialects.rendering import (
+    RenderJob,
+    RenderResult,
+    mssql_lsn,
+    pg_lsn,
+)
+from cdcflow.simulation import oracle
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 from cdcflow.types import parse_decimal_type
 
 #: Workload features the format can express (a key change is two events: see
@@ -91,99 +104,6 @@ FEATURES = frozenset(
 #: Change kinds that become events (an added column shows in later rows, not as an event).
 EVENT_KINDS = frozenset({"insert", "update", "delete"})
 
-SOURCES: tuple[str, ...] = (
-    "mysql",
-    "oracle",
-    "postgres",
-    "sqlserver",
-    "spanner",
-    "mongodb",
-    "salesforce",
-)
-
-MYSQL_TYPES: dict[str, str] = {
-    "bigint": "bigint",
-    "int": "int",
-    "string": "varchar(200)",
-    "decimal(10,2)": "decimal(10,2)",
-    "boolean": "tinyint(1)",
-    "timestamp": "timestamp",
-    "timestamp_ntz": "datetime",
-    "date": "date",
-    "double": "double",
-    "json": "json",
-    "binary": "varbinary(64)",
-}
-ORACLE_TYPES: dict[str, str] = {
-    "bigint": "NUMBER(18)",
-    "int": "NUMBER(9)",
-    "string": "VARCHAR2(200)",
-    "decimal(10,2)": "NUMBER(10,2)",
-    "boolean": "BOOLEAN",
-    "timestamp": "TIMESTAMP(6) WITH TIME ZONE",
-    "timestamp_ntz": "TIMESTAMP(6)",
-    "double": "BINARY_DOUBLE",
-    "json": "JSON",
-    "binary": "RAW(64)",
-}
-SPANNER_TYPES: dict[str, str] = {
-    "bigint": "INT64",
-    "int": "INT64",
-    "string": "STRING(MAX)",
-    "decimal(10,2)": "NUMERIC",
-    "boolean": "BOOL",
-    "timestamp": "TIMESTAMP",
-    "date": "DATE",
-    "double": "FLOAT64",
-    "json": "JSON",
-    "binary": "BYTES(MAX)",
-}
-#: BSON types (no timestamp: BSON dates keep milliseconds; no date-only type).
-MONGODB_TYPES: dict[str, str] = {
-    "bigint": "long",
-    "int": "int",
-    "string": "string",
-    "decimal(10,2)": "decimal",
-    "boolean": "bool",
-    "double": "double",
-    "json": "object",
-    "binary": "binData",
-}
-#: Salesforce field types (no timestamp: date-times keep milliseconds; JSON as long text).
-SALESFORCE_TYPES: dict[str, str] = {
-    "bigint": "long",
-    "int": "int",
-    "string": "string",
-    "decimal(10,2)": "currency",
-    "boolean": "boolean",
-    "date": "date",
-    "double": "double",
-    "json": "textarea",
-    "binary": "base64",
-}
-NATIVE_TYPES: dict[str, dict[str, str]] = {
-    "mysql": MYSQL_TYPES,
-    "oracle": ORACLE_TYPES,
-    "postgres": PG_TYPES,
-    "sqlserver": MSSQL_TYPES,
-    "spanner": SPANNER_TYPES,
-    "mongodb": MONGODB_TYPES,
-    "salesforce": SALESFORCE_TYPES,
-}
-#: Sources the decoder has no native type table for: their columns are declared canonically.
-CANONICAL_DECLARED = frozenset({"mongodb", "salesforce"})
-READ_METHODS: dict[str, tuple[str, str]] = {
-    "mysql": ("mysql-cdc-binlog", "mysql-backfill-fulldump"),
-    "oracle": ("oracle-cdc-logminer", "oracle-backfill"),
-    "postgres": ("postgresql-cdc", "postgresql-backfill"),
-    "sqlserver": ("sqlserver-cdc", "sqlserver-backfill"),
-    "spanner": ("spanner-cdc", "spanner-backfill"),
-    "mongodb": ("mongodb-cdc", "mongodb-backfill"),
-    "salesforce": ("salesforce-cdc", "salesforce-backfill"),
-}
-#: Sources that write an update as ``UPDATE-DELETE`` + ``UPDATE-INSERT``.
-PAIR_SOURCES = frozenset({"mysql", "oracle"})
-SALESFORCE_DOMAIN = "cdcflow.my.salesforce.com"
 _STREAM = "projects/cdcflow/locations/local/streams/workload"
 _UUIDS = uuid.UUID("6ba7b812-9dad-11d1-80b4-00c04fd430c8")
 #: Share of files written as Avro when rendering with faults.
@@ -215,66 +135,6 @@ def avro_type(canonical: str) -> Any:
     return AVRO_TYPES[canonical]
 
 
-def table_source(workload: Workload, table: str) -> str:
-    """The source a table is read from: given in ``workload.extra``, else chosen from the
-    workload seed among the sources whose types fit the table (Oracle has no date-only type,
-    Spanner no timestamp without zone, MongoDB and Salesforce no microsecond timestamps)."""
-    given = workload.extra.get("datastream_sources", {}).get(table)
-    if given:
-        return str(given)
-    return _assigned_sources(workload)[table]
-
-
-#: Sources every rendered workload with enough tables shows (the demo's promise).
-ALWAYS: tuple[str, ...] = ("mysql", "spanner")
-
-
-def _assigned_sources(workload: Workload) -> dict[str, str]:
-    """One source per table: MySQL and Spanner each go to a table they fit (tables taken in
-    a seed-shuffled order), the other tables draw from the seed among the sources that fit."""
-    tables = sorted(workload.tables)
-    random.Random(f"{workload.seed}:order").shuffle(tables)
-    fits = {
-        t: [
-            s
-            for s in SOURCES
-            if all(c in NATIVE_TYPES[s] for c in set(workload.tables[t].columns.values()))
-        ]
-        for t in tables
-    }
-    out: dict[str, str] = {}
-    for wanted in ALWAYS:
-        for t in tables:
-            if t not in out and wanted in fits[t]:
-                out[t] = wanted
-                break
-    for t in tables:
-        if t not in out:
-            out[t] = random.Random(f"{workload.seed}:{t}").choice(fits[t])
-    return out
-
-
-def _names(workload: Workload, table: str) -> tuple[str | None, str | None, str]:
-    """(database, schema, table) as the source names them."""
-    source = table_source(workload, table)
-    schema = workload.tables[table].schema
-    if source == "oracle":
-        return "ORCL", "APP", table.upper()
-    if source in ("mysql", "mongodb"):
-        return "app", None, table
-    if source == "spanner":
-        return "appdb", None, table
-    if source == "salesforce":
-        return SALESFORCE_DOMAIN, None, table
-    return "app", schema if source == "postgres" else "dbo", table
-
-
-def _object(source: str, database: str | None, schema: str | None, table: str) -> str:
-    if source == "salesforce":
-        return table
-    return f"{schema or database}_{table}"
-
-
 def _key_changed(ch: Change, workload: Workload) -> bool:
     """Whether an update changes the row's key."""
     if ch.kind != "update" or ch.before is None:
@@ -293,25 +153,6 @@ def event_operations(change: Change, workload: Workload) -> list[str]:
         source = table_source(workload, change.table)
         return ["DELETE", "UPDATE" if source in PAIR_SOURCES else "INSERT"]
     return [{"insert": "INSERT", "update": "UPDATE", "delete": "DELETE"}[change.kind]]
-
-
-def json_value(value: Any, source: str) -> Any:
-    """A typed value as Datastream writes it in JSON for a source."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return int(value) if source == "mysql" else value
-    if isinstance(value, Decimal):
-        return orjson.Fragment(format(value, "f"))
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.hex() if source == "mysql" else base64.b64encode(value).decode()
-    return value
 
 
 def _ms(ts: dt.datetime) -> int:
@@ -353,7 +194,7 @@ class _Renderer:
         payload: dict[str, Any],
     ) -> Rendered:
         source = table_source(self.w, table)
-        database, schema, name = _names(self.w, table)
+        database, schema, name = source_names(self.w, table)
         return Rendered(
             table,
             source,
@@ -361,7 +202,7 @@ class _Renderer:
                 "uuid": str(uuid.uuid5(_UUIDS, f"{self.w.seed}:{ident}")),
                 "read_timestamp": _iso(ts + dt.timedelta(seconds=1)),
                 "source_timestamp": _iso(ts),
-                "object": _object(source, database, schema, name),
+                "object": object_name(source, database, schema, name),
                 "read_method": read_method,
                 "stream_name": _STREAM,
                 "schema_key": uuid.uuid5(_UUIDS, f"{table}:{','.join(payload)}").hex,
@@ -380,7 +221,7 @@ class _Renderer:
     def change(self, ch: Change, *, pair: bool) -> list[Rendered]:
         """One change as Datastream events (two for an update pair or a key change)."""
         source = table_source(self.w, ch.table)
-        database, schema, name = _names(self.w, ch.table)
+        database, schema, name = source_names(self.w, ch.table)
         key_change = _key_changed(ch, self.w)
         if ch.kind == "update" and (key_change or (pair and source in PAIR_SOURCES)):
             if source in PAIR_SOURCES:
@@ -487,7 +328,7 @@ class _Renderer:
         """One backfill read of a row (the table's state at ``ts``)."""
         d = self.w.tables[table]
         source = table_source(self.w, table)
-        database, schema, name = _names(self.w, table)
+        database, schema, name = source_names(self.w, table)
         keys = list(d.key)
         meta: dict[str, Any] = {"table": name, "primary_keys": keys, "change_type": "INSERT"}
         if source == "mysql":
@@ -532,7 +373,7 @@ def decode_options(workload: Workload) -> DialectOptions:
     keys: dict[str, tuple[str, ...]] = {}
     for table, d in workload.tables.items():
         source = table_source(workload, table)
-        database, schema, name = _names(workload, table)
+        database, schema, name = source_names(workload, table)
         native = NATIVE_TYPES[source]
         where = f"{schema or database}.{name}"
         types[where] = {
@@ -656,31 +497,24 @@ def _by_columns(events: list[Rendered]) -> list[list[Rendered]]:
     return list(groups.values())
 
 
-def render(
-    workload: Workload,
-    landing: Path,
-    *,
-    seed: int,
-    transactions: slice | None = None,
-    faults: bool = True,
-) -> RenderResult:
+def render(job: RenderJob) -> RenderResult:
     """The registry's renderer: Datastream JSON files in the Cloud Storage layout, with delivery
     faults (duplicates, reordering across files, update pairs, backfill rows, a redelivered
     file, JSON array files, Avro files) when ``faults``."""
-    rng = random.Random(seed)
-    r = _Renderer(workload)
-    window = workload.transactions[transactions or slice(None)]
+    rng = random.Random(job.seed)
+    r = _Renderer(job.workload)
+    window = job.workload.transactions[job.transactions or slice(None)]
     events: list[Rendered] = []
     for tx in window:
         for ch in tx.changes:
             if ch.kind in EVENT_KINDS:
-                events.extend(r.change(ch, pair=faults and rng.random() < 0.4))
-    if faults and window:
-        # a backfill read at a cut point of this window: the state after its transactions
-        start = workload.transactions.index(window[0])
+                events.extend(r.change(ch, pair=job.faults and rng.random() < 0.4))
+    if job.faults and window:
+        # a backfill read at a cut point of this window: the state after its job.transactions
+        start = job.workload.transactions.index(window[0])
         cut = start + rng.randrange(len(window) + 1)
-        state = oracle.apply(list(workload.changes(slice(0, cut))), workload.tables)
-        at = workload.transactions[max(cut - 1, 0)].commit_time + dt.timedelta(milliseconds=500)
+        state = oracle.apply(list(job.workload.changes(slice(0, cut))), job.workload.tables)
+        at = job.workload.transactions[max(cut - 1, 0)].commit_time + dt.timedelta(milliseconds=500)
         for table, rows in sorted(state.items()):
             for n, row in enumerate(oracle.rows(rows)):
                 if rng.random() < 0.6:
@@ -689,33 +523,33 @@ def render(
         rng.shuffle(events)
     groups: dict[Path, list[Rendered]] = {}
     for e in events:
-        groups.setdefault(_folder(landing, e.doc), []).append(e)
+        groups.setdefault(_folder(job.landing, e.doc), []).append(e)
     written: list[Path] = []
     contents: list[tuple[Path, bytes]] = []
     for i, (folder, chunk) in enumerate(sorted(groups.items())):
-        parts = 2 if faults and len(chunk) > 1 else 1
+        parts = 2 if job.faults and len(chunk) > 1 else 1
         for j in range(parts):
             part = chunk[j::parts]
             method = str(part[0].doc["read_method"])
-            if faults and rng.random() < AVRO_SHARE:
+            if job.faults and rng.random() < AVRO_SHARE:
                 for k, same in enumerate(_by_columns(part)):
                     key = str(same[0].doc["schema_key"])[:16]
                     codec = rng.choice(("null", "deflate"))
-                    data = avro_file(workload, same, codec=codec)
-                    path = land(folder / f"{key}_{method}_{seed}_{i}_{j}_{k}.avro", data)
+                    data = avro_file(job.workload, same, codec=codec)
+                    path = land(folder / f"{key}_{method}_{job.seed}_{i}_{j}_{k}.avro", data)
                     written.append(path)
                     contents.append((path, data))
                 continue
-            name = f"{part[0].doc['schema_key'][:16]}_{method}_{seed}_{i}_{j}"
-            docs = [json_doc(workload, e) for e in part]
-            if faults and rng.random() < 0.2:
+            name = f"{part[0].doc['schema_key'][:16]}_{method}_{job.seed}_{i}_{j}"
+            docs = [json_doc(job.workload, e) for e in part]
+            if job.faults and rng.random() < 0.2:
                 data = orjson.dumps(docs)  # one JSON array
             else:
                 data = b"\n".join(orjson.dumps(d) for d in docs) + b"\n"
             path = land(folder / f"{name}.jsonl", data)
             written.append(path)
             contents.append((path, data))
-    if faults and contents:
+    if job.faults and contents:
         path, data = rng.choice(contents)
         written.append(land(path.with_name(f"{path.stem}_redelivered{path.suffix}"), data))
-    return RenderResult(files=written, options=decode_options(workload), messages=len(events))
+    return RenderResult(files=written, options=decode_options(job.workload), messages=len(events))

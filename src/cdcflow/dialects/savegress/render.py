@@ -13,7 +13,6 @@ import base64
 import datetime as dt
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,36 +20,16 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing.landing import land
-from cdcflow.testing.workload import Change, Workload
-
-PG_TYPES: dict[str, str] = {
-    "bigint": "bigint",
-    "int": "integer",
-    "string": "text",
-    "decimal(10,2)": "numeric(10,2)",
-    "boolean": "boolean",
-    "timestamp": "timestamp with time zone",
-    "timestamp_ntz": "timestamp without time zone",
-    "date": "date",
-    "double": "double precision",
-    "json": "jsonb",
-    "binary": "bytea",
-}
-
-
-@dataclass(frozen=True)
-class RenderResult:
-    """Files written and the decoder options they need."""
-
-    files: list[Path]
-    options: DialectOptions
-    messages: int
-
-
-def pg_lsn(n: int) -> str:
-    """Postgres LSN text of a 64-bit position."""
-    return f"{n >> 32:X}/{n & 0xFFFFFFFF:X}"
+from cdcflow.dialects.rendering import (
+    PG_TYPES,
+    RenderJob,
+    RenderResult,
+    pg_lsn,
+    row_image,
+    timestamp_text,
+)
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 
 
 def wire_value(value: Any, ctype: str) -> Any:
@@ -60,9 +39,7 @@ def wire_value(value: Any, ctype: str) -> Any:
     if isinstance(value, Decimal):
         return format(value, "f")
     if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
+        return timestamp_text(value)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, bytes):
@@ -73,10 +50,7 @@ def wire_value(value: Any, ctype: str) -> Any:
 
 
 def _row(workload: Workload, table: str, row: Mapping[str, Any] | None) -> Any:
-    if row is None:
-        return None
-    cols = workload.tables[table].columns
-    return {c: wire_value(v, cols.get(c, "string")) for c, v in row.items()}
+    return row_image(workload, table, row, wire_value)
 
 
 def render_change(workload: Workload, ch: Change) -> dict[str, Any]:
@@ -155,7 +129,8 @@ def decode_options(workload: Workload) -> DialectOptions:
     )
 
 
-def _kafka(doc: dict[str, Any], workload: Workload) -> dict[str, Any]:
+def kafka_message(doc: dict[str, Any], workload: Workload) -> dict[str, Any]:
+    """The event in the format's Kafka message form: key, value and ``savegress-*`` headers."""
     table = doc.get("table")
     key = ""
     if table:
@@ -232,7 +207,7 @@ def render_to_landing(
                     )
                 )
         elif kafka_form and i % 2 == 1:
-            lines = [orjson.dumps(_kafka(d, workload)) for d in chunk]
+            lines = [orjson.dumps(kafka_message(d, workload)) for d in chunk]
         else:
             lines = [orjson.dumps(d) for d in chunk]
         contents.append(lines)
@@ -243,35 +218,28 @@ def render_to_landing(
     return RenderResult(files=written, options=decode_options(workload), messages=len(docs))
 
 
-def render(
-    workload: Workload,
-    landing: Path,
-    *,
-    seed: int,
-    transactions: slice | None = None,
-    faults: bool = True,
-) -> RenderResult:
+def render(job: RenderJob) -> RenderResult:
     """The registry's renderer: every fault the format allows when ``faults``."""
-    if not faults:
+    if not job.faults:
         return render_to_landing(
-            workload,
-            landing,
-            seed=seed,
+            job.workload,
+            job.landing,
+            seed=job.seed,
             duplicates=0.0,
             reorder=False,
-            transactions=transactions,
+            transactions=job.transactions,
             files=1,
         )
     return render_to_landing(
-        workload,
-        landing,
-        seed=seed,
+        job.workload,
+        job.landing,
+        seed=job.seed,
         batch_envelopes=True,
         kafka_form=True,
         markers=True,
         duplicates=0.15,
         redeliver_files=1,
-        transactions=transactions,
+        transactions=job.transactions,
     )
 
 
@@ -283,7 +251,7 @@ def render_transport(
     ``TRUNCATE``, which its Operation enum lacks) are left out."""
     if transport != "protobuf":
         raise ValueError(f"the unified format has no transport {transport!r} of its own")
-    from cdcflow.dialects.savegress_proto import event_to_proto
+    from cdcflow.dialects.savegress.proto import event_to_proto
     from cdcflow.transports.protobuf import write_delimited
     from cdcflow.types import ValueTypeError
 

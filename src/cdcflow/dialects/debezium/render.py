@@ -27,10 +27,10 @@ from typing import Any
 import orjson
 
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.testing import oracle
-from cdcflow.testing.landing import land
-from cdcflow.testing.render_savegress import RenderResult
-from cdcflow.testing.workload import Change, Workload
+from cdcflow.dialects.rendering import RenderJob, RenderResult
+from cdcflow.simulation import oracle
+from cdcflow.simulation.landing import land
+from cdcflow.simulation.workload import Change, Workload
 
 #: Workload features the connector expresses (an added column shows in later rows' schema).
 FEATURES = frozenset(
@@ -342,28 +342,23 @@ def decode_options(workload: Workload) -> DialectOptions:
     )
 
 
-def render(
-    workload: Workload,
-    landing: Path,
-    *,
-    seed: int,
-    transactions: slice | None = None,
-    faults: bool = True,
-) -> RenderResult:
+def render(job: RenderJob) -> RenderResult:
     """The registry's renderer: plain values in one file without faults; with faults, Kafka
     records (keys, tombstones) and plain values in several files, shuffled."""
-    records = render_records(workload, faults=faults, transactions=transactions, seed=seed)
-    rng = random.Random(seed)
-    landing.mkdir(parents=True, exist_ok=True)
-    files = 3 if faults else 1
-    if faults:
+    records = render_records(
+        job.workload, faults=job.faults, transactions=job.transactions, seed=job.seed
+    )
+    rng = random.Random(job.seed)
+    job.landing.mkdir(parents=True, exist_ok=True)
+    files = 3 if job.faults else 1
+    if job.faults:
         rng.shuffle(records)
     written: list[Path] = []
     offset = 0
     for i in range(files):
         lines: list[bytes] = []
         for topic, key, value in records[i::files]:
-            if faults and i % 2 == 1:
+            if job.faults and i % 2 == 1:
                 offset += 1
                 record = {"topic": topic, "partition": 0, "offset": offset, "value": value}
                 if key is not None:
@@ -371,7 +366,7 @@ def render(
                 lines.append(orjson.dumps(record))
             elif value is not None:
                 lines.append(orjson.dumps(value))
-        name = f"debezium-{seed}-{len(list(landing.glob('*.jsonl'))):04d}.jsonl"
-        written.append(land(landing / name, b"\n".join(lines) + b"\n"))
+        name = f"debezium-{job.seed}-{len(list(job.landing.glob('*.jsonl'))):04d}.jsonl"
+        written.append(land(job.landing / name, b"\n".join(lines) + b"\n"))
     messages = sum(1 for _, _, v in records if v is not None)
-    return RenderResult(files=written, options=decode_options(workload), messages=messages)
+    return RenderResult(files=written, options=decode_options(job.workload), messages=messages)
