@@ -55,13 +55,7 @@ def write_events(
             op = "UPDATE" if k in alive else "INSERT"
             if k in alive and rng.random() < 0.1:
                 op = "DELETE"
-        row = {
-            "id": k,
-            "name": f"item-{k}-{i}",
-            "qty": rng.randrange(1000),
-            "price": f"{rng.randrange(100000) / 100:.2f}",
-            "updated_at": "2025-01-15T10:30:00.123456Z",
-        }
+        row = _row(k, i, rng)
         doc: dict[str, Any] = {
             "id": f"e{lsn}",
             "operation": op,
@@ -124,13 +118,7 @@ def write_tables(
             op = "UPDATE" if (t, k) in alive else "INSERT"
             if (t, k) in alive and rng.random() < 0.1:
                 op = "DELETE"
-        row = {
-            "id": k,
-            "name": f"item-{k}-{i}",
-            "qty": rng.randrange(1000),
-            "price": f"{rng.randrange(100000) / 100:.2f}",
-            "updated_at": "2025-01-15T10:30:00.123456Z",
-        }
+        row = _row(k, i, rng)
         doc: dict[str, Any] = {
             "id": f"m{lsn}",
             "operation": op,
@@ -152,3 +140,14 @@ def write_tables(
     tmp.write_bytes(b"\n".join(out) + b"\n")
     tmp.rename(path)
     return lsn
+
+
+def _row(k: int, i: int, rng: random.Random) -> dict[str, Any]:
+    """The row image of key ``k`` in the ``i``-th event."""
+    return {
+        "id": k,
+        "name": f"item-{k}-{i}",
+        "qty": rng.randrange(1000),
+        "price": f"{rng.randrange(100000) / 100:.2f}",
+        "updated_at": "2025-01-15T10:30:00.123456Z",
+    }
