@@ -35,7 +35,6 @@ from cdcflow.engine.segments import SegmentStage
 from cdcflow.errors import CdcflowError
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.iceberg.layouts import BATCHES
-from cdcflow.iceberg.maintain import Action
 from cdcflow.iceberg.tombstones import TombstoneIndex
 from cdcflow.iceberg.write import Writer
 from cdcflow.pipeline.checkpoint import DIRECT
@@ -274,17 +273,6 @@ class BatchRunner:
         to its ``rows``."""
         self.small = rows < SMALL_BATCH
         self._adapt(spark)
-
-    def maintain(
-        self,
-        spark: SparkSession,
-        batch_id: int,
-        tables: list[str] | None = None,
-        forced: bool = False,
-        internal: bool = True,
-    ) -> list[Action]:
-        """A maintenance round now (see :meth:`cdcflow.pipeline.upkeep.Upkeep.maintain`)."""
-        return self.upkeep.maintain(spark, batch_id, tables, forced, internal)
 
     # ------------------------------------------------------------------ the source
 

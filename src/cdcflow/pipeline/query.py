@@ -679,7 +679,7 @@ class Pipeline:
         runner = self.foreach_batch(self.cfg.sources[0].name)
         assert self.shared is not None
         with self.shared.lock:
-            return runner.maintain(self.spark, -1, names, forced=True, internal=not tables)
+            return runner.upkeep.maintain(self.spark, -1, names, forced=True, internal=not tables)
 
     # ------------------------------------------------------------------ results
 
