@@ -18,7 +18,8 @@ from cdcflow.config import load_config
 from cdcflow.dialects import renderer, renderer_features
 from cdcflow.errors import ConfigError
 from cdcflow.iceberg.migrate import hadoop_tables, move_tables, unregistered
-from cdcflow.pipeline.query import Pipeline, open_session
+from cdcflow.pipeline.query import Pipeline
+from cdcflow.pipeline.session import open_session
 from cdcflow.simulation.workload import generate
 from cdcflow.spark.session import SparkSettings, catalog_conf
 from cdcflow.testing.compare import compare_replicas

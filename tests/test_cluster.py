@@ -81,7 +81,7 @@ def _without_kafka(root: Path, config: dict[str, Any]) -> tuple[dict[str, str], 
     import pyspark
 
     from cdcflow.config import load_config
-    from cdcflow.pipeline.query import spark_settings
+    from cdcflow.pipeline.session import spark_settings
     from cdcflow.spark import jars
     from cdcflow.spark.session import needs
 

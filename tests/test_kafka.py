@@ -569,14 +569,14 @@ def test_the_python_api_reads_a_topic_as_docs_python_api_shows(
 def test_a_missing_topics_hint_lists_the_nearest_topics_first() -> None:
     """On a broker of many topics, the hint of a missing topic shows those nearest to the name
     asked, not the alphabet's first; it says when it leaves some out."""
-    from cdcflow.pipeline.brokers import _listed
+    from cdcflow.sources.brokers import listed
 
     topics = {f"aaa.t{i:02}" for i in range(30)} | {"precheck.orders"}
-    hint = _listed(topics, "precheck.order")
+    hint = listed(topics, "precheck.order")
     assert hint.startswith("topics there: precheck.orders, ") and hint.endswith(" …")
     assert hint.count(", ") == 19
-    assert _listed({"b", "a"}, "zzz") == "topics there: a, b"
-    assert _listed(set(), "x") == "the brokers hold no topic"
+    assert listed({"b", "a"}, "zzz") == "topics there: a, b"
+    assert listed(set(), "x") == "the brokers hold no topic"
 
 
 @pytest.mark.services
@@ -586,7 +586,6 @@ def test_missing_topics_and_refused_credentials_are_named_before_spark(
     """A topic or a pattern that names nothing on the broker, and SASL credentials the broker
     refuses, stop a Kafka source before Spark starts; right credentials pass, and no secret
     appears in the errors."""
-    from cdcflow.pipeline.brokers import check_sources
     from cdcflow.testing.kafka import create_topics
     from cdcflow.testing.services.kafka import SASL_USER
 
@@ -594,7 +593,7 @@ def test_missing_topics_and_refused_credentials_are_named_before_spark(
 
     def check(**source: Any) -> None:
         cfg = load_config({"sources": [{"name": "pg", "dialect": "debezium", "kafka": source}]})
-        check_sources(cfg.sources, timeout=5)
+        cfg.sources[0].source().check(timeout=5)
 
     check(bootstrap_servers=kafka.bootstrap, topics=["precheck.orders"])
     check(bootstrap_servers=kafka.bootstrap, pattern="precheck\\..*")

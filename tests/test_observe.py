@@ -22,7 +22,7 @@ from cdcflow.config import load_config
 from cdcflow.iceberg.maintain import Action, TableFigures
 from cdcflow.observe.metrics import PipelineMetrics, read_offsets
 from cdcflow.observe.server import MetricsServer
-from cdcflow.observe.status import History, Status, files_waiting
+from cdcflow.observe.status import History, Status
 from cdcflow.observe.tables import Results, Watermark
 from cdcflow.pipeline.report import BatchReport, TableFiles, TableOutcome
 
@@ -193,8 +193,8 @@ def test_lag_from_a_kafka_progress_and_a_landing_zones_file_log(tmp_path: Path) 
     (query / "sources" / "0").mkdir(parents=True)
     read = {"path": f"file://{landing.resolve()}/a.json", "timestamp": 1, "batchId": 0}
     (query / "sources" / "0" / "0").write_text("v1\n" + json.dumps(read) + "\n")
-    assert files_waiting(cfg.sources[0], str(query)) == 2  # b.json and sub/c.json
-    assert files_waiting(cfg.sources[1], str(query)) is None  # a Kafka source
+    assert cfg.sources[0].source().files_waiting(str(query)) == 2  # b.json and sub/c.json
+    assert cfg.sources[1].source().files_waiting(str(query)) is None  # a Kafka source
 
 
 @pytest.fixture

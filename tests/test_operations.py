@@ -15,8 +15,10 @@ from cdcflow.cli.main import main
 from cdcflow.config import PipelineConfig, load_config
 from cdcflow.dialects import renderer, renderer_features
 from cdcflow.errors import ConfigError
-from cdcflow.pipeline.query import Pipeline, SourceMissing
+from cdcflow.pipeline.query import Pipeline
 from cdcflow.simulation.workload import Workload, generate
+from cdcflow.sources.base import SourceMissing
+from cdcflow.sources.landing import read_raw
 from cdcflow.testing.compare import compare_replicas
 from tests.scenario import ev, land
 
@@ -142,7 +144,7 @@ def test_the_pipelines_own_stream_is_checked_once_and_others_batches_each_time(
     result = pipe.run()
     assert result.failure is None and len(result.reports) >= 2
     assert checked == []
-    raw = decode_spark.read_raw(spark, str(tmp_path / "landing"), streaming=False)
+    raw = read_raw(spark, str(tmp_path / "landing"), streaming=False)
     frame = decode_spark.decode_dataframe(raw, "savegress", res.options)
     own = Pipeline(cfg, spark)
     own.open()

@@ -182,8 +182,7 @@ def test_timestamps_print_in_utc_whatever_the_local_time_zone(
 def test_a_run_keeps_totals_of_every_batch_and_only_the_recent_reports() -> None:
     """A ``--follow`` run reports a batch every few seconds for months: its result counts
     every batch, event and dead letter, and keeps only the most recent reports in memory."""
-    from cdcflow.pipeline.query import RunResult
-    from cdcflow.pipeline.report import BatchReport, Reports
+    from cdcflow.pipeline.report import BatchReport, Reports, RunResult
 
     def report(n: int) -> BatchReport:
         return BatchReport(

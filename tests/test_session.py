@@ -163,7 +163,7 @@ def test_the_jars_follow_the_spark_line() -> None:
 def _pipeline_needs(version: str = "4.1.4", **cfg: Any) -> dict[str, bool]:
     """What a pipeline's session loads: label → required."""
     from cdcflow.config import load_config
-    from cdcflow.pipeline.query import spark_settings
+    from cdcflow.pipeline.session import spark_settings
     from cdcflow.spark.session import needs
 
     settings = spark_settings(load_config({"sources": [{"name": "s", "path": "/l"}], **cfg}))

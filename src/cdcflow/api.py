@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from cdcflow.config import PipelineConfig, SourceConfig, TableConfig, load_config, load_config_file
 from cdcflow.decode.spark import KAFKA_SCHEMA, Decoded, decode_dataframe
 from cdcflow.errors import ConfigError, did_you_mean
-from cdcflow.pipeline.batch import source_options
-from cdcflow.pipeline.query import Pipeline, RunResult, bind_catalog
-from cdcflow.pipeline.report import BatchReport
+from cdcflow.pipeline.query import Pipeline
+from cdcflow.pipeline.report import BatchReport, RunResult
+from cdcflow.pipeline.session import bind_catalog
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -95,7 +95,7 @@ def decode(
     """
     if source is None:
         source = _source(DEFAULT_SOURCE, dialect, types, keys, options)
-    frame = decode_dataframe(raw, source.dialect, source_options(source), source.name)
+    frame = decode_dataframe(raw, source.dialect, source.decoder_options(), source.name)
     return Decoded(frame)
 
 
@@ -366,7 +366,7 @@ def session(config: Config | None = None, **settings: Any) -> SparkSession:
     catalog and ``spark`` settings, the Iceberg runtime, workers on this Python — so the
     catalog is given in one place. A session already running is reused and given the
     configuration's catalog (see :func:`pipeline`)."""
-    from cdcflow.pipeline.query import open_session
+    from cdcflow.pipeline.session import open_session
 
     cfg = _config(config, settings)
     spark = _active()

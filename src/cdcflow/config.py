@@ -22,7 +22,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +38,11 @@ from cdcflow.config_base import (
     read_yaml_mapping,
     validate,
 )
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.sources.base import Source
+from cdcflow.sources.given import GivenSource
+from cdcflow.sources.kafka import KafkaConfig, KafkaConnection, KafkaSource
+from cdcflow.sources.landing import LandingFields, LandingSource
 
 
 class CatalogConfig(ConfigModel):
@@ -76,119 +81,6 @@ class SparkConfig(ConfigModel):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
-#: Options of Spark's Kafka source and sink that cdcflow sets from a source's or an output's
-#: own keys.
-KAFKA_OWN_OPTIONS: dict[str, str] = {
-    "kafka.bootstrap.servers": "bootstrap_servers",
-    "subscribe": "topics",
-    "subscribePattern": "pattern",
-    "assign": "topics",
-    "startingOffsets": "starting_offsets",
-    "maxOffsetsPerTrigger": "max_offsets_per_trigger",
-    "failOnDataLoss": "fail_on_data_loss",
-    "includeHeaders": "(always on)",
-    "topic": "topic",
-}
-#: Words of option names whose values are secrets: given only under ``secrets``.
-_SECRET_WORDS = ("jaas", "password", "secret", "token", "credential")
-
-
-class KafkaConnection(ConfigModel):
-    """How to reach a Kafka cluster: ``bootstrap_servers``, ``options`` for Spark's Kafka
-    source or sink (``kafka.security.protocol``…) and ``secrets``: options whose values are
-    secrets (``kafka.sasl.jaas.config``), each from an environment variable or a file."""
-
-    bootstrap_servers: str
-    options: dict[str, str] = Field(default_factory=dict)
-    secrets: dict[str, SecretFrom] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _options(self) -> KafkaConnection:
-        for key in [*self.options, *self.secrets]:
-            if key in KAFKA_OWN_OPTIONS:
-                raise ValueError(f"option {key!r} is set by the key {KAFKA_OWN_OPTIONS[key]!r}")
-        for key in self.options:
-            if any(word in key.lower() for word in _SECRET_WORDS):
-                raise ValueError(
-                    f"option {key!r} holds a secret: give it under secrets, from an environment "
-                    f"variable or a file ({key}: {{env: NAME}})"
-                )
-        return self
-
-    def connection_options(self, where: str) -> dict[str, str]:
-        """``kafka.bootstrap.servers``, the options, and the secrets read now (the result is
-        not to be shown or logged)."""
-        out = {"kafka.bootstrap.servers": self.bootstrap_servers, **self.options}
-        for key, src in self.secrets.items():
-            out[key] = src.read(f"{where}: secret {key!r}").text()
-        return out
-
-    def with_files_relative_to(self, fix: Any) -> Any:
-        """A copy whose secret files are resolved by ``fix``."""
-        if not any(s.file for s in self.secrets.values()):
-            return self
-        secrets = {k: v.relative_to(fix) for k, v in self.secrets.items()}
-        return self.model_copy(update={"secrets": secrets})
-
-
-#: How long the broker holds a Kafka source's fetch that finds no new record (an option of the
-#: source's ``options`` overrides it).
-FETCH_MAX_WAIT_MS = 10
-
-
-class KafkaConfig(KafkaConnection):
-    """A source that reads Kafka topics with Spark's Kafka source (instead of a ``path``).
-
-    ``topics`` or ``pattern`` (a Java regular expression) names what is read;
-    ``starting_offsets``: where a new source begins (its checkpoint holds the offsets after
-    that); ``max_offsets_per_trigger`` bounds a batch; ``fail_on_data_loss``: stop with
-    ``KAFKA_DATA_LOSS`` when offsets the checkpoint still needs were deleted (by retention)
-    — ``false`` goes on and records what was skipped in the batch history.
-    """
-
-    topics: list[str] | None = None
-    pattern: str | None = None
-    starting_offsets: Literal["earliest", "latest"] = "earliest"
-    max_offsets_per_trigger: int | None = Field(default=None, ge=1)
-    fail_on_data_loss: bool = True
-
-    @model_validator(mode="after")
-    def _subscription(self) -> KafkaConfig:
-        if (self.topics is None) == (self.pattern is None):
-            raise ValueError("give topics (a list) or pattern (a regular expression), not both")
-        if self.topics is not None and (not self.topics or not all(t.strip() for t in self.topics)):
-            raise ValueError("topics must name at least one topic")
-        return self
-
-    @property
-    def subscription(self) -> str:
-        """What is read, for messages and the checkpoint: ``kafka://<servers>/<topics>``."""
-        what = ",".join(self.topics) if self.topics is not None else f"pattern {self.pattern}"
-        return f"kafka://{self.bootstrap_servers}/{what}"
-
-    def spark_options(self, source: str) -> dict[str, str]:
-        """The options of Spark's Kafka source, secrets read now (the result is not to be
-        shown or logged)."""
-        out = {
-            "startingOffsets": self.starting_offsets,
-            "failOnDataLoss": "true" if self.fail_on_data_loss else "false",
-            "includeHeaders": "true",
-            # Spark keeps each partition's consumer between batches, with a fetch at the end
-            # of the partition in flight: the next batch's read of the partition waits for it,
-            # Kafka's 500 ms by default (seconds a batch over a few topics' partitions)
-            "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
-            **self.connection_options(f"source {source!r}"),
-        }
-        if self.topics is not None:
-            out["subscribe"] = ",".join(t.strip() for t in self.topics)
-        else:
-            assert self.pattern is not None
-            out["subscribePattern"] = self.pattern
-        if self.max_offsets_per_trigger is not None:
-            out["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
-        return out
-
-
 class KafkaOutputConfig(KafkaConnection):
     """Where a ``kafka`` output writes: one ``topic``."""
 
@@ -200,9 +92,11 @@ NAME_FIELDS: tuple[str, ...] = ("source", "database", "schema", "table")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
-class SourceConfig(ConfigModel):
-    """One source of raw messages and how to decode them: a landing zone (``path``), Kafka
-    topics (``kafka``), or a DataFrame given through the Python API (neither).
+class SourceConfig(LandingFields):
+    """One source of raw messages and how to decode them: a landing zone (``path`` and the
+    other settings of :class:`~cdcflow.sources.landing.LandingFields`), Kafka topics
+    (``kafka``: :class:`~cdcflow.sources.kafka.KafkaConfig`), or a DataFrame given through the
+    Python API (neither); :meth:`source` is how the pipeline reads it.
 
     ``replica_name``: how the source's tables are named in the catalog, a template of
     ``{source}``, ``{database}``, ``{schema}`` and ``{table}`` (lower-cased, other characters
@@ -210,52 +104,56 @@ class SourceConfig(ConfigModel):
     first run is kept: ``{table}`` for the sole source of a new pipeline (and for every source
     of a pipeline from before names were recorded), ``{source}__{table}`` otherwise, so two
     sources with a table ``users`` never share a replica.
-
-    ``archive``: a landing zone's processed files are moved there (under their own path, as
-    Spark's file source archives them) once the batch that read them is committed, so the
-    listing each batch makes stays the size of what waits, whatever months of files went
-    through; without it they stay where they landed.
     """
 
     name: str
-    path: str | None = None
-    archive: str | None = None
     kafka: KafkaConfig | None = None
     dialect: str = "auto"
     keys: dict[str, list[str]] = Field(default_factory=dict)
     types: dict[str, dict[str, str]] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
-    max_files_per_batch: int | None = Field(default=None, ge=1)
     replica_name: str | None = None
-    create_path: bool = False
     renamed_from: str | None = None
 
     @model_validator(mode="after")
     def _one_input(self) -> SourceConfig:
         if self.path is not None and self.kafka is not None:
             raise ValueError("give path (a landing zone) or kafka (topics), not both")
-        if self.kafka is not None and (self.max_files_per_batch or self.create_path):
+        if self.kafka is not None and self.landing_only:
             raise ValueError(
-                "max_files_per_batch and create_path are for landing zones; a kafka source "
+                f"{' and '.join(self.landing_only)} are for landing zones; a kafka source "
                 "bounds its batches with kafka.max_offsets_per_trigger"
             )
-        if self.archive is not None:
-            if self.path is None:
-                raise ValueError("archive is where a landing zone's processed files go: give path")
-            if _nested(self.archive, self.path):
-                raise ValueError(
-                    f"archive {self.archive!r} and path {self.path!r} must not hold one "
-                    "another: archived files would be read again, or the archive moved into "
-                    "itself"
-                )
         return self
+
+    def source(self) -> Source:
+        """The source as the pipeline reads it: the one place that tells its kind."""
+        options = self.decoder_options()
+        if self.kafka is not None:
+            return KafkaSource(self.name, self.dialect, options, self.kafka)
+        if self.path is not None:
+            return LandingSource(self.name, self.dialect, options, self)
+        return GivenSource(self.name, self.dialect, options)
+
+    def decoder_options(self) -> DialectOptions:
+        """The decoder's options for the source's messages."""
+        return DialectOptions(
+            table_keys={t: tuple(k) for t, k in self.keys.items()},
+            column_types={t: dict(c) for t, c in self.types.items()},
+            extra=dict(self.options),
+        )
 
     @property
     def location(self) -> str:
         """Where the source reads: its landing zone, its Kafka subscription, or ``""``."""
+        return self.source().location
+
+    def relative_to(self, fix: Callable[[str], str]) -> SourceConfig:
+        """A copy whose local folders and secret files are resolved by ``fix``."""
+        update: dict[str, Any] = dict(self.landing_relative_to(fix))
         if self.kafka is not None:
-            return self.kafka.subscription
-        return self.path or ""
+            update["kafka"] = self.kafka.with_files_relative_to(fix)
+        return self.model_copy(update=update)
 
     @field_validator("name", "renamed_from")
     @classmethod
@@ -644,27 +542,10 @@ def relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
         update={
             "checkpoint": fix(cfg.checkpoint),
             "catalog": cfg.catalog.model_copy(update={"warehouse": fix(cfg.catalog.warehouse)}),
-            "sources": [_source_relative_to(s, fix) for s in cfg.sources],
+            "sources": [s.relative_to(fix) for s in cfg.sources],
             "outputs": [_output_relative_to(o, fix) for o in cfg.outputs],
         }
     )
-
-
-def _nested(a: str, b: str) -> bool:
-    """Whether one of two folders (local paths or URIs) is, or is inside, the other."""
-    left, right = (p.rstrip("/") + "/" for p in (a, b))
-    if "://" not in a and "://" not in b:
-        left, right = (str(Path(p).resolve()).rstrip("/") + "/" for p in (a, b))
-    return left.startswith(right) or right.startswith(left)
-
-
-def _source_relative_to(src: SourceConfig, fix: Any) -> SourceConfig:
-    if src.path:
-        archive = fix(src.archive) if src.archive else None
-        return src.model_copy(update={"path": fix(src.path), "archive": archive})
-    if src.kafka is not None:
-        return src.model_copy(update={"kafka": src.kafka.with_files_relative_to(fix)})
-    return src
 
 
 def _output_relative_to(out: OutputConfig, fix: Any) -> OutputConfig:

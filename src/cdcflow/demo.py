@@ -145,8 +145,9 @@ def run_demo(
     ``<workdir>/<dialect>.yaml`` and run from there; a session already running in this
     process is used, and the files name its catalog ``cdc``."""
     from cdcflow.dialects import dialect_names, renderer, renderer_features
-    from cdcflow.pipeline.query import Pipeline, bind_catalog, open_session
+    from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.report import format_report
+    from cdcflow.pipeline.session import bind_catalog, open_session
     from cdcflow.simulation.workload import generate
     from cdcflow.spark.session import session_running
 
@@ -254,8 +255,9 @@ def run_kafka_demo(
     by a ``kafka:`` source, its configuration written to ``<workdir>/<dialect>.yaml``; returns
     whether every replica equals the oracle."""
     from cdcflow.dialects import kafka_delivery, kafka_dialects, renderer_features
-    from cdcflow.pipeline.query import Pipeline, open_session
+    from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.report import format_report
+    from cdcflow.pipeline.session import open_session
     from cdcflow.simulation.workload import generate
     from cdcflow.spark.session import session_running
     from cdcflow.testing.kafka import produce

@@ -26,7 +26,7 @@ def migrate_catalog_cmd(config: str, source: str | None) -> None:
     from cdcflow.errors import ConfigError
     from cdcflow.iceberg.migrate import hadoop_tables, move_tables
     from cdcflow.pipeline.checkpoint import Checkpoint
-    from cdcflow.pipeline.query import spark_settings
+    from cdcflow.pipeline.session import spark_settings
     from cdcflow.spark.session import build_session
 
     cfg = load_config_file(config)

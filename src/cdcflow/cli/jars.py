@@ -35,7 +35,7 @@ def jars_cmd(config: str | None, fetch: bool, what: str) -> None:
 
     if config is not None:
         from cdcflow.config import load_config_file
-        from cdcflow.pipeline.query import spark_settings
+        from cdcflow.pipeline.session import spark_settings
 
         settings = spark_settings(load_config_file(config))
     else:

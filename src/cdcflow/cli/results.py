@@ -47,7 +47,7 @@ def read_settings(cfg: PipelineConfig, short: bool = True) -> SparkSettings:
     """The Spark settings of a command over a pipeline's results: the pipeline's own, with
     :data:`SHORT_LIVED_JVM` when ``short`` and this process starts the JVM itself (no session
     yet, not under ``spark-submit``) and the configuration sets no driver Java options."""
-    from cdcflow.pipeline.query import spark_settings
+    from cdcflow.pipeline.session import spark_settings
     from cdcflow.spark.session import launched_by_spark_submit, session_running
 
     settings = spark_settings(cfg)
@@ -63,7 +63,7 @@ def read_settings(cfg: PipelineConfig, short: bool = True) -> SparkSettings:
 
 def _session(config: str, short: bool = True) -> tuple[PipelineConfig, SparkSession]:
     from cdcflow.config import load_config_file
-    from cdcflow.pipeline.query import open_session
+    from cdcflow.pipeline.session import open_session
 
     cfg = load_config_file(config)
     return cfg, open_session(cfg, read_settings(cfg, short))

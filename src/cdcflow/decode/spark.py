@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-import orjson
-
 from cdcflow.decode.batches import decode_files, decode_records
 from cdcflow.decode.columns import SEGMENT, SKIPPED, Columns, arrow_schema
 from cdcflow.decode.decoder import BAD_TYPE, Decoder
@@ -30,9 +28,7 @@ from cdcflow.types.canonical import CANONICAL_TYPES_TEXT, canonical_type_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
-
-RAW_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
+    from pyspark.sql import DataFrame
 
 #: The columns of Spark's Kafka source (``headers`` when ``includeHeaders`` is true).
 KAFKA_SCHEMA = (
@@ -215,40 +211,6 @@ class Decoded:
         return self.frame.where(f"operation = '{SEGMENT}'")
 
 
-def read_raw(
-    spark: SparkSession,
-    path: str,
-    streaming: bool,
-    max_files_per_trigger: int | None = None,
-    archive: str | None = None,
-) -> DataFrame:
-    """Files of a landing zone as ``binaryFile`` rows (sub-folders included).
-
-    Names starting with ``_`` or ``.`` are ignored by Spark (land files by atomic rename);
-    ``maxFileAge`` is set far out so files with old modification times are not skipped.
-    ``archive`` (streaming): where the files of committed batches are moved (Spark's
-    ``cleanSource``), so each batch's listing holds only what waits.
-    """
-    if not streaming:
-        return spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(path)
-    reader = spark.readStream.format("binaryFile").schema(RAW_SCHEMA)
-    reader = reader.option("maxFileAge", "36500d").option("recursiveFileLookup", "true")
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
-    if archive:
-        reader = reader.option("cleanSource", "archive").option("sourceArchiveDir", archive)
-    return reader.load(path)
-
-
-def read_kafka(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
-    """Records of Kafka topics as rows of Spark's Kafka source (a stream), with the source's
-    ``options`` (subscription, starting offsets, security; headers always included)."""
-    reader = spark.readStream.format("kafka")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
 def judge_groups(
     batches: Iterator[pa.RecordBatch],
     now: float,
@@ -318,63 +280,3 @@ def judge_groups(
         arrays.append(pa.array([t[1] for t in tags], pa.string()))
         arrays.append(pa.array([t[2] for t in tags], pa.string()))
         yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
-
-
-def empty_files(
-    spark: SparkSession,
-    checkpoint: str,
-    batch_id: int,
-    seen: set[str],
-    dialect: str,
-    options: DialectOptions,
-    source: str = "",
-) -> DataFrame | None:
-    """The decoded rows (schema of :func:`cdcflow.event.spark_schema_ddl`) of the zero-byte
-    files of one micro-batch of a ``binaryFile`` stream — ``EMPTY_FILE`` rejections, or what a
-    dialect reads from such a file (a CockroachDB ``.RESOLVED`` file) — else ``None``.
-
-    Spark's file scan gives a zero-byte file no row at all, so such a file would be skipped
-    silently: the files of the batch are read from the file source's log under the query's
-    ``checkpoint``, and those not among the batch's ``seen`` origins are checked for size.
-    """
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    hadoop = jvm.org.apache.hadoop.fs
-    paths: list[str] = []
-    for name in (str(batch_id), f"{batch_id}.compact"):
-        log = hadoop.Path(f"{checkpoint}/sources/0/{name}")
-        fs = log.getFileSystem(conf)
-        if not fs.exists(log):
-            continue
-        stream = fs.open(log)
-        try:
-            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
-        for line in str(text).splitlines()[1:]:
-            entry = orjson.loads(line) if line.strip() else {}
-            if entry.get("batchId") == batch_id and isinstance(entry.get("path"), str):
-                paths.append(str(hadoop.Path(jvm.java.net.URI(entry["path"])).toString()))
-        break
-    decoder = Decoder(dialect, options, wire=True)
-    cols = Columns(wire=True)
-    for path in paths:
-        if path in seen:
-            continue
-        p = hadoop.Path(path)
-        try:
-            size = p.getFileSystem(conf).getFileStatus(p).getLen()
-        except Exception:  # gone since it was listed: nothing to report
-            continue
-        if size == 0:
-            for outcome in decoder.decode_file(b"", path):
-                cols.add_outcome(outcome, source)
-    if not cols.rows:
-        return None
-    # Arrow gives maps as lists of pairs; Spark's row conversion wants dicts
-    rows = [
-        tuple(dict(v) if isinstance(v, list) else v for v in r.values())
-        for r in cols.to_batch().to_pylist()
-    ]
-    return spark.createDataFrame(rows, spark_schema_ddl())

@@ -38,14 +38,12 @@ from cdcflow.observe.status import (
     SourceStatus,
     Status,
     TableStatus,
-    files_waiting,
-    reads,
 )
 
 if TYPE_CHECKING:
     from prometheus_client import Metric
 
-    from cdcflow.config import PipelineConfig, SourceConfig
+    from cdcflow.config import PipelineConfig
     from cdcflow.observe.tables import Results
     from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.report import BatchReport
@@ -89,7 +87,9 @@ class PipelineMetrics(Collector):
         #: when a batch last succeeded, or a trigger last ended without data
         self.healthy_at = self.started
         self.lock = threading.RLock()
-        self.sources = {s.name: SourceStatus(s.name, reads(s)) for s in cfg.sources}
+        #: how each source is read, for what waits in it
+        self.readers = {s.name: s.source() for s in cfg.sources}
+        self.sources = {n: SourceStatus(n, r.describe()) for n, r in self.readers.items()}
         self.tables: dict[str, TableStatus] = {}
         self.open_dead = 0
         self.recent: deque[BatchPoint] = deque()
@@ -98,7 +98,6 @@ class PipelineMetrics(Collector):
         self.results: Results | None = None
         self._resolved_due = False
         self._polling = threading.Lock()
-        self._consumers: dict[str, Any] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self._define()
         self.registry.register(self)
@@ -404,12 +403,11 @@ class PipelineMetrics(Collector):
     def close(self) -> None:
         """Let go of what looking needed (the Kafka consumers in the driver's JVM)."""
         with self._polling:
-            for consumer in self._consumers.values():
+            for reader in self.readers.values():
                 try:
-                    consumer.close()
+                    reader.close()
                 except Exception:  # a JVM going away
                     _LOG.debug("closing a Kafka consumer", exc_info=True)
-            self._consumers.clear()
 
     def _poll(self, light: bool) -> None:
         pipeline = self.pipeline
@@ -436,42 +434,22 @@ class PipelineMetrics(Collector):
                 seen.progress_at = at
             if light:
                 continue
-            if src.kafka is not None and progress:
-                lag = self._kafka_lag(pipeline, src, progress)
+            reader = self.readers[src.name]
+            if progress:
+                lag = reader.lag(pipeline.spark, read_offsets(progress))
                 if lag is not None:
                     with self.lock:
                         seen.kafka_lag = lag
-            if src.path is not None and now - seen.listed_at >= LISTING_SECONDS:
+            if now - seen.listed_at >= LISTING_SECONDS:
                 seen.listed_at = now
                 checkpoint = pipeline.checkpoint
                 records = pipeline.records
                 if checkpoint is not None and src.name in records:
                     path = checkpoint.query_path(records[src.name])
                     try:
-                        seen.files_waiting = files_waiting(src, path)
+                        seen.files_waiting = reader.files_waiting(path)
                     except OSError:
-                        _LOG.debug("listing %s", src.path, exc_info=True)
-
-    def _kafka_lag(
-        self, pipeline: Pipeline, src: SourceConfig, progress: Any
-    ) -> dict[tuple[str, int], int] | None:
-        """Per partition, the broker's end offset less what the query has read (its last
-        progress), asked with a Kafka consumer in the driver's JVM (no Spark job)."""
-        from cdcflow.pipeline.kafka import offsets, open_consumer
-
-        read = read_offsets(progress)
-        if not read or src.kafka is None:
-            return None
-        try:
-            consumer = self._consumers.get(src.name)
-            if consumer is None:
-                options = src.kafka.spark_options(src.name)
-                consumer = self._consumers[src.name] = open_consumer(pipeline.spark, options)
-            ends = offsets(pipeline.spark, consumer, sorted(read), ends=True, seconds=2)
-        except Exception:  # a broker that does not answer: the lag stays as last seen
-            _LOG.debug("asking the broker for end offsets", exc_info=True)
-            return None
-        return {tp: max(0, end - read.get(tp, 0)) for tp, end in ends.items()}
+                        _LOG.debug("listing %s", reader.location, exc_info=True)
 
     def ready(self) -> tuple[bool, str]:
         """Whether a batch succeeded (or a trigger found nothing to do) within

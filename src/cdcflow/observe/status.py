@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
-    from cdcflow.config import SourceConfig
+    pass
 
 #: How far back the status page plots batches.
 WINDOW_SECONDS = 3600.0
@@ -125,70 +122,9 @@ class Status:
         return json.dumps(self.to_json(), separators=(",", ":"), allow_nan=False)
 
 
-def reads(src: SourceConfig) -> str:
-    """What a source reads, in a few words (no connection settings: they may carry
-    credentials)."""
-    if src.kafka is not None:
-        topics = src.kafka.topics
-        if topics is None:
-            return f"kafka pattern {src.kafka.pattern}"
-        return f"kafka {', '.join(topics)}" if len(topics) <= 3 else f"kafka {len(topics)} topics"
-    if src.path is not None:
-        return f"landing zone {src.path}"
-    return "a DataFrame"
-
-
 def unix(value: dt.datetime | None) -> float | None:
     """A ``timestamp`` as Unix seconds (a naive one, as PySpark gives it, is local time)."""
     return None if value is None else value.timestamp()
-
-
-# ---------------------------------------------------------------------------- landing zones
-
-
-def landing_files(path: Path) -> set[str]:
-    """The files Spark's file source would read in a landing zone (sub-folders included,
-    names starting with ``_`` or ``.`` left out, as Spark does)."""
-    out: set[str] = set()
-    for folder, dirs, files in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
-        out.update(os.path.join(folder, f) for f in files if not f.startswith(("_", ".")))
-    return out
-
-
-def read_files(query_checkpoint: Path) -> set[str]:
-    """The files a source's query has taken into a batch: its file source's log (local
-    paths)."""
-    log = query_checkpoint / "sources" / "0"
-    out: set[str] = set()
-    if not log.is_dir():
-        return out
-    for entry in os.scandir(log):
-        if entry.name.startswith(".") or not entry.is_file():
-            continue
-        with open(entry.path, encoding="utf-8") as f:
-            for line in f:
-                if not line.startswith("{"):
-                    continue
-                try:
-                    found = json.loads(line).get("path")
-                except ValueError:
-                    continue
-                if isinstance(found, str):
-                    out.add(unquote(urlsplit(found).path))
-    return out
-
-
-def files_waiting(src: SourceConfig, query_checkpoint: str) -> int | None:
-    """Files of a local landing zone its query has not read yet (``None``: not a local
-    landing zone and checkpoint)."""
-    if src.path is None or "://" in src.path or "://" in query_checkpoint:
-        return None
-    landing = Path(src.path)
-    if not landing.is_dir():
-        return None
-    waiting = landing_files(landing.resolve()) - read_files(Path(query_checkpoint))
-    return len(waiting)
 
 
 @dataclass(frozen=True)

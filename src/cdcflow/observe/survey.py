@@ -12,8 +12,6 @@ from cdcflow.observe.status import (
     SourceStatus,
     Status,
     TableStatus,
-    files_waiting,
-    reads,
     unix,
 )
 
@@ -39,13 +37,14 @@ def status_of(cfg: PipelineConfig, results: Results, now: float) -> Status:
         mine = [b for b in seen.batches if ids.get(b.source, b.source) == src.name]
         resolved = [w.resolved_to for w in marks if ids.get(w.source, w.source) == src.name]
         points = [p for p in (unix(r) for r in resolved) if p is not None]
+        reader = src.source()
         waiting = None
         if record is not None:
-            waiting = files_waiting(src, f"{cfg.checkpoint}/sources/{record.id}/query")
+            waiting = reader.files_waiting(f"{cfg.checkpoint}/sources/{record.id}/query")
         sources.append(
             SourceStatus(
                 source=src.name,
-                reads=reads(src),
+                reads=reader.describe(),
                 last_batch=max((b.at for b in mine), default=None),
                 batches=len(mine),
                 events=sum(b.events for b in mine),

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 from cdcflow.config import PipelineConfig, SourceConfig
 from cdcflow.config_base import parse_duration
-from cdcflow.dialects.base import DialectOptions
 from cdcflow.engine.hold import HoldStage
 from cdcflow.engine.meta import target_expr
 from cdcflow.engine.rules import conditions, marked_sql
@@ -58,6 +57,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
+    from cdcflow.sources.base import Source
 
 #: The Spark local property naming the streaming query of a ``foreachBatch`` call.
 QUERY_ID = "sql.streaming.queryId"
@@ -68,15 +68,6 @@ RUN_ID = "spark.jobGroup.id"
 #: batch that is half its jobs, for a large one a plan fitted to its data.
 SMALL_BATCH = 10_000
 ADAPTIVE = "spark.sql.adaptive.enabled"
-
-
-def source_options(src: SourceConfig) -> DialectOptions:
-    """Decoder options of one configured source."""
-    return DialectOptions(
-        table_keys={t: tuple(k) for t, k in src.keys.items()},
-        column_types={t: dict(c) for t, c in src.types.items()},
-        extra=dict(src.options),
-    )
 
 
 class StopRequested(CdcflowError):
@@ -114,8 +105,10 @@ class BatchRunner:
         checkpoint: str | None = None,
         owner: Checkpoint | None = None,
         checked: bool = False,
+        reader: Source | None = None,
     ) -> None:
-        """``replay``: the batches are replayed dead letters (late events by nature): no
+        """``reader``: how the source is read (its own, made from ``src``, by default).
+        ``replay``: the batches are replayed dead letters (late events by nature): no
         split-message segments are judged and no transaction is held back. ``checkpoint``:
         Spark's checkpoint of the source's query, when known. ``owner``: the pipeline's
         checkpoint, which records the streaming query that applies the source. ``checked``:
@@ -130,6 +123,7 @@ class BatchRunner:
         self.adaptive = adaptive
         self.record = record
         self.src = src
+        self.reader = reader or src.source()
         self.source = record.id
         self.pipeline_id = record.ledger
         self.on_report = on_report
@@ -169,7 +163,7 @@ class BatchRunner:
             self.internal,
             self.pipeline_id,
             parse_duration(cfg.segment_wait),
-            {record.id: source_options(src)},
+            {record.id: src.decoder_options()},
             source=record.id,
         )
         if replay:
@@ -277,33 +271,17 @@ class BatchRunner:
     # ------------------------------------------------------------------ the source
 
     def _skipped(self, spark: SparkSession, batch_id: int) -> dict[str, str]:
-        """For a Kafka source that goes on past lost offsets, what this batch cannot read
-        (see :mod:`cdcflow.pipeline.kafka`)."""
-        kafka = self.src.kafka
-        if kafka is None or kafka.fail_on_data_loss or self.checkpoint is None:
+        """What this batch cannot read (a Kafka source past lost offsets)."""
+        if self.checkpoint is None:
             return {}
-        from cdcflow.pipeline.kafka import batch_start, log_starts, skipped
-
-        start = batch_start(spark, self.checkpoint, batch_id)
-        earliest = log_starts(spark, kafka.spark_options(self.src.name), sorted(start))
-        return skipped(start, earliest)
+        return self.reader.skipped(spark, self.checkpoint, batch_id)
 
     def _empty_files(self, spark: SparkSession, seen: set[str], batch_id: int) -> DataFrame | None:
-        """The rows of the batch's zero-byte files, which Spark's scan never reads (the files
-        of the batch not among the origins its aggregate saw), else ``None``."""
+        """The rows of what the batch read that Spark's scan gave no row (a landing zone's
+        zero-byte files: the files of the batch not among the origins its aggregate saw)."""
         if self.checkpoint is None:
             return None
-        from cdcflow.decode.spark import empty_files
-
-        found = empty_files(
-            spark,
-            self.checkpoint,
-            batch_id,
-            seen,
-            self.src.dialect,
-            source_options(self.src),
-            self.source,
-        )
+        found = self.reader.empty_files(spark, self.checkpoint, batch_id, seen, self.source)
         return None if found is None else self.columns(found)
 
     def _follow_run(self, spark: SparkSession) -> None:
@@ -337,4 +315,4 @@ class BatchRunner:
 
         if is_decoded(df):
             return df if self.checked else decoded_frame(df)
-        return decode_dataframe(df, self.src.dialect, source_options(self.src), self.source)
+        return decode_dataframe(df, self.src.dialect, self.src.decoder_options(), self.source)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineConfig, SourceConfig
@@ -24,9 +22,10 @@ from cdcflow.config_base import parse_duration
 from cdcflow.errors import CdcflowError, ConfigError
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.pipeline import results
-from cdcflow.pipeline.batch import ADAPTIVE, BatchRunner, Shared, source_options
+from cdcflow.pipeline.batch import ADAPTIVE, BatchRunner, Shared
 from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
-from cdcflow.pipeline.report import BatchReport, Reports
+from cdcflow.pipeline.report import BatchReport, RunResult
+from cdcflow.pipeline.session import open_session
 from cdcflow.spark.errors import DEBUG_HINT, first_line
 from cdcflow.spark.sql import lit
 
@@ -36,100 +35,7 @@ if TYPE_CHECKING:
 
     from cdcflow.decode.spark import Decoded
     from cdcflow.iceberg.maintain import Action
-    from cdcflow.spark.session import SparkSettings
-
-#: Exit statuses of a run, for schedulers.
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_DEAD_LETTERS = 3
-
-
-def spark_settings(cfg: PipelineConfig) -> SparkSettings:
-    """Spark settings from a pipeline configuration. Its session loads its catalog's JDBC
-    driver alone, and Spark's Kafka connector only when a source or an output uses Kafka (or,
-    when it resolves, for sources given as DataFrames: they may come from Spark's Kafka
-    source)."""
-    from cdcflow.spark.session import settings_from_mapping
-
-    kafka = "none"
-    if any(s.path is None and s.kafka is None for s in cfg.sources):
-        kafka = "optional"
-    if any(s.kafka is not None for s in cfg.sources) or any(o.type == "kafka" for o in cfg.outputs):
-        kafka = "required"
-
-    s = cfg.spark
-    c = cfg.catalog
-    return settings_from_mapping(
-        {
-            "master": s.master,
-            "shuffle_partitions": s.shuffle_partitions,
-            "iceberg_jar": s.iceberg_jar,
-            "iceberg_packages": s.iceberg_packages,
-            "packages": tuple(s.packages),
-            "conf": dict(s.conf),
-            "catalog_name": c.name,
-            "catalog_type": c.type,
-            "catalog_uri": c.uri,
-            "warehouse": c.warehouse,
-            "catalog_options": dict(c.options),
-            "kafka": kafka,
-            "catalog_driver_only": True,
-        }
-    )
-
-
-def open_session(cfg: PipelineConfig, settings: SparkSettings | None = None) -> SparkSession:
-    """The session of a pipeline, built from its configuration (or ``settings`` derived from
-    it); a local warehouse that a Hadoop catalog wrote is refused when the catalog configured
-    is another one (its tables would look absent, and replicas would start again beside
-    them)."""
-    from cdcflow.spark.session import build_session, catalog_uri
-
-    settings = settings or spark_settings(cfg)
-    uri = catalog_uri(settings)
-    if uri and uri.startswith("jdbc:sqlite:") and "://" not in settings.warehouse:
-        from cdcflow.iceberg.migrate import unregistered
-
-        found = unregistered(
-            Path(settings.warehouse), Path(uri.removeprefix("jdbc:sqlite:")), cfg.catalog.name
-        )
-        if found:
-            names = ", ".join(f"{t.namespace}.{t.name}" for t in found[:5])
-            more = f" and {len(found) - 5} more" if len(found) > 5 else ""
-            raise ConfigError(
-                f"warehouse {settings.warehouse} holds {len(found)} table(s) written by a Hadoop "
-                f"catalog ({names}{more}) that catalog {cfg.catalog.name!r} does not list",
-                code="HADOOP_WAREHOUSE",
-                hint="to go on with the Hadoop catalog, set `catalog: {type: hadoop}`; to move "
-                "the tables into the embedded catalog, run `cdcflow migrate-catalog CONFIG` "
-                "(docs/operations.md, Moving a Hadoop warehouse)",
-            )
-    return build_session(settings)
-
-
-def bind_catalog(spark: SparkSession, cfg: PipelineConfig) -> None:
-    """Give a session the configuration's catalog, so it is set in one place: a session
-    without a catalog of that name gets it (Spark loads catalogs on first use); one whose
-    catalog of that name is configured otherwise than the configuration says is refused
-    (``CATALOG_MISMATCH``) when the configuration names a catalog, and used as it is when not."""
-    from cdcflow.spark.session import attach_catalog, catalog_conf
-
-    settings = spark_settings(cfg)
-    if spark.conf.get(f"spark.sql.catalog.{cfg.catalog.name}", None) is not None and (
-        "catalog" not in cfg.model_fields_set
-    ):
-        return
-    differ = attach_catalog(spark, settings)
-    if differ:
-        wanted = catalog_conf(settings)
-        shown = ", ".join(f"{k}={spark.conf.get(k, None)!r} (not {wanted[k]!r})" for k in differ)
-        raise ConfigError(
-            f"the session's catalog {cfg.catalog.name!r} is not the configuration's: {shown}",
-            code="CATALOG_MISMATCH",
-            hint="give the catalog once: in the configuration (cdcflow.api.session(config) "
-            "builds the session with it), or leave catalog out of the configuration to use "
-            "the session's",
-        )
+    from cdcflow.sources.base import Source
 
 
 def _java_exception(query: StreamingQuery) -> Any | None:
@@ -137,58 +43,6 @@ def _java_exception(query: StreamingQuery) -> Any | None:
     the text of a cause that is not one of Spark's)."""
     found = query._jsq.exception()
     return found.get() if found.isDefined() else None
-
-
-class SourceMissing(ConfigError):
-    """A source's landing zone does not exist."""
-
-    code = "SOURCE_PATH_MISSING"
-
-
-@dataclass(repr=False)
-class RunResult:
-    """What a run did: the batch reports of every source (totals over all, the most recent
-    reports themselves), and whether it ended on a failure (the exception) or was stopped."""
-
-    reports: Reports = field(default_factory=Reports)
-    failure: BaseException | None = None
-    stopped: bool = False
-
-    def __repr__(self) -> str:
-        failure = f", failure={str(self.failure)!r}" if self.failure is not None else ""
-        return (
-            f"RunResult(batches={self.reports.batches}, events={self.events}, "
-            f"dead_lettered={self.dead_lettered}, "
-            f"exit_status={self.exit_status}{failure}{', stopped' if self.stopped else ''})"
-        )
-
-    @property
-    def events(self) -> int:
-        return self.reports.events
-
-    @property
-    def dead_lettered(self) -> int:
-        """Dead letters the run wrote (undelivered events included)."""
-        return self.reports.dead_lettered
-
-    @property
-    def exit_status(self) -> int:
-        """0 every message applied; 3 some were dead-lettered; 1 the run failed."""
-        if self.failure is not None:
-            return EXIT_FAILED
-        return EXIT_DEAD_LETTERS if self.dead_lettered else EXIT_OK
-
-    def summary(self) -> str:
-        """The final line of a run."""
-        head = (
-            f"done: {self.reports.batches} batch(es), {self.events:,} events, "
-            f"{self.dead_lettered:,} dead-lettered"
-        )
-        if self.failure is not None:
-            return f"failed: {head.removeprefix('done: ')}; {self.failure}"
-        if self.dead_lettered:
-            head += " (exit status 3: see cdcflow dead-letters)"
-        return head + (" · stopped" if self.stopped else "")
 
 
 class Pipeline:
@@ -213,6 +67,8 @@ class Pipeline:
         self.checkpoint: Checkpoint | None = None
         self.shared: Shared | None = None
         self._sources: dict[str, tuple[SourceConfig, SourceRecord]] = {}
+        #: how each source is read, by name (:meth:`_reader`)
+        self._readers: dict[str, Source] = {}
         self._launchers: list[Callable[[], StreamingQuery]] = []
         self._restarts: dict[int, int] = {}
         #: called when the pipeline closes (what watches it stops)
@@ -255,8 +111,14 @@ class Pipeline:
         if self.checkpoint is not None:
             self.checkpoint.release()
             self.checkpoint = None
+        self._close_readers()
         while self.on_close:
             self.on_close.pop()()
+
+    def _close_readers(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers = {}
 
     @property
     def records(self) -> dict[str, SourceRecord]:
@@ -310,6 +172,7 @@ class Pipeline:
             record,
             src,
             self.shared,
+            reader=self._reader(src.name),
             on_report=on_report,
             adaptive=self._adaptive(),
             checkpoint=checkpoint,
@@ -364,40 +227,20 @@ class Pipeline:
         return session
 
     def check_paths(self, given: Iterable[str] = ()) -> None:
-        """Refuse a source whose landing zone does not exist (``SOURCE_PATH_MISSING``), unless
-        it may be created or a DataFrame is ``given`` for it (by source name), and a Kafka
-        source whose brokers do not answer or whose topics do not exist
-        (:mod:`cdcflow.pipeline.brokers`); no Spark."""
-        from cdcflow.pipeline.brokers import check_sources
+        """Refuse, before Spark starts, a source that cannot be read (its checks:
+        :meth:`cdcflow.sources.base.Source.check`) unless a DataFrame is ``given`` for it (by
+        source name)."""
+        skip = set(given)
+        for src in self.cfg.sources:
+            if src.name not in skip:
+                self._reader(src.name).check()
 
-        read = [src for src in self.cfg.sources if src.name not in given]
-        for src in read:
-            self._check_path(src)
-        check_sources(read)
-
-    def _check_path(self, src: SourceConfig) -> None:
-        if src.kafka is not None:
-            return
-        if src.path is None:
-            raise SourceMissing(
-                f"source {src.name!r} has no path or kafka topics, and no DataFrame was given "
-                "for it",
-                hint="cdcflow run reads landing zones and Kafka topics: set the source's path "
-                "or kafka; from Python, give the source's DataFrame to Pipeline.start (inputs)",
-            )
-        if "://" in src.path:
-            return
-        path = Path(src.path)
-        if path.is_dir():
-            return
-        if src.create_path and not path.exists():
-            path.mkdir(parents=True, exist_ok=True)
-            return
-        raise SourceMissing(
-            f"source {src.name!r}: landing zone {src.path} "
-            + ("is not a folder" if path.exists() else "does not exist"),
-            hint="check the path, or set create_path: true on the source to create it",
-        )
+    def _reader(self, name: str) -> Source:
+        """How a source is read, made once per start of the pipeline's queries (its secrets
+        are read once for them)."""
+        if name not in self._readers:
+            self._readers[name] = next(s for s in self.cfg.sources if s.name == name).source()
+        return self._readers[name]
 
     def stream(
         self, src: SourceConfig, record: SourceRecord, data: DataFrame | Decoded | None
@@ -405,37 +248,15 @@ class Pipeline:
         """The decoded stream of one source: its landing zone's files, its Kafka topics, or the
         DataFrame given for it (raw messages are decoded, canonical events pass as they
         are)."""
-        from cdcflow.decode.spark import (
-            Decoded,
-            decode_dataframe,
-            decoded_frame,
-            is_decoded,
-            read_kafka,
-            read_raw,
-        )
+        from cdcflow.decode.spark import Decoded, decode_dataframe, decoded_frame, is_decoded
 
         if isinstance(data, Decoded):
             return data.frame
         if data is not None and is_decoded(data):
             return decoded_frame(data)
-        if data is None and src.kafka is not None:
-            session = self._stream_session()
-            # one task per topic partition would start as many Python decoders per batch,
-            # each costing more than a small batch's events: a batch is read by as many
-            # tasks as the session has cores
-            data = read_kafka(session, src.kafka.spark_options(src.name)).coalesce(
-                max(1, session.sparkContext.defaultParallelism)
-            )
         if data is None:
-            assert src.path is not None
-            data = read_raw(
-                self._stream_session(),
-                src.path,
-                streaming=True,
-                max_files_per_trigger=src.max_files_per_batch,
-                archive=src.archive,
-            )
-        return decode_dataframe(data, src.dialect, source_options(src), record.id)
+            data = self._reader(src.name).read(self._stream_session())
+        return decode_dataframe(data, src.dialect, src.decoder_options(), record.id)
 
     def start(
         self,
@@ -454,6 +275,7 @@ class Pipeline:
                 f"inputs for source(s) {', '.join(unknown)} not in pipeline {self.cfg.pipeline!r}",
                 hint="sources: " + ", ".join(s.name for s in self.cfg.sources),
             )
+        self._close_readers()
         self.check_paths(given)
         self.open()
         assert self.checkpoint is not None

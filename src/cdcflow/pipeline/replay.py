@@ -39,7 +39,7 @@ from cdcflow.errors import ConfigError
 from cdcflow.event import SPARK_COLUMNS, spark_schema_ddl
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.iceberg.layouts import DEAD_LETTERS
-from cdcflow.pipeline.batch import BatchRunner, Shared, source_options
+from cdcflow.pipeline.batch import BatchRunner, Shared
 from cdcflow.pipeline.report import BatchReport
 from cdcflow.spark.sql import lit, q
 from cdcflow.transports import JSON, transport_of_file
@@ -258,7 +258,7 @@ def replayed_events(claimed: DataFrame, src: SourceConfig, record: SourceRecord)
     back from their canonical JSON."""
     from pyspark.sql import functions as F
 
-    options = source_options(src)
+    options = src.decoder_options()
     messages = claimed.where("kind <> 'event'").selectExpr(
         "raw", "origin", "offset", "line", "item", "dialect"
     )

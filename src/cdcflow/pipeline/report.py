@@ -1,4 +1,5 @@
-"""What a micro-batch did: figures for the progress line, the batch history and callers."""
+"""What a micro-batch did: figures for the progress line, the batch history and callers; what
+a run did (:class:`RunResult`) and its exit status."""
 
 from __future__ import annotations
 
@@ -257,3 +258,55 @@ def format_report(report: BatchReport, source: bool = False) -> str:
         f"{report.dead_lettered:,} dead-lettered{undelivered} · tables {tables} · "
         f"{rate_text(report.events, report.seconds)} events/s in {report.seconds:.1f}s{extra}"
     )
+
+
+#: Exit statuses of a run, for schedulers.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_DEAD_LETTERS = 3
+
+
+@dataclass(repr=False)
+class RunResult:
+    """What a run did: the batch reports of every source (totals over all, the most recent
+    reports themselves), and whether it ended on a failure (the exception) or was stopped."""
+
+    reports: Reports = field(default_factory=Reports)
+    failure: BaseException | None = None
+    stopped: bool = False
+
+    def __repr__(self) -> str:
+        failure = f", failure={str(self.failure)!r}" if self.failure is not None else ""
+        return (
+            f"RunResult(batches={self.reports.batches}, events={self.events}, "
+            f"dead_lettered={self.dead_lettered}, "
+            f"exit_status={self.exit_status}{failure}{', stopped' if self.stopped else ''})"
+        )
+
+    @property
+    def events(self) -> int:
+        return self.reports.events
+
+    @property
+    def dead_lettered(self) -> int:
+        """Dead letters the run wrote (undelivered events included)."""
+        return self.reports.dead_lettered
+
+    @property
+    def exit_status(self) -> int:
+        """0 every message applied; 3 some were dead-lettered; 1 the run failed."""
+        if self.failure is not None:
+            return EXIT_FAILED
+        return EXIT_DEAD_LETTERS if self.dead_lettered else EXIT_OK
+
+    def summary(self) -> str:
+        """The final line of a run."""
+        head = (
+            f"done: {self.reports.batches} batch(es), {self.events:,} events, "
+            f"{self.dead_lettered:,} dead-lettered"
+        )
+        if self.failure is not None:
+            return f"failed: {head.removeprefix('done: ')}; {self.failure}"
+        if self.dead_lettered:
+            head += " (exit status 3: see cdcflow dead-letters)"
+        return head + (" · stopped" if self.stopped else "")

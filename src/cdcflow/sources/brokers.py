@@ -16,11 +16,10 @@ import difflib
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from cdcflow.config import KafkaConfig, SourceConfig
-from cdcflow.errors import ConfigError, did_you_mean
+from cdcflow.errors import ConfigError
 
 log = logging.getLogger("cdcflow")
 
@@ -96,49 +95,21 @@ def _jaas_credentials(line: str) -> tuple[str, str] | None:
     return fields["username"], fields["password"]
 
 
-def check_sources(sources: Sequence[SourceConfig], timeout: float = TIMEOUT) -> None:
-    """Check the brokers and topics of each Kafka source; raises :class:`KafkaUnreachable` or
-    :class:`KafkaTopicMissing` naming the source and its ``bootstrap_servers``."""
-    for src in sources:
-        if src.kafka is not None:
-            check_source(src.name, src.kafka, timeout)
-
-
-def check_source(name: str, kafka: KafkaConfig, timeout: float = TIMEOUT) -> None:
-    """One Kafka source's metadata request (see :func:`check_sources`)."""
-    options = kafka.spark_options(name)
+def topics_at(
+    name: str, options: Mapping[str, str], secrets: list[str], timeout: float = TIMEOUT
+) -> set[str] | None:
+    """The topics the brokers of Spark's Kafka ``options`` list (internal ones left out), by
+    one metadata request; ``None`` when the security options have no librdkafka equivalent.
+    Raises :class:`KafkaUnreachable` naming source ``name`` and its brokers, without the
+    ``secrets``."""
     conf = librdkafka_options(options)
     if conf is None:
-        log.debug("source %s: its security options are left to Spark's Kafka client", name)
-        return
-    secrets = [v for k, v in options.items() if k in kafka.secrets] + [
-        conf[k] for k in ("sasl.username", "sasl.password") if k in conf
-    ]
-    topics = _topics(name, kafka, conf, timeout, secrets)
-    servers = f"bootstrap_servers {kafka.bootstrap_servers}"
-    missing = [t.strip() for t in kafka.topics or () if t.strip() not in topics]
-    hint = _listed(topics, missing[0] if missing else kafka.pattern or "")
-    if kafka.topics is not None:
-        if missing:
-            raise KafkaTopicMissing(
-                f"source {name!r}: no topic {', '.join(map(repr, missing))} at {servers}"
-                f"{did_you_mean(missing[0], topics)}",
-                hint=hint,
-            )
-        return
-    assert kafka.pattern is not None
-    try:
-        pattern = re.compile(kafka.pattern)
-    except re.error:
-        return  # a Java regular expression Python's cannot read: Spark's client decides
-    if not any(pattern.fullmatch(t) for t in topics):
-        raise KafkaTopicMissing(
-            f"source {name!r}: pattern {kafka.pattern!r} matches no topic at {servers}",
-            hint=hint,
-        )
+        return None
+    hidden = secrets + [conf[k] for k in ("sasl.username", "sasl.password") if k in conf]
+    return _topics(name, conf, timeout, hidden)
 
 
-def _listed(topics: set[str], asked: str, most: int = 20) -> str:
+def listed(topics: set[str], asked: str, most: int = 20) -> str:
     """The brokers' topics for a hint, those closest to what was asked first (a broker of
     hundreds of topics lists the ones a typo meant, not the alphabet's first)."""
     if not topics:
@@ -151,9 +122,7 @@ def _listed(topics: set[str], asked: str, most: int = 20) -> str:
     return "topics there: " + ", ".join(shown) + (" …" if len(topics) > most else "")
 
 
-def _topics(
-    name: str, kafka: KafkaConfig, conf: dict[str, str], timeout: float, secrets: list[str]
-) -> set[str]:
+def _topics(name: str, conf: dict[str, str], timeout: float, secrets: list[str]) -> set[str]:
     """The topics the brokers list (internal ones left out)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
@@ -180,7 +149,7 @@ def _topics(
         if secret:
             detail = detail.replace(secret, "***")
     raise KafkaUnreachable(
-        f"source {name!r}: the Kafka brokers at bootstrap_servers {kafka.bootstrap_servers} "
+        f"source {name!r}: the Kafka brokers at bootstrap_servers {conf['bootstrap.servers']} "
         f"could not be reached: {what} ({detail})",
         hint="check the source's kafka.bootstrap_servers (host:port of the brokers' listener "
         "for clients), that the brokers run and this machine reaches them, and the security "
