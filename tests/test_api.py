@@ -165,7 +165,7 @@ def test_more_apply_changes_names_map_onto_the_yaml_configuration() -> None:
     assert got == load_config(yaml.safe_load(yaml_form))
     assert load_config(yaml.safe_load(yaml_form.replace("[epoch, n]", "epoch"))).table(
         "t"
-    ).sequence_by == ["epoch"]
+    ).sequence_by == ("epoch",)
     with pytest.raises(ConfigError) as e:
         cdc.pipeline_config(column_list=["a"], except_column_list=["b"])
     assert str(e.value) == (
@@ -179,7 +179,7 @@ def test_defaults_are_the_yaml_defaults() -> None:
     assert cfg.table("anything") == load_config(
         {"sources": [{"name": "main"}], "tables": {"default": {"keys": ["id"]}}}
     ).table("anything")
-    assert cfg.table("anything").sequence_by is None and cfg.table("anything").mode == "merge"
+    assert cfg.table("anything").sequence_by == () and cfg.table("anything").mode == "merge"
     assert cfg.sources[0].path is None and cfg.sources[0].name == "main"
 
 

@@ -314,7 +314,7 @@ def test_scd2_plans_track_the_chosen_columns_and_keep_what_a_truncate_precedes()
 def test_except_columns_are_not_written_but_an_ordering_column_keeps_its_type() -> None:
     seen = {"id": {"bigint"}, "v": {"string"}, "op": {"string"}, "n": {"int"}}
     plan = decide(
-        TableSettings("t", keys=["id"], except_columns=["op", "n", "id"], sequence_by="n"),
+        TableSettings("t", keys=["id"], except_columns=["op", "n", "id"], sequence_by=("n",)),
         meta({"INSERT": 1}, seen),
         None,
     )

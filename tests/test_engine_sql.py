@@ -17,7 +17,7 @@ from cdcflow.engine.history import (
     versions_sql,
 )
 from cdcflow.engine.meta import TableMeta
-from cdcflow.engine.plan import TablePlan, TableSettings, TableState, decide
+from cdcflow.engine.plan import TablePlan, TableSettings, TableState, decide, ordered_truncate
 from cdcflow.engine.schema import Seen
 from cdcflow.engine.stage import StageSql
 from cdcflow.engine.statements import (
@@ -192,9 +192,19 @@ def test_a_changelog_and_a_table_ordered_by_its_columns() -> None:
     m = meta({"INSERT": 1, "TRUNCATE": 1}, {**COLUMNS, "version": "bigint"}, shapes={"n": 1})
     plans = [
         decide(TableSettings("audit", mode="append"), meta({"INSERT": 3}, COLUMNS), None),
-        decide(ordered, m, None, truncate_at="p0210!"),
+        ordered_truncate(decide(ordered, m, None), "p0210!"),
     ]
     check_golden_text("sql", "changelog_sequence_by", batch_sql(plans))
+    # decided once: the newest TRUNCATE in the columns' order applies past the watermark only
+    ordered_plan = plans[1]
+    assert decide(ordered, m, None).truncate is None and ordered_plan.truncate == "p0210!"
+    assert ordered_plan.properties[TRUNCATE_PROPERTY] == "p0210!"
+    marked = TableState({"id": "bigint", "_cdc": "struct<>"}, {TRUNCATE_PROPERTY: "p0300!"})
+    assert ordered_truncate(decide(ordered, m, marked), "p0210!").truncate is None
+    history = decide(
+        TableSettings("orders", mode="scd2", keys=("id",), sequence_by=("version",)), m, None
+    )
+    assert ordered_truncate(history, "p0210!") is history
 
 
 def test_tables_without_a_key() -> None:

@@ -277,7 +277,7 @@ class TableConfig(ConfigModel):
     columns: list[str] | None = None
     track_history_columns: list[str] | None = None
     track_history_except_columns: list[str] | None = None
-    sequence_by: list[str] | None = None
+    sequence_by: tuple[str, ...] = ()
     apply_as_deletes: str | None = None
     apply_as_truncates: str | None = None
     ignore_null_updates: bool = False
@@ -322,9 +322,12 @@ class TableConfig(ConfigModel):
     @field_validator("sequence_by", mode="before")
     @classmethod
     def _ordering(cls, v: Any) -> Any:
+        # one spelling from here on: the columns in turn, none for the producer's order
+        if v is None:
+            return ()
         if isinstance(v, str):
-            return [v]
-        if isinstance(v, list) and not v:
+            return (v,)
+        if isinstance(v, list | tuple) and not v:
             raise ValueError("must name at least one column")
         return v
 
@@ -348,7 +351,7 @@ class TableConfig(ConfigModel):
                 )
             if self.deletes == "soft":
                 raise ValueError("keys: none removes a copy of the row: deletes: soft needs keys")
-            if self.sequence_by is not None:
+            if self.sequence_by:
                 raise ValueError(
                     "keys: none counts a table's rows whatever the order of its events: "
                     "sequence_by has nothing to order"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -74,10 +74,6 @@ class TableSettings:
     def __post_init__(self) -> None:
         for f in fields(self):
             object.__setattr__(self, f.name, _frozen(getattr(self, f.name)))
-        if isinstance(self.sequence_by, str):
-            object.__setattr__(self, "sequence_by", (self.sequence_by,))
-        elif self.sequence_by is None:
-            object.__setattr__(self, "sequence_by", ())
         if not self.name:
             object.__setattr__(self, "name", self.target)
 
@@ -346,6 +342,18 @@ def identity_json(ident: SourceIdentity) -> str:
     )
 
 
+def ordered_truncate(plan: TablePlan, newest: str) -> TablePlan:
+    """The plan of a table ordered by ``sequence_by`` columns, given the batch's newest
+    ``TRUNCATE`` in their order (:func:`decide` cannot know it: it takes a query over the
+    typed columns): the ``TRUNCATE`` applies when it is past the replica's watermark. An scd2
+    table keeps what came before a ``TRUNCATE`` (it closes versions), an append table takes
+    it as a row: theirs are unchanged."""
+    if plan.mode != "merge" or newest <= plan.watermark:
+        return plan
+    properties = {**plan.properties, TRUNCATE_PROPERTY: newest}
+    return replace(plan, truncate=newest, watermark=newest, properties=properties)
+
+
 def decide(
     settings: TableSettings,
     meta: TableMeta,
@@ -354,14 +362,12 @@ def decide(
     source: str | None = None,
     source_keys: Sequence[str] | None = None,
     matched_keys: Sequence[str] | None = None,
-    truncate_at: str | None = None,
 ) -> TablePlan:
     """The plan of one target table for a batch, from its settings (``source``: the configured
     source whose events these are; the replica's identity is checked when given;
     ``source_keys``: that source's keys of the table; ``matched_keys``: key names matched from
-    positional key values). With ``sequence_by``, ``truncate_at`` is the batch's newest
-    ``TRUNCATE`` in the columns' order (the producer's sequences do not compare with
-    theirs)."""
+    positional key values). A table ordered by ``sequence_by`` columns gets its ``TRUNCATE``
+    from :func:`ordered_truncate` (the producer's sequences do not compare with theirs)."""
     target, name, mode = settings.target, settings.name, settings.mode
     configured_keys = settings.key_columns
     table_properties = settings.table_properties
@@ -424,7 +430,7 @@ def decide(
         # history keeps what came before a TRUNCATE: the truncate closes versions instead
         watermark = ""
     else:
-        newest = truncate_at if order else meta.truncate
+        newest = None if order else meta.truncate
         if newest and newest > watermark:
             truncate = watermark = newest
             new_props[TRUNCATE_PROPERTY] = truncate

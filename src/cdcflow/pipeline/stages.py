@@ -29,7 +29,14 @@ from cdcflow.engine.execute import BatchStage, newest_truncates
 from cdcflow.engine.hold import HoldResult, HoldStage
 from cdcflow.engine.keys import match_keys
 from cdcflow.engine.meta import MARKERS, BatchMeta, aggregate, with_batch_columns
-from cdcflow.engine.plan import Mode, TablePlan, TableSettings, TableState, decide
+from cdcflow.engine.plan import (
+    Mode,
+    TablePlan,
+    TableSettings,
+    TableState,
+    decide,
+    ordered_truncate,
+)
 from cdcflow.engine.rules import applied
 from cdcflow.engine.segments import SegmentResult, SegmentStage
 from cdcflow.engine.stats import TableStats
@@ -338,26 +345,23 @@ class Apply:
         if unnamed:
             matched = match_keys(spark, events, unnamed)
 
-        def plan_of(settings: TableSettings, truncate_at: str | None) -> TablePlan:
-            target = settings.target
-            return decide(
-                settings,
-                meta.tables[target],
-                states[target],
+        plans = [
+            decide(
+                s,
+                meta.tables[s.target],
+                states[s.target],
                 source=self.source,
-                source_keys=self.source_keys.get(settings.name),
-                matched_keys=matched.get(target),
-                truncate_at=truncate_at,
+                source_keys=self.source_keys.get(s.name),
+                matched_keys=matched.get(s.target),
             )
-
-        plans = [plan_of(s, None) for s in pending]
+            for s in pending
+        ]
         ordered = [p for p in plans if p.sequence_by and p.meta.ops.get("TRUNCATE")]
         if ordered:
             # a TRUNCATE of a table ordered by its columns is placed in their order
             found = newest_truncates(spark, events, ordered)
             plans = [
-                plan_of(s, found.get(s.target)) if s.target in found else p
-                for p, s in zip(plans, pending, strict=True)
+                ordered_truncate(p, found[p.target]) if p.target in found else p for p in plans
             ]
         return plans
 
