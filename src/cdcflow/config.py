@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_serializer, field_validator, model_validator
 
 from cdcflow.config_base import (
     ConfigModel,
@@ -330,6 +330,11 @@ class TableConfig(ConfigModel):
         if isinstance(v, list | tuple) and not v:
             raise ValueError("must name at least one column")
         return v
+
+    @field_serializer("sequence_by")
+    def _ordering_written(self, v: tuple[str, ...]) -> list[str] | None:
+        # written as the configuration spells it, so that what is dumped loads again
+        return list(v) or None
 
     @model_validator(mode="after")
     def _history(self) -> TableConfig:
