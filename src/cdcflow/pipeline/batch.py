@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from cdcflow.config import PipelineConfig, SourceConfig
 from cdcflow.config_base import parse_duration
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.engine.hold import HoldStage
 from cdcflow.engine.meta import target_expr
 from cdcflow.engine.rules import conditions, marked_sql

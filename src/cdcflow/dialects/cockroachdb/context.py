@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.dialects.base import Dialect, Item
+from cdcflow.dialects.base import Dialect
 from cdcflow.dialects.cockroachdb.types import unwrap
+from cdcflow.dialects.model import Item
 from cdcflow.transports.message import RawMessage
 
 

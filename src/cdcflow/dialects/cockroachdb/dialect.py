@@ -10,15 +10,7 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions
-from cdcflow.dialects.base import (
-    BASE_TRANSPORTS,
-    Batch,
-    Capabilities,
-    Decoded,
-    Dialect,
-    Item,
-    Order,
-)
+from cdcflow.dialects.base import Dialect
 from cdcflow.dialects.cockroachdb.context import (
     Columns,
     Context,
@@ -47,6 +39,7 @@ from cdcflow.dialects.cockroachdb.types import (
     to_json_text,
     unwrap,
 )
+from cdcflow.dialects.model import BASE_TRANSPORTS, Batch, Capabilities, Decoded, Item, Order
 from cdcflow.errors import DecodeError
 from cdcflow.transports import CSV
 from cdcflow.transports.json import dumps, kind, loads_exact

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.dialects.base import Envelope, classify
+from cdcflow.dialects.model import Envelope, classify
 from cdcflow.errors import DecodeError
 from cdcflow.transports.json import exact_decoder
 from cdcflow.transports.limits import check_depth

@@ -11,17 +11,11 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from cdcflow import positions
-from cdcflow.dialects.base import (
-    Capabilities,
-    Decoded,
-    Dialect,
-    Envelope,
-    Item,
-    Order,
-    present_types,
-)
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.common import present_types
 from cdcflow.dialects.datastream.avro import avro_columns, field_level_millis, normalise
 from cdcflow.dialects.datastream.names import folder_check, stem
+from cdcflow.dialects.model import Capabilities, Decoded, Envelope, Item, Order
 from cdcflow.transports.json import kind
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import (

@@ -13,15 +13,7 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions
-from cdcflow.dialects.base import (
-    Capabilities,
-    Decoded,
-    Dialect,
-    DialectOptions,
-    Item,
-    Order,
-    Where,
-)
+from cdcflow.dialects.base import Dialect
 from cdcflow.dialects.debezium.connect import (
     DECLARE,
     Field,
@@ -45,6 +37,7 @@ from cdcflow.dialects.debezium.envelopes import (
     text,
     unwrap,
 )
+from cdcflow.dialects.model import Capabilities, Decoded, DialectOptions, Item, Order, Where
 from cdcflow.errors import DecodeError
 from cdcflow.transports.json import kind, parse_exact
 from cdcflow.transports.message import RawMessage

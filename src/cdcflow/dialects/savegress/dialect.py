@@ -10,15 +10,8 @@ from functools import partial
 from typing import Any, ClassVar
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import (
-    BASE_TRANSPORTS,
-    Batch,
-    Capabilities,
-    Columnar,
-    Dialect,
-    Item,
-    Order,
-)
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.model import BASE_TRANSPORTS, Batch, Capabilities, Columnar, Item, Order
 from cdcflow.errors import DecodeError
 from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS, event_id
 from cdcflow.transports import PROTOBUF

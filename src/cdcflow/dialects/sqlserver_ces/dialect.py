@@ -12,7 +12,9 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions
-from cdcflow.dialects.base import Capabilities, Dialect, Item, Order, Segment, present_types
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.common import present_types
+from cdcflow.dialects.model import Capabilities, Item, Order, Segment
 from cdcflow.errors import DecodeError
 from cdcflow.transports.avro import read_schemaless
 from cdcflow.transports.json import dumps, header_map, kind
