@@ -12,18 +12,20 @@ from typing import Any
 from cdcflow.errors import DecodeError
 
 #: Units an epoch count is read in → counts per second.
-EPOCH_UNITS: dict[str, int] = {"ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_PER_SECOND: dict[str, int] = {"ms": 1_000, "ns": 1_000_000_000}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def epoch_instant(count: int, unit: str, what: str, code: str = "BAD_TIMESTAMP") -> dt.datetime:
-    """The UTC instant ``count`` ``unit`` (``ms``, ``us``, ``ns``: :data:`EPOCH_UNITS`) after
-    the epoch, read exactly (no float) to the microsecond; ``code`` naming ``what`` when it is
-    not an instant a timestamp holds (years 1 to 9999)."""
+    """The UTC instant ``count`` ``unit`` (``ms`` or ``ns``) after the epoch, read exactly (no
+    float) to the microsecond; ``code`` naming ``what`` when it is not an instant a timestamp
+    holds (years 1 to 9999)."""
     try:
-        return _EPOCH + dt.timedelta(microseconds=count * 1_000_000 // EPOCH_UNITS[unit])
+        return _EPOCH + dt.timedelta(microseconds=count * 1_000_000 // _PER_SECOND[unit])
     except OverflowError:
-        raise DecodeError(f"{what} {count} {unit} is out of range", code=code) from None
+        text = str(count)
+        shown = text if len(text) <= 24 else f"<{len(text.lstrip('-'))} digits>"
+        raise DecodeError(f"{what} {shown} {unit} is out of range", code=code) from None
 
 
 def hex_bytes(col: str, text: str) -> bytes:
