@@ -470,7 +470,7 @@ class CockroachDbDialect(Dialect):
         )
         return row_event(self, change, ctx)
 
-    # ------------------------------------------------------------------ the event
+    # ------------------------------------------------------------------ options and table
 
     def _envelope(self, table: str | None) -> str:
         opt = self.options.extra.get("envelope", "auto")
