@@ -18,7 +18,7 @@ def bench_decode(spark: Any, root: Path, n: int) -> dict[str, float]:
     (``map_entries``). ``ratio_to_json`` is the same run hashing ``to_json`` of the maps
     instead, the consumer of earlier versions (it adds JSON writing to our side only)."""
     from cdcflow.decode.spark import decode_dataframe
-    from cdcflow.dialects.base import DialectOptions
+    from cdcflow.dialects.model import DialectOptions
     from cdcflow.sources.landing import read_raw
 
     folder = root / "decode"

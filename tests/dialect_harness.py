@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions, Rejection
+from cdcflow.dialects.model import DialectOptions, Rejection
 from cdcflow.event import MARKER_OPERATIONS, ROW_OPERATIONS
 from cdcflow.simulation import oracle
 from cdcflow.simulation.workload import Change, TableDef

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import renderer, renderer_features
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.simulation.workload import Workload, generate
 from cdcflow.transports.message import RawMessage
 

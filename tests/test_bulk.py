@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.dialects import dialect_names, renderer, renderer_features
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.simulation.workload import generate
 from tests.conftest_shared import SHARED
 

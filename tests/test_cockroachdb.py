@@ -18,9 +18,9 @@ import pytest
 from cdcflow import sequence
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import renderer, renderer_features
-from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.cockroachdb import bits_from_avro, parse_object_name, split_topic
 from cdcflow.dialects.cockroachdb.feed import table_feed
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.simulation import oracle
 from cdcflow.simulation.workload import generate
 from cdcflow.transports.json import loads_exact

@@ -38,13 +38,8 @@ from cdcflow.dialects import (
     renderer_features,
     renderer_transport,
 )
-from cdcflow.dialects.base import (
-    BASE_TRANSPORTS,
-    Capabilities,
-    Dialect,
-    DialectOptions,
-    Envelope,
-)
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.model import BASE_TRANSPORTS, Capabilities, DialectOptions, Envelope
 from cdcflow.dialects.rendering import RenderResult
 from cdcflow.event import ROW_OPERATIONS
 from cdcflow.simulation.workload import Workload, generate

@@ -19,7 +19,7 @@ from cdcflow import sequence
 from cdcflow.decode.columns import SKIPPED, SKIPPED_WHY, Columns
 from cdcflow.decode.decoder import Decoder
 from cdcflow.dialects import get_dialect, renderer, renderer_features
-from cdcflow.dialects.base import Skipped
+from cdcflow.dialects.model import Skipped
 from cdcflow.simulation import oracle
 from cdcflow.simulation.workload import generate
 from cdcflow.transports.message import KafkaCoordinates, RawMessage

@@ -22,7 +22,7 @@ from cdcflow.decode.batches import decode_records
 from cdcflow.decode.columns import arrow_schema
 from cdcflow.decode.decoder import Decoder, Outcome
 from cdcflow.dialects import kafka_delivery, renderer_features
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.simulation.workload import generate
 from tests.kafka_shaped import KAFKA_ARROW
 from tests.test_bulk import EVENTS, _line

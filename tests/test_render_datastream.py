@@ -15,7 +15,6 @@ import orjson
 import pytest
 
 from cdcflow.dialects import renderer, renderer_event_operations, renderer_features
-from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.datastream import avro_column_type
 from cdcflow.dialects.datastream import render as render_datastream
 from cdcflow.dialects.datastream.render import AVRO_TYPES, avro_type, event_operations
@@ -25,6 +24,7 @@ from cdcflow.dialects.datastream.sources import (
     SOURCES,
     table_source,
 )
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.rendering import KIND_OPERATIONS
 from cdcflow.simulation import oracle
 from cdcflow.simulation.workload import Change, Workload, generate

@@ -14,7 +14,7 @@ import yaml
 
 from cdcflow.cli.main import main
 from cdcflow.config import load_config_file
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.savegress.render import render_to_landing
 from cdcflow.errors import ConfigError
 from cdcflow.observe.catalog import open_catalog

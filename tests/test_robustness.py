@@ -16,7 +16,7 @@ from cdcflow.decode.columns import Columns
 from cdcflow.decode.decoder import DECODER_ERROR, Decoder, Outcome
 from cdcflow.decode.segments import Piece, assess
 from cdcflow.dialects import dialect_names
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.errors import ConfigError, DecodeError
 from cdcflow.transports import json as json_transport
 from cdcflow.transports.limits import LIMITS, Limits

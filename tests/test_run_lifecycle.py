@@ -18,7 +18,7 @@ import pytest
 
 from cdcflow.cli.main import main
 from cdcflow.config import load_config_file
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.savegress.render import render_to_landing
 from cdcflow.pipeline.checkpoint import LOCK_FILE, Checkpoint, PipelineBusy
 from cdcflow.simulation.workload import generate

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.savegress.proto import MAX_EXACT_INT, event_from_proto, event_to_proto
 from cdcflow.errors import DecodeError
 from cdcflow.proto import savegress_pb2 as pb

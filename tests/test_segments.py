@@ -16,7 +16,7 @@ import pytest
 
 from cdcflow.decode.decoder import Decoder
 from cdcflow.decode.segments import Piece, assess
-from cdcflow.dialects.base import Segment
+from cdcflow.dialects.model import Segment
 from cdcflow.dialects.sqlserver_ces.render import avro_cloudevents, split_event
 from tests.test_sqlserver_ces import _event
 

@@ -380,7 +380,7 @@ def test_schemaless_avro_message_files(tmp_path: Path) -> None:
 
     import fastavro
 
-    from cdcflow.dialects.sqlserver_ces.dialect import CLOUDEVENT_AVRO_SCHEMA
+    from cdcflow.dialects.sqlserver_ces.cloudevent import CLOUDEVENT_AVRO_SCHEMA
     from cdcflow.dialects.sqlserver_ces.render import avro_record, schemaless_cloudevent
 
     ev = _some_events()[1]

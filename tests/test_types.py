@@ -191,7 +191,7 @@ def test_one_inference_rule_for_every_dialect() -> None:
     both read numbers exactly): they used to differ (decimal(22,2) against decimal(38,2), and
     an integer beyond 64 bits a decimal against a bigint that could not hold it)."""
     from cdcflow.decode.decoder import Decoder
-    from cdcflow.dialects.base import DialectOptions
+    from cdcflow.dialects.model import DialectOptions
 
     row = b'{"id":1,"p":12.50,"b":18446744073709551616}'
     messages = {
@@ -329,7 +329,7 @@ def test_an_event_declaring_a_type_that_is_not_canonical_is_rejected_by_the_deco
     which reached the table's DDL; the decoder rejects the message (``BAD_TYPE``), naming the
     column and its type, and decodes the next message."""
     from cdcflow.decode.decoder import Decoder
-    from cdcflow.dialects.base import DialectOptions
+    from cdcflow.dialects.model import DialectOptions
 
     def doc(scale: str) -> bytes:
         return (

@@ -38,7 +38,7 @@ from cdcflow.config_base import (
     read_yaml_mapping,
     validate,
 )
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.sources.base import Source
 from cdcflow.sources.given import GivenSource
 from cdcflow.sources.kafka import KafkaConfig, KafkaConnection, KafkaSource

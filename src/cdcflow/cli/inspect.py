@@ -12,7 +12,7 @@ from cdcflow.cli.main import echo_err, resolve_paths
 from cdcflow.decode.decoder import Decoder
 from cdcflow.decode.segments import SegmentBuffer
 from cdcflow.dialects import declared_type_problems, dialect_names
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.event import dumps
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdcflow.decode.columns import Columns, columnar_batch
 from cdcflow.decode.decoder import Decoder, Outcome, unexpected
-from cdcflow.dialects.base import Columnar, DialectOptions, Rejection
+from cdcflow.dialects.model import Columnar, DialectOptions, Rejection
 from cdcflow.errors import DecodeError
 from cdcflow.transports import avro, kafka
 from cdcflow.transports.limits import Limits

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from cdcflow.dialects.base import Columnar, Segment, Skipped
+from cdcflow.dialects.model import Columnar, Segment, Skipped
 from cdcflow.event import FIELDS, SPARK_COLUMNS
 from cdcflow.types import json_bytes, to_wire
 

@@ -16,7 +16,8 @@ from typing import Any
 from cdcflow.decode.detect import MARKED, AutoDetector
 from cdcflow.decode.framing import frame_file
 from cdcflow.dialects import dialect_names, get_dialect
-from cdcflow.dialects.base import Columnar, Dialect, DialectOptions, Rejection, Segment, Skipped
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.model import Columnar, DialectOptions, Rejection, Segment, Skipped
 from cdcflow.errors import DecodeError
 from cdcflow.transports import AVRO, JSON, KAFKA, kafka, transport_of_file
 from cdcflow.transports.json import parse
@@ -49,7 +50,7 @@ def _text(exc: BaseException) -> str:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What decoding one message gave: events, rejections, segments of split messages and
-    what carried no change on purpose (:class:`~cdcflow.dialects.base.Skipped`), with the
+    what carried no change on purpose (:class:`~cdcflow.dialects.model.Skipped`), with the
     message (and its coordinates)."""
 
     message: RawMessage

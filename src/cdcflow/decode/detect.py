@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from cdcflow.dialects import dialect_names, get_dialect
-from cdcflow.dialects.base import Dialect, DialectOptions
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.errors import DecodeError
 from cdcflow.transports.message import RawMessage
 

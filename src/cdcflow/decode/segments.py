@@ -2,7 +2,7 @@
 
 Some producers split one logical message into segments (SQL Server change event streaming
 splits an event over the stream group's ``max_message_size_kb``). A dialect's decoder returns a
-:class:`~cdcflow.dialects.base.Segment` for each; this module decides, for the segments of one
+:class:`~cdcflow.dialects.model.Segment` for each; this module decides, for the segments of one
 group seen so far, whether the message is complete, still pending, impossible (segments that
 contradict each other or an index out of range) or expired (still incomplete after the
 configured wait). The same rules serve ``cdcflow inspect`` (all inputs at once, in memory) and
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cdcflow.dialects.base import Segment
+from cdcflow.dialects.model import Segment
 from cdcflow.transports.limits import LIMITS
 
 #: The code of a segment of a message already closed as incomplete or invalid.

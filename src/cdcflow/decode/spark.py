@@ -20,7 +20,7 @@ from cdcflow.decode.batches import decode_files, decode_records
 from cdcflow.decode.columns import SEGMENT, SKIPPED, Columns, arrow_schema
 from cdcflow.decode.decoder import BAD_TYPE, Decoder
 from cdcflow.decode.segments import Piece, assess
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.errors import ConfigError
 from cdcflow.event import ERROR_FIELDS, FIELDS, SPARK_COLUMNS, TRANSPORT_FIELDS, spark_schema_ddl
 from cdcflow.spark.sql import lit, q

@@ -18,7 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from cdcflow.dialects.base import Dialect, DialectOptions
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.errors import UnknownDialectError, did_you_mean
 from cdcflow.types import ValueTypeError
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from cdcflow.decode.segments import LATE
 from cdcflow.decode.spark import judge_groups
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.event import spark_schema_ddl
 from cdcflow.iceberg.catalog import Catalog
 from cdcflow.iceberg.layouts import SEGMENTS

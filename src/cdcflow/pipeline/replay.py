@@ -33,7 +33,7 @@ from cdcflow.codes import APPLY_CODES
 from cdcflow.config import PipelineConfig
 from cdcflow.decode.columns import Columns
 from cdcflow.decode.decoder import Decoder, Outcome
-from cdcflow.dialects.base import DialectOptions, Rejection
+from cdcflow.dialects.model import DialectOptions, Rejection
 from cdcflow.engine.deadletters import TIMESTAMP_FORMAT
 from cdcflow.errors import ConfigError
 from cdcflow.event import SPARK_COLUMNS, spark_schema_ddl

@@ -36,7 +36,7 @@ from pathlib import Path
 import grpc
 
 from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.errors import DecodeError
 from cdcflow.proto import receiver_pb2
 from cdcflow.serve.config import GrpcConfig, GrpcEndpointRuntime

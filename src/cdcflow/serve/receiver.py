@@ -39,7 +39,7 @@ from prometheus_client.exposition import choose_encoder
 from cdcflow import signing
 from cdcflow.config_base import parse_duration
 from cdcflow.decode.decoder import Decoder
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.secrets import Secret
 from cdcflow.serve.config import EndpointRuntime, Settings
 from cdcflow.serve.landing import DiskFull, LandingZone, ReplayJournal

@@ -10,7 +10,7 @@ from cdcflow.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from cdcflow.dialects.base import DialectOptions
+    from cdcflow.dialects.model import DialectOptions
     from cdcflow.spark.jars import KafkaUse
 
 

@@ -22,7 +22,7 @@ from cdcflow.sources.base import Source
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from cdcflow.dialects.base import DialectOptions
+    from cdcflow.dialects.model import DialectOptions
     from cdcflow.spark.jars import KafkaUse
 
 log = logging.getLogger("cdcflow")

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-    from cdcflow.dialects.base import DialectOptions
+    from cdcflow.dialects.model import DialectOptions
 
 RAW_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 

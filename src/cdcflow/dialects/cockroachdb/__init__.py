@@ -3,16 +3,17 @@ sinkless; JSON, Avro, CSV); the mapping and each envelope: ``docs/dialects/cockr
 
 :mod:`.envelopes` declares the message shapes (one table for recognition and dispatch),
 :mod:`.types` reads Avro and Connect-style schemas and the values they type, :mod:`.names`
-parses cloud-storage object names and topics, :mod:`.dialect` is the decoder; :mod:`.feed` and
-:mod:`.render` simulate the changefeeds, :mod:`.kafka` is the Kafka sink's form.
+parses object names and topics, :mod:`.dialect` is the decoder, :mod:`.rows` its row event;
+:mod:`.feed` and :mod:`.render` simulate the changefeeds, :mod:`.kafka` the Kafka sink's form.
 """
 
-from cdcflow.dialects.cockroachdb.dialect import CAPABILITIES, SOURCE_METADATA, CockroachDbDialect
+from cdcflow.dialects.cockroachdb.dialect import CAPABILITIES, CockroachDbDialect
 from cdcflow.dialects.cockroachdb.envelopes import (
     ENRICHED_OPS,
     ENVELOPES,
     MESSAGE_ENVELOPES,
     SINKLESS_FIELDS,
+    SOURCE_METADATA,
     WRAPPED_FIELDS,
 )
 from cdcflow.dialects.cockroachdb.names import name_timestamp, parse_object_name, split_topic

@@ -1,6 +1,6 @@
-"""What one CockroachDB message is decoded with: where it came from (:class:`Context`), what its
-envelope read about the row (:class:`RowChange`), how its columns are typed (:class:`Columns`),
-and the HLC fields every envelope reads."""
+"""What one CockroachDB message is decoded with: where it came from (:class:`Context`, read
+from the message and its transport), what its envelope read about the row (:class:`RowChange`),
+how its columns are typed (:class:`Columns`), and the HLC fields every envelope reads."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.dialects.base import Dialect, Item
-from cdcflow.dialects.cockroachdb.types import unwrap
+import orjson
+
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.cockroachdb.types import avro_schema_types, unwrap
+from cdcflow.dialects.common import epoch_instant
+from cdcflow.dialects.model import Item
+from cdcflow.transports.json import loads_exact
 from cdcflow.transports.message import RawMessage
 
 
@@ -67,6 +72,38 @@ class Columns:
     row_types: dict[str, str] = field(default_factory=dict)
 
 
+def message_context(item: Item) -> Context:
+    """The :class:`Context` of an item: the Kafka topic and partition, the record's key (Avro,
+    or JSON text), the Avro schema's column types."""
+    msg = item.msg
+    ctx = Context(item=item, meta=item.meta)
+    if msg.kafka is not None:
+        ctx.transport = True
+        ctx.topic = msg.kafka.topic or None
+        ctx.partition = msg.kafka.partition
+    if msg.key_avro is not None:
+        ctx.key, ctx.transport = msg.key_avro.value, True
+    elif msg.key is not None:
+        ctx.transport = True
+        ctx.key = json_text(msg.key.decode("utf-8", "replace"), "key")
+    if msg.avro is not None:
+        ctx.avro_types, ctx.bit_columns = msg.avro.schema.memo(
+            "cockroachdb.types", avro_schema_types
+        )
+    return ctx
+
+
+def json_text(text: str, what: str) -> Any:
+    """JSON text the message carries as a string (a record key, a sinkless value), parsed;
+    ``None`` for blank text, ``NOT_JSON`` naming ``what`` when it is not JSON."""
+    if not text.strip():
+        return None
+    try:
+        return loads_exact(text)
+    except (orjson.JSONDecodeError, ValueError):
+        raise Dialect.fail("NOT_JSON", f"the record's {what} is not JSON: {text[:60]!r}") from None
+
+
 def hlc_field(doc: Mapping[str, Any]) -> tuple[Any, str | None]:
     if doc.get("updated") is not None:
         return unwrap(doc["updated"]), "updated"
@@ -76,7 +113,6 @@ def hlc_field(doc: Mapping[str, Any]) -> tuple[Any, str | None]:
 
 
 def wall_time(wall_ns: int) -> dt.datetime:
-    try:
-        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=wall_ns // 1000)
-    except OverflowError:
-        raise Dialect.fail("BAD_HLC", f"HLC wall time {wall_ns} ns is out of range") from None
+    """The instant of an HLC's wall time (nanoseconds since the epoch); ``BAD_HLC`` when it is
+    out of range."""
+    return epoch_instant(wall_ns, "ns", "HLC wall time", "BAD_HLC")

@@ -1,35 +1,28 @@
-"""The CockroachDB changefeed decoder: one handler per envelope of :mod:`.envelopes`, the row
-event (key, images, HLC order) they share. See ``docs/dialects/cockroachdb.md``."""
+"""The CockroachDB changefeed decoder: one handler per envelope of :mod:`.envelopes`, each
+ending in the row event of :mod:`.rows`. See ``docs/dialects/cockroachdb.md``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any, ClassVar
 
 import orjson
 
 from cdcflow import positions
-from cdcflow.dialects.base import (
-    BASE_TRANSPORTS,
-    Batch,
-    Capabilities,
-    Decoded,
-    Dialect,
-    Item,
-    Order,
-)
+from cdcflow.dialects.base import Dialect
 from cdcflow.dialects.cockroachdb.context import (
-    Columns,
     Context,
     RowChange,
     Where,
     hlc_field,
+    json_text,
+    message_context,
     wall_time,
 )
 from cdcflow.dialects.cockroachdb.envelopes import (
     ENRICHED_OPS,
     MESSAGE_ENVELOPES,
+    SOURCE_METADATA,
     WRAPPED_FIELDS,
     Console,
     console_line,
@@ -37,35 +30,18 @@ from cdcflow.dialects.cockroachdb.envelopes import (
     sinkless,
 )
 from cdcflow.dialects.cockroachdb.names import parse_object_name, split_topic
+from cdcflow.dialects.cockroachdb.rows import row_event, short
 from cdcflow.dialects.cockroachdb.types import (
-    JSON_NULL,
     avro_record_body,
     avro_record_name,
-    avro_schema_types,
-    bits_from_avro,
     enriched_schema_types,
-    to_json_text,
     unwrap,
 )
+from cdcflow.dialects.model import BASE_TRANSPORTS, Batch, Capabilities, Decoded, Item, Order
 from cdcflow.errors import DecodeError
 from cdcflow.transports import CSV
-from cdcflow.transports.json import dumps, kind, loads_exact
+from cdcflow.transports.json import kind
 from cdcflow.transports.message import CsvRow, RawMessage
-from cdcflow.types import cockroachdb_type, infer_type
-
-#: Enriched ``source`` fields kept in ``metadata``.
-SOURCE_METADATA: tuple[str, ...] = (
-    "changefeed_sink",
-    "cluster_id",
-    "cluster_name",
-    "db_version",
-    "job_id",
-    "node_id",
-    "node_name",
-    "origin",
-    "source_node_locality",
-)
-
 
 #: What changefeed messages can express.
 CAPABILITIES = Capabilities(
@@ -162,7 +138,7 @@ class CockroachDbDialect(Dialect):
     # ------------------------------------------------------------------ message shapes
 
     def event(self, doc: Any, item: Item) -> Decoded | list[Decoded]:
-        ctx = self._context(item)
+        ctx = message_context(item)
         if isinstance(doc, CsvRow):
             return self._csv_row(doc, ctx)
         if isinstance(doc, Console):
@@ -189,24 +165,6 @@ class CockroachDbDialect(Dialect):
                 "NOT_AN_EVENT", f"a changefeed message is a JSON object, got {kind(doc)}"
             )
         return self.dispatch(doc, ctx)
-
-    def _context(self, item: Item) -> Context:
-        msg = item.msg
-        ctx = Context(item=item, meta=item.meta)
-        if msg.kafka is not None:
-            ctx.transport = True
-            ctx.topic = msg.kafka.topic or None
-            ctx.partition = msg.kafka.partition
-        if msg.key_avro is not None:
-            ctx.key, ctx.transport = msg.key_avro.value, True
-        elif msg.key is not None:
-            ctx.transport = True
-            ctx.key = self._parse_json_text(msg.key.decode("utf-8", "replace"), "key")
-        if msg.avro is not None:
-            ctx.avro_types, ctx.bit_columns = msg.avro.schema.memo(
-                "cockroachdb.types", avro_schema_types
-            )
-        return ctx
 
     # ------------------------------------------------------------------ envelopes
 
@@ -266,10 +224,10 @@ class CockroachDbDialect(Dialect):
         ctx.topic = table if isinstance(table, str) and table else None
         ctx.meta["sinkless_table"] = table
         key = row.get("key")
-        ctx.key = self._parse_json_text(key, "key") if isinstance(key, str) and key.strip() else key
+        ctx.key = json_text(key, "key") if isinstance(key, str) and key.strip() else key
         value = row.get("value")
         if isinstance(value, str):
-            value = self._parse_json_text(value, "value") if value.strip() else None
+            value = json_text(value, "value") if value.strip() else None
         if value is None:
             return self._empty_value(ctx)
         if not isinstance(value, dict):
@@ -277,16 +235,6 @@ class CockroachDbDialect(Dialect):
                 "NOT_AN_EVENT", f"a changefeed message is a JSON object, got {kind(value)}"
             )
         return self.dispatch(value, ctx)
-
-    def _parse_json_text(self, text: str, what: str) -> Any:
-        """JSON text the message carries as a string (a record key, a sinkless value), parsed;
-        ``None`` for blank text, ``NOT_JSON`` naming ``what`` when it is not JSON."""
-        if not text.strip():
-            return None
-        try:
-            return loads_exact(text)
-        except (orjson.JSONDecodeError, ValueError):
-            raise self.fail("NOT_JSON", f"the record's {what} is not JSON: {text[:60]!r}") from None
 
     def _empty_value(self, ctx: Context) -> Decoded:
         """A key without a value: a delete under envelope row/bare, else key_only output."""
@@ -297,13 +245,13 @@ class CockroachDbDialect(Dialect):
         if envelope not in ("row", "bare"):
             raise self.fail(
                 "KEY_ONLY_ENVELOPE",
-                f"key {_short(ctx.key)} without a value: envelope=key_only output (no values; "
+                f"key {short(ctx.key)} without a value: envelope=key_only output (no values; "
                 "inserts and deletes look the same) cannot be applied; if the feed uses "
                 "envelope=row or bare, set the source option envelope so an empty value reads "
                 "as a delete",
             )
         where = self._where(None, ctx)
-        return self._row_event(RowChange(where, "DELETE", key_value=ctx.key), ctx)
+        return row_event(self, RowChange(where, "DELETE", key_value=ctx.key), ctx)
 
     def _wrapped(self, doc: Mapping[str, Any], ctx: Context) -> Decoded:
         after = avro_record_body(doc.get("after"))
@@ -339,7 +287,7 @@ class CockroachDbDialect(Dialect):
             extra=meta,
             mvcc=unwrap(doc.get("mvcc_timestamp")),
         )
-        return self._row_event(change, ctx)
+        return row_event(self, change, ctx)
 
     def _bare(
         self, doc: Mapping[str, Any], crdb: Mapping[str, Any], ctx: Context, envelope: str = "bare"
@@ -372,7 +320,7 @@ class CockroachDbDialect(Dialect):
             extra={"envelope": "bare" if crdb else envelope},
             mvcc=crdb.get("mvcc_timestamp"),
         )
-        return self._row_event(change, ctx)
+        return row_event(self, change, ctx)
 
     def _enriched_event(self, doc: Mapping[str, Any], ctx: Context) -> Decoded:
         op_raw = doc.get("op")
@@ -423,7 +371,7 @@ class CockroachDbDialect(Dialect):
             extra=meta,
             commit_ns=commit_ns if isinstance(commit_ns, int) else None,
         )
-        return self._row_event(change, ctx)
+        return row_event(self, change, ctx)
 
     def _resolved(self, value: Any, ctx: Context, form: str) -> Decoded:
         try:
@@ -520,9 +468,9 @@ class CockroachDbDialect(Dialect):
             extra={"envelope": "csv"},
             text_values=True,
         )
-        return self._row_event(change, ctx)
+        return row_event(self, change, ctx)
 
-    # ------------------------------------------------------------------ the event
+    # ------------------------------------------------------------------ options and table
 
     def _envelope(self, table: str | None) -> str:
         opt = self.options.extra.get("envelope", "auto")
@@ -561,143 +509,3 @@ class CockroachDbDialect(Dialect):
         database, schema, table, family = split_topic(found)
         ctx.item.table = table
         return database, schema, table, family, found
-
-    def _row_event(self, row: RowChange, ctx: Context) -> Decoded:
-        """The canonical row event of what an envelope read (``row``) and where the message
-        came from (``ctx``)."""
-        database, schema, table, family, topic = row.where
-        op, before, after, key_value, key_names = (
-            row.op, row.before, row.after, row.key_value, row.key_names
-        )  # fmt: skip
-        metadata = ctx.meta
-        metadata["topic"] = topic
-        metadata.update(row.extra or {})
-        if family:
-            metadata["column_family"] = family
-        if ctx.partition is not None:
-            metadata["partition"] = ctx.partition
-        types = dict(ctx.avro_types)
-        types.update(
-            self.declared_types(table, schema, cockroachdb_type, database=database, mapper="crdb")
-        )
-        columns = Columns(types, ctx.bit_columns, row.text_values)
-        typed_after = None if after is None else self._image(after, columns)
-        typed_before = None if before is None else self._image(before, columns)
-
-        # key: values in primary-key order, names from the message or configuration
-        values: list[Any] | None = None
-        if isinstance(key_value, dict):
-            named = {str(k): unwrap(v) for k, v in key_value.items()}
-            key_names = key_names or tuple(named)
-            values = [named.get(n) for n in key_names]
-        elif isinstance(key_value, list):
-            values = [unwrap(v) for v in key_value]
-        elif key_value is not None:
-            raise self.fail("BAD_KEY", f"key must be an array or object, got {kind(key_value)}")
-        names = key_names or self.key_names(table, schema, database)
-        key: dict[str, Any] | None = None
-        if values is not None and names:
-            if len(values) != len(names):
-                raise self.fail(
-                    "KEY_LENGTH_MISMATCH",
-                    f"key {_short(values)} has {len(values)} value(s) but table {table!r} has "
-                    f"{len(names)} key column(s) {list(names)}",
-                )
-            key_columns = Columns(types, ctx.bit_columns, False, columns.row_types)
-            key = {n: self._value(n, v, key_columns) for n, v in zip(names, values, strict=True)}
-        elif values is not None:
-            self.unnamed_key(values, ctx.item)
-        else:
-            key = self.image_key(names, typed_before, typed_after, op, table)
-        partial = bool(family) and op != "DELETE"
-        if partial and typed_after is not None and key is not None:
-            # a column family carries only its columns: the key columns are added
-            typed_after = {**key, **typed_after}
-
-        return self.make_event(
-            op,
-            (database, schema, table),
-            self._order(row, ctx),
-            ctx.item,
-            source="cockroachdb",
-            key=key,
-            before=typed_before,
-            after=typed_after,
-            partial=partial,
-            types=columns.row_types,
-        )
-
-    def _order(self, row: RowChange, ctx: Context) -> Order:
-        """HLC ``(wall, logical)`` as numbers, else delivery order."""
-        hlc, hlc_source, commit_ns, mvcc = row.hlc, row.hlc_source, row.commit_ns, row.mvcc
-        position: dict[str, Any] = {}
-        for k in ("kafka_topic", "kafka_partition", "kafka_offset"):
-            if k in ctx.meta:
-                position[k.removeprefix("kafka_")] = ctx.meta[k]
-        if mvcc is not None:
-            position["mvcc_timestamp"] = str(unwrap(mvcc))
-        if hlc is not None:
-            try:
-                wall, logical = positions.crdb_hlc_decimal(unwrap(hlc))
-            except ValueError as e:
-                raise self.fail("BAD_HLC", f"{hlc_source or 'updated'}: {e}") from None
-            position["hlc"] = f"{wall}.{logical:010d}"
-            ctx.meta["sequence_source"] = hlc_source or "updated"
-            instant = wall_time(commit_ns if commit_ns is not None else wall)
-            fields = (hlc_source or "updated",) * 2
-            return Order(self.sequence_of((wall, logical), fields), position, instant)
-        ts = wall_time(commit_ns) if commit_ns is not None else None
-        return Order(self.delivery_order(ctx.item), position, ts)
-
-    def _image(self, row: Mapping[str, Any], columns: Columns) -> dict[str, Any]:
-        return {str(c): self._value(str(c), unwrap(v), columns) for c, v in row.items()}
-
-    def _value(self, col: str, value: Any, columns: Columns) -> Any:
-        """A column value (typed, or wire), recording the column's type in ``row_types``: the
-        declared or Avro type, else the type of the value as the message writes it."""
-        row_types, text_values = columns.row_types, columns.text_values
-        t = columns.types.get(col)
-        if t is not None:
-            row_types.setdefault(col, t)
-        if value is None:
-            return None
-        if isinstance(value, dict) and value.get(JSON_NULL) is True and len(value) == 1:
-            # JSONB null, not SQL NULL
-            row_types.setdefault(col, "string")
-            return "null"
-        if col in columns.bits and isinstance(value, list):
-            try:
-                return bits_from_avro(value)
-            except (ValueError, TypeError) as e:
-                raise self.fail("BAD_VALUE", f"column {col!r} (BIT): {e}") from None
-        if t is None:
-            if text_values:
-                row_types.setdefault(col, "string")
-                return value
-            if isinstance(value, dict | list):
-                row_types.setdefault(col, "string")
-                return to_json_text(value)
-            if isinstance(value, float):
-                value = Decimal(repr(value))
-            inferred = infer_type(value) or "json"
-            if inferred is not None:
-                row_types.setdefault(col, inferred)
-            return self.keep(value)
-        if t == "binary" and isinstance(value, str) and value.startswith("\\x"):
-            try:
-                value = bytes.fromhex(value[2:])
-            except ValueError as e:
-                raise self.fail("BAD_VALUE", f"column {col!r} ({t}): {e}") from None
-        elif t == "json":
-            return value if isinstance(value, str) else to_json_text(value)
-        elif t.startswith("decimal") and isinstance(value, bytes):
-            value = value.decode()
-        return self.value(col, value, t)
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _short(value: Any) -> str:
-    text = dumps(value).decode() if value is not None else "none"
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.dialects.base import Envelope, classify
+from cdcflow.dialects.model import Envelope, classify
 from cdcflow.errors import DecodeError
 from cdcflow.transports.json import exact_decoder
 from cdcflow.transports.limits import check_depth
@@ -26,6 +26,18 @@ ENVELOPES: tuple[str, ...] = ("auto", "wrapped", "bare", "row", "key_only", "enr
 
 #: Enriched ``op`` → canonical operation.
 ENRICHED_OPS: dict[str, str] = {"c": "INSERT", "u": "UPDATE", "d": "DELETE"}
+#: Enriched ``source`` fields kept in ``metadata``.
+SOURCE_METADATA: tuple[str, ...] = (
+    "changefeed_sink",
+    "cluster_id",
+    "cluster_name",
+    "db_version",
+    "job_id",
+    "node_id",
+    "node_name",
+    "origin",
+    "source_node_locality",
+)
 
 #: Top-level fields of a wrapped message.
 WRAPPED_FIELDS: frozenset[str] = frozenset(

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.rendering import row_image, timestamp_text
 from cdcflow.simulation.workload import Change, Workload
 

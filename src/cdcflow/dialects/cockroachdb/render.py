@@ -31,7 +31,6 @@ from typing import Any
 
 import orjson
 
-from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.cockroachdb.feed import (
     EVENT_KINDS,
     FEATURES,
@@ -45,6 +44,7 @@ from cdcflow.dialects.cockroachdb.feed import (
     redelivered,
     table_feed,
 )
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.rendering import RenderJob, RenderResult
 from cdcflow.simulation.landing import land
 from cdcflow.simulation.workload import Workload

@@ -4,31 +4,32 @@ ordering per source and keys (Avro types from :mod:`.avro`). See ``docs/dialects
 from __future__ import annotations
 
 import datetime as dt
-import math
-import re
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any, ClassVar
 
-from cdcflow import positions
-from cdcflow.dialects.base import (
-    Capabilities,
-    Decoded,
-    Dialect,
-    Envelope,
-    Item,
-    Order,
-    present_types,
-)
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.common import hex_bytes, present_types
 from cdcflow.dialects.datastream.avro import avro_columns, field_level_millis, normalise
+from cdcflow.dialects.datastream.metadata import (
+    DIGITS,
+    NATIVE_FIELDS,
+    POSITION_FIELDS,
+    epoch_micros,
+    instant,
+    is_backfill,
+    native_position,
+    sequence_shape,
+    sort_element,
+    source_of,
+    where_of,
+)
 from cdcflow.dialects.datastream.names import folder_check, stem
+from cdcflow.dialects.model import Capabilities, Decoded, Envelope, Item, Order
 from cdcflow.transports.json import kind
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import (
     ValueTypeError,
     infer_type,
-    json_bytes,
-    parse_timestamp,
     source_type,
 )
 
@@ -41,41 +42,6 @@ CHANGE_TYPES: dict[str, tuple[str, int]] = {
     "UPDATE-INSERT": ("UPDATE", 1),
     "UPDATE-DELETE": ("DELETE", 0),
     "REPLACE": ("UPSERT", 1),
-}
-
-#: ``read_method`` prefix → source engine.
-READ_METHOD_SOURCES: tuple[tuple[str, str], ...] = (
-    ("mysql", "mysql"),
-    ("oracle", "oracle"),
-    ("postgres", "postgres"),
-    ("sqlserver", "sqlserver"),
-    ("salesforce", "salesforce"),
-    ("mongodb", "mongodb"),
-    ("mongo", "mongodb"),
-    ("spanner", "spanner"),
-)
-
-#: ``source_metadata`` fields kept in ``position`` (the native position and sort order).
-POSITION_FIELDS: tuple[str, ...] = (
-    "log_file",
-    "log_position",
-    "scn",
-    "rs_id",
-    "ssn",
-    "lsn",
-    "physical_location",
-    "commit_timestamp",
-    "record_sequence",
-    "mod_index",
-)
-
-#: Source → the ``source_metadata`` field each element of its native position comes from.
-NATIVE_FIELDS: dict[str, tuple[str, ...]] = {
-    "mysql": ("log_file", "log_position"),
-    "oracle": ("scn", "rs_id", "rs_id", "rs_id", "ssn"),
-    "postgres": ("lsn",),
-    "sqlserver": ("lsn",),
-    "spanner": ("commit_timestamp", "record_sequence", "mod_index"),
 }
 
 #: ``source_metadata`` fields kept in ``metadata``.
@@ -99,7 +65,6 @@ METADATA_FIELDS: tuple[str, ...] = (
 _ENVELOPE_METADATA = ("stream_name", "read_method", "object", "schema_key", "read_timestamp")
 #: Spanner capture types that send only the changed columns of an UPDATE.
 _PARTIAL_CAPTURE = frozenset({"NEW_VALUES", "OLD_AND_NEW_VALUES"})
-_DIGITS = re.compile(r"^\s*\d+\s*$")
 
 
 #: What Datastream events can express.
@@ -153,7 +118,7 @@ class DatastreamDialect(Dialect):
         doc = dict(msg.avro.value)
         for name in schema.memo("datastream.millis", field_level_millis):
             if isinstance(doc.get(name), int):
-                doc[name] = _instant(doc[name])
+                doc[name] = instant(doc[name])
         for name in ("read_timestamp", "source_timestamp"):
             if isinstance(doc.get(name), dt.datetime):
                 doc[name] = _iso(doc[name])
@@ -192,10 +157,10 @@ class DatastreamDialect(Dialect):
             )
         read_method = doc.get("read_method")
         read_method = read_method if isinstance(read_method, str) else ""
-        source = _source(read_method, meta)
-        backfill = _is_backfill(read_method, meta)
+        source = source_of(read_method, meta)
+        backfill = is_backfill(read_method, meta)
         op, half = self._operation(meta, backfill)
-        database, schema, table = _where(source, meta, doc)
+        database, schema, table = where_of(source, meta, doc)
         if not table:
             raise self.fail("MISSING_TABLE", "no table in 'source_metadata' and no 'object'")
         item.table = table
@@ -280,12 +245,7 @@ class DatastreamDialect(Dialect):
                 row[col] = None
             elif t == "binary" and isinstance(v, str) and source == "mysql":
                 # MySQL binary columns arrive as hex text
-                try:
-                    row[col] = self.value(col, bytes.fromhex(v), t)
-                except ValueError:
-                    raise self.fail(
-                        "BAD_VALUE", f"column {col!r}: MySQL binary is hex text, got {v[:40]!r}"
-                    ) from None
+                row[col] = self.value(col, hex_bytes(col, v), t)
             else:
                 row[col] = self.value(col, v, t)
         return row
@@ -330,7 +290,7 @@ class DatastreamDialect(Dialect):
         if value is None:
             return None
         try:
-            return _instant(value)
+            return instant(value)
         except (ValueTypeError, ValueError, OverflowError) as e:
             raise self.fail("BAD_TIMESTAMP", f"source_timestamp: {e}") from None
 
@@ -352,15 +312,15 @@ class DatastreamDialect(Dialect):
             position["sort_keys"] = sort_keys
         phase = 0 if backfill else 1
         try:
-            native = None if backfill else _native_position(source, meta)
+            native = None if backfill else native_position(source, meta)
             if native is not None:
                 fields = [f"source_metadata.{f}" for f in NATIVE_FIELDS[source or ""]]
                 seq = self.sequence_of((phase, *native, half), ["", *fields])
                 return Order(seq, position)
             if isinstance(sort_keys, list) and sort_keys:
-                elements = [_sort_element(k) for k in sort_keys]
+                elements = [sort_element(k) for k in sort_keys]
                 metadata["sequence_source"] = "sort_keys"
-                metadata["sequence_shape"] = _shape(elements)
+                metadata["sequence_shape"] = sequence_shape(elements)
                 fields = [f"sort_keys[{i}]" for i in range(len(elements))]
                 seq = self.sequence_of((phase, *elements, half), ["", *fields])
                 return Order(seq, position)
@@ -369,7 +329,7 @@ class DatastreamDialect(Dialect):
         ts = doc.get("source_timestamp")
         if ts is not None:
             try:
-                micros = _micros(_instant(ts))
+                micros = epoch_micros(instant(ts))
             except (ValueTypeError, ValueError, OverflowError) as e:
                 raise self.fail("BAD_TIMESTAMP", f"source_timestamp: {e}") from None
             metadata["sequence_source"] = "source_timestamp"
@@ -427,27 +387,27 @@ class DatastreamDialect(Dialect):
             try:
                 ms = (
                     int(src_ts)
-                    if isinstance(src_ts, int | str) and _DIGITS.match(str(src_ts))
+                    if isinstance(src_ts, int | str) and DIGITS.match(str(src_ts))
                     else None
                 )
-                ts = _instant(ms if ms is not None else src_ts)
-                micros = _micros(ts)
+                ts = instant(ms if ms is not None else src_ts)
+                micros = epoch_micros(ts)
             except (ValueTypeError, ValueError, OverflowError) as e:
                 raise self.fail("BAD_TIMESTAMP", f"SOURCE_TIMESTAMP: {e}") from None
         sort_keys = meta.get("SORT_KEYS")
         csn = meta.get("CHANGE_SEQUENCE_NUMBER")
         if isinstance(sort_keys, list) and sort_keys:
             try:
-                elements = [_sort_element(k) for k in sort_keys]
+                elements = [sort_element(k) for k in sort_keys]
             except ValueError as e:
                 raise self.fail("BAD_POSITION", f"SORT_KEYS: {e}") from None
             fields = [f"SORT_KEYS[{i}]" for i in range(len(elements))]
             seq = self.sequence_of((1, *elements, half), ["", *fields])
             metadata["sequence_source"] = "sort_keys"
-            metadata["sequence_shape"] = _shape(elements)
+            metadata["sequence_shape"] = sequence_shape(elements)
         elif csn is not None:
             try:
-                element = _sort_element(csn)
+                element = sort_element(csn)
             except ValueError as e:
                 raise self.fail("BAD_POSITION", f"CHANGE_SEQUENCE_NUMBER: {e}") from None
             seq = self.sequence_of((1, element, half), ("", "CHANGE_SEQUENCE_NUMBER"))
@@ -473,152 +433,6 @@ class DatastreamDialect(Dialect):
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _source(read_method: str, meta: Mapping[str, Any]) -> str | None:
-    """The source engine, from ``read_method`` (``mysql-cdc-binlog``, ``oracle-backfill``,
-    ``postgresql-cdc``...), else from the shape of ``source_metadata``."""
-    low = read_method.lower()
-    for prefix, source in READ_METHOD_SOURCES:
-        if low.startswith(prefix):
-            return source
-    if "commit_timestamp" in meta or "mod_index" in meta or "record_sequence" in meta:
-        return "spanner"
-    if "collection" in meta:
-        return "mongodb"
-    if "object_name" in meta or "domain" in meta:
-        return "salesforce"
-    if "scn" in meta or "rs_id" in meta or "row_id" in meta:
-        return "oracle"
-    if "log_position" in meta or "log_file" in meta:
-        return "mysql"
-    if "physical_location" in meta or "replication_index" in meta:
-        return "sqlserver"
-    lsn = meta.get("lsn")
-    if isinstance(lsn, str):
-        return "postgres" if "/" in lsn else "sqlserver"
-    return None
-
-
-def _is_backfill(read_method: str, meta: Mapping[str, Any]) -> bool:
-    low = read_method.lower()
-    return "backfill" in low or "dump" in low or meta.get("snapshot") is True
-
-
-def _text(v: Any) -> str | None:
-    return v if isinstance(v, str) and v else None
-
-
-def _where(
-    source: str | None, meta: Mapping[str, Any], doc: Mapping[str, Any]
-) -> tuple[str | None, str | None, str | None]:
-    if source == "salesforce":
-        return (
-            _text(meta.get("domain")),
-            None,
-            _text(meta.get("object_name")) or _text(doc.get("object")),
-        )
-    if source == "mongodb":
-        return (
-            _text(meta.get("database")),
-            None,
-            _text(meta.get("collection")) or _text(doc.get("object")),
-        )
-    if source == "spanner":
-        database = _text(meta.get("database_id")) or _text(meta.get("database"))
-        return (
-            database,
-            _text(meta.get("schema")),
-            _text(meta.get("table")) or _text(doc.get("object")),
-        )
-    table = _text(meta.get("table")) or _text(doc.get("object"))
-    return _text(meta.get("database")), _text(meta.get("schema")), table
-
-
-def _native_position(source: str | None, meta: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """The source's own position as a tuple of numbers (``None`` when the row has none)."""
-    if source == "mysql":
-        file, pos = meta.get("log_file"), meta.get("log_position")
-        if isinstance(file, str) and file and pos is not None:
-            return positions.mysql_binlog(file, pos)
-        return None
-    if source == "oracle":
-        scn = meta.get("scn")
-        if scn is None or scn == "":
-            return None
-        ssn = meta.get("ssn")
-        return (
-            positions.oracle_scn(scn),
-            *positions.oracle_rs_id(meta.get("rs_id")),
-            int(ssn) if ssn not in (None, "") else 0,
-        )
-    if source in ("postgres", "sqlserver"):
-        lsn = meta.get("lsn")
-        if not isinstance(lsn, str) or not lsn.strip():
-            return None
-        return (positions.pg_lsn(lsn) if source == "postgres" else positions.mssql_lsn(lsn),)
-    if source == "spanner":
-        commit = meta.get("commit_timestamp")
-        if not isinstance(commit, str) or not commit:
-            return None
-        record = meta.get("record_sequence")
-        rs: int | str = 0
-        if isinstance(record, int) and not isinstance(record, bool):
-            rs = record
-        elif isinstance(record, str):
-            rs = int(record) if _DIGITS.match(record) else record
-        mod = meta.get("mod_index", 0)
-        if isinstance(mod, bool) or not isinstance(mod, int | str) or not _DIGITS.match(str(mod)):
-            raise ValueError(f"mod_index must be an integer, got {mod!r}")
-        return positions.timestamp_nanos(commit), rs, int(mod)
-    return None
-
-
-def _sort_element(v: Any) -> int | str | None:
-    """One ``sort_keys`` element as a sequence element: numbers compare as numbers, text as
-    text."""
-    if v is None or isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float | Decimal):
-        if not math.isfinite(v):
-            raise ValueError(f"sort key {v!r} is not a finite number")
-        if isinstance(v, float) and v.is_integer() and abs(v) >= 2**53:
-            # JSON read without exact numbers makes an integer past 64 bits a float
-            raise ValueError(f"sort key {v!r} is not an exact integer")
-        if v == int(v):
-            return int(v)
-    if isinstance(v, dt.datetime):
-        return _micros(v)
-    return json_bytes(v).decode()
-
-
-def _shape(elements: list[int | str | None]) -> str:
-    """The kinds of ``sort_keys`` elements (``n`` number, ``s`` text, ``*`` null): the engine
-    dead-letters events of a table whose shape differs from the table's
-    (``SEQUENCE_SHAPE_MISMATCH``), since their sequences would not compare."""
-    return ",".join("*" if e is None else "n" if isinstance(e, int) else "s" for e in elements)
-
-
-def _instant(value: Any) -> dt.datetime:
-    """``source_timestamp``: ISO text (``T`` or space, zone optional → UTC), an Avro
-    ``timestamp-millis`` value, or epoch milliseconds."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
-        except OverflowError:
-            raise Dialect.fail(
-                "BAD_TIMESTAMP", f"epoch milliseconds {value} are out of range"
-            ) from None
-    return parse_timestamp(value)
-
-
-def _micros(ts: dt.datetime) -> int:
-    delta = ts - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _iso(ts: dt.datetime) -> str:

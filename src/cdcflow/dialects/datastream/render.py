@@ -74,7 +74,6 @@ from typing import Any
 
 import orjson
 
-from cdcflow.dialects.base import DialectOptions
 from cdcflow.dialects.datastream.sources import (
     CANONICAL_DECLARED,
     NATIVE_TYPES,
@@ -85,6 +84,7 @@ from cdcflow.dialects.datastream.sources import (
     source_names,
     table_source,
 )
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.rendering import (
     RenderJob,
     RenderResult,

@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.common import epoch_instant
 from cdcflow.types import MAX_PRECISION, ValueTypeError, decimal_type, json_bytes, source_type
 
 
@@ -295,10 +296,7 @@ def ejson(value: Any) -> Any:
         if k == "$date":
             v = ejson(v)
             if isinstance(v, int):
-                try:
-                    return dt.datetime.fromtimestamp(v / 1000, dt.UTC)
-                except (ValueError, OverflowError, OSError):
-                    raise Dialect.fail("BAD_IMAGE", f"$date {v} is out of range") from None
+                return epoch_instant(v, "ms", "$date", "BAD_IMAGE")
             return v
     return {k: ejson(v) for k, v in value.items()}
 

@@ -5,27 +5,16 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
 import orjson
 
-from cdcflow import positions
-from cdcflow.dialects.base import (
-    Capabilities,
-    Decoded,
-    Dialect,
-    DialectOptions,
-    Item,
-    Order,
-    Where,
-)
+from cdcflow.dialects.base import Dialect
 from cdcflow.dialects.debezium.connect import (
     DECLARE,
     Field,
-    as_dict,
     as_list,
     avro_fields,
     connect_value,
@@ -37,6 +26,19 @@ from cdcflow.dialects.debezium.connect import (
     schema_fields,
     schemaless_hint,
 )
+from cdcflow.dialects.debezium.connectors import (
+    CONNECTORS,
+    ORDER,
+    ORDER_FIELDS,
+    POSITION_FIELDS,
+    REQUIRED,
+    SNAPSHOT_READS,
+    TYPE_SOURCES,
+    connector_of,
+    transaction_of,
+    ts_ms_instant,
+)
+from cdcflow.dialects.debezium.ddl import ddl_target
 from cdcflow.dialects.debezium.envelopes import (
     MESSAGE_ENVELOPES,
     OPS,
@@ -45,48 +47,12 @@ from cdcflow.dialects.debezium.envelopes import (
     text,
     unwrap,
 )
+from cdcflow.dialects.model import Capabilities, Decoded, DialectOptions, Item, Order, Where
 from cdcflow.errors import DecodeError
 from cdcflow.transports.json import kind, parse_exact
 from cdcflow.transports.message import RawMessage
-from cdcflow.types import ValueTypeError, decimal_text, infer_type, source_type
-from cdcflow.types.vendors import vendors
+from cdcflow.types import ValueTypeError, decimal_text, infer_type
 
-#: ``source.connector`` → canonical source engine (and type table).
-CONNECTORS: dict[str, str] = {
-    "postgresql": "postgres",
-    "mysql": "mysql",
-    "mariadb": "mysql",
-    "sqlserver": "sqlserver",
-    "oracle": "oracle",
-    "mongodb": "mongodb",
-    "db2": "db2",
-    "informix": "informix",
-    "vitess": "mysql",
-    "spanner": "spanner",
-}
-#: Source fields that tell a connector apart when ``connector`` is missing (Oracle's docs).
-_SOURCE_HINTS: tuple[tuple[str, str], ...] = (
-    ("commit_scn", "oracle"),
-    ("change_lsn", "sqlserver"),
-    ("ord", "mongodb"),
-    ("file", "mysql"),
-    ("lsn", "postgresql"),
-)
-#: ``tableChanges[].type`` → ``ddl_type``.
-DDL_TYPES: dict[str, str] = {"CREATE": "CREATE_TABLE", "ALTER": "ALTER_TABLE", "DROP": "DROP_TABLE"}
-_DDL_TABLE = re.compile(
-    r"^\s*(CREATE|ALTER|DROP|TRUNCATE|RENAME)\s+(?:TEMPORARY\s+)?TABLE\s+"
-    r"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?([`\"\[\]\w.]+)",
-    re.IGNORECASE,
-)
-#: A PostgreSQL connector's transaction id: ``<txId>:<LSN>``. The LSN is the last one the
-#: connector had seen when it wrote the struct, so BEGIN, each event and END of one
-#: transaction carry different ids; the transaction is ``txId``.
-_PG_TRANSACTION = re.compile(r"^(\d+):(\d+)$")
-#: ``source.snapshot`` values of initial (blocking) snapshot reads; ``last`` ends the snapshot.
-SNAPSHOT_READS = frozenset(
-    {"true", "first", "first_in_data_collection", "last_in_data_collection", "last"}
-)
 #: PostgreSQL's placeholder for an unchanged TOAST column.
 UNAVAILABLE = "__debezium_unavailable_value"
 #: The placeholder as text, as base64 text (bytea in JSON) and as bytes (bytea in Avro).
@@ -94,96 +60,6 @@ UNAVAILABLE_FORMS = (
     UNAVAILABLE,
     base64.b64encode(UNAVAILABLE.encode()).decode(),
     UNAVAILABLE.encode(),
-)
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or value is None:
-        raise ValueError(f"not an integer: {value!r}")
-    return int(value)
-
-
-def _rs_id(value: Any) -> tuple[int, int, int]:
-    text = str(value or "").strip()
-    return positions.oracle_rs_id(text if not text or text.startswith("0x") else "0x" + text)
-
-
-def _pg(src: Mapping[str, Any]) -> tuple[int, ...]:
-    seq = src.get("sequence")
-    if isinstance(seq, str) and seq.strip():
-        pair = orjson.loads(seq)
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise ValueError(f"sequence must be [commit_lsn, change_lsn], got {seq!r}")
-        change = _int(pair[1]) if pair[1] is not None else _int(src.get("lsn"))
-        # the first element is the commit LSN of the transaction before; null for the first
-        # transaction a connector streams (and for snapshot reads): the change's own LSN keeps
-        # every key's events in commit order (a later change of a key comes after the commit
-        # of the earlier one)
-        return (_int(pair[0]) if pair[0] is not None else change, change)
-    lsn = src.get("lsn")
-    n = positions.pg_lsn(lsn) if isinstance(lsn, str) and "/" in lsn else _int(lsn)
-    return n, n
-
-
-#: Connector → the ``source`` fields that order its events.
-ORDER: dict[str, Callable[[Mapping[str, Any]], tuple[int, ...]]] = {
-    "postgresql": _pg,
-    "mysql": lambda s: (
-        *positions.mysql_binlog(str(s.get("file") or ""), s.get("pos") or 0),
-        _int(s.get("row") or 0),
-    ),
-    "sqlserver": lambda s: (
-        positions.mssql_lsn(str(s.get("commit_lsn") or s.get("change_lsn") or "")),
-        positions.mssql_lsn(str(s.get("change_lsn") or s.get("commit_lsn") or "")),
-        _int(s.get("event_serial_no") or 0),
-    ),
-    "oracle": lambda s: (
-        positions.oracle_scn(s.get("commit_scn") or s.get("scn") or ""),
-        positions.oracle_scn(s.get("scn") or s.get("commit_scn") or ""),
-        *_rs_id(s.get("rs_id")),
-        _int(s.get("ssn") or 0),
-    ),
-    "mongodb": lambda s: (_int(s.get("ts_ms")), _int(s.get("ord") or 0)),
-    "db2": lambda s: (
-        int(str(s.get("commit_lsn")).replace(":", ""), 16),
-        int(str(s.get("change_lsn")).replace(":", ""), 16),
-    ),
-}
-ORDER["mariadb"] = ORDER["vitess"] = ORDER["mysql"]
-#: Connector → the ``source`` field each element of its ordering tuple comes from (a
-#: PostgreSQL event without ``sequence``: both from ``lsn``).
-ORDER_FIELDS: dict[str, tuple[str, ...]] = {
-    "postgresql": ("sequence", "sequence"),
-    "mysql": ("file", "pos", "row"),
-    "sqlserver": ("commit_lsn", "change_lsn", "event_serial_no"),
-    "oracle": ("commit_scn", "scn", "rs_id", "rs_id", "rs_id", "ssn"),
-    "mongodb": ("ts_ms", "ord"),
-    "db2": ("commit_lsn", "change_lsn"),
-}
-ORDER_FIELDS["mariadb"] = ORDER_FIELDS["vitess"] = ORDER_FIELDS["mysql"]
-#: Connector → the ``source`` field without which it has no position (e.g. Flink CDC's
-#: MySQL source writes ``"file": ""``): such events fall back to delivery order.
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "postgresql": ("lsn", "sequence"),
-    "mysql": ("file",),
-    "mariadb": ("file",),
-    "vitess": ("file",),
-    "sqlserver": ("change_lsn", "commit_lsn"),
-    "oracle": ("scn", "commit_scn"),
-    "mongodb": ("ord",),
-    "db2": ("change_lsn",),
-}
-#: ``source`` fields kept in ``position``.
-POSITION_FIELDS: tuple[str, ...] = (
-    "lsn", "sequence", "txId", "xmin", "file", "pos", "row", "gtid", "server_id",
-    "change_lsn", "commit_lsn", "event_serial_no", "scn", "commit_scn", "rs_id", "ssn",
-    "redo_thread", "ord", "lsid", "txnNumber",
-)  # fmt: skip
-
-
-#: The type tables of the connectors' databases.
-TYPE_SOURCES: tuple[str, ...] = tuple(
-    dict.fromkeys(s for s in CONNECTORS.values() if s in vendors())
 )
 
 
@@ -289,7 +165,7 @@ class DebeziumDialect(Dialect):
         fields: Mapping[str, Field],
         item: Item,
     ) -> Decoded | list[Decoded]:
-        connector = _connector(src)
+        connector = connector_of(src)
         where = self._where(src, item)
         order = self._order(connector, src, payload, item)
         if op == "t":
@@ -408,7 +284,7 @@ class DebeziumDialect(Dialect):
         else:
             op = OPS[op]
         item.meta["flattened"] = True
-        connector = _connector(src)
+        connector = connector_of(src)
         where = self._where(src, item)
         order = self._order(connector, src, src, item)
         before, after = (row, None) if op == "DELETE" else (None, row)
@@ -427,8 +303,8 @@ class DebeziumDialect(Dialect):
                     for c in collections
                     if isinstance(c, dict)
                 }
-        ts = _millis(doc.get("ts_ms"))
-        txid, position = _transaction(doc.get("id"), item)
+        ts = ts_ms_instant(doc.get("ts_ms"))
+        txid, position = transaction_of(doc.get("id"), item)
         order = Order(self.delivery_order(item), position, ts, txid)
         return self.make_event(op, (None, None, None), order, item)
 
@@ -444,34 +320,8 @@ class DebeziumDialect(Dialect):
         ddl = body.get("ddl")
         found = doc.get("source")
         src: Mapping[str, Any] = found if isinstance(found, dict) else {}
-        changes = body.get("tableChanges") or []
-        if not isinstance(changes, list):
-            raise self.fail(
-                "BAD_FIELD", f"'tableChanges' must be a list, got {kind(body['tableChanges'])}"
-            )
-        changes = [c for c in changes if isinstance(c, dict)]
-        ident: list[str] = []
-        ddl_type = None
-        types: dict[str, str] = {}
-        if changes:
-            ident = _ident(str(changes[0].get("id", "")))
-            ddl_type = DDL_TYPES.get(str(changes[0].get("type")))
-            table_def = as_dict(changes[0].get("table"))
-            connector = _connector(src)
-            for c in as_list(table_def.get("columns")):
-                if not isinstance(c, dict):
-                    continue
-                try:
-                    native = str(c.get("typeName"))
-                    if c.get("length") and "(" not in native:
-                        native += f"({c['length']}" + (f",{c['scale']})" if c.get("scale") else ")")
-                    types[str(c["name"])] = source_type(
-                        CONNECTORS.get(connector or "", "mysql"), native
-                    )
-                except (ValueTypeError, KeyError, TypeError):
-                    continue
-        elif isinstance(ddl, str) and (m := _DDL_TABLE.match(ddl)):
-            ident, ddl_type = _ident(m.group(2)), f"{m.group(1).upper()}_TABLE"
+        connector = connector_of(src)
+        ident, ddl_type, types = ddl_target(body, CONNECTORS.get(connector or "", "mysql"))
         if not ident:
             return self.skip("schema_change")
         database = (
@@ -479,9 +329,9 @@ class DebeziumDialect(Dialect):
         )
         schema = body.get("schemaName") or (ident[-2] if len(ident) == 3 else None)
         where = (text(database), text(schema), ident[-1])
-        order = self._order(_connector(src), src, doc, item)
+        order = self._order(connector, src, doc, item)
         return self.make_event(
-            "DDL", where, order, item, source=CONNECTORS.get(_connector(src) or ""),
+            "DDL", where, order, item, source=CONNECTORS.get(connector or ""),
             ddl_type=ddl_type, ddl_command=text(ddl), types=types,
         )  # fmt: skip
 
@@ -505,11 +355,9 @@ class DebeziumDialect(Dialect):
         self, connector: str | None, src: Mapping[str, Any], payload: Mapping[str, Any], item: Item
     ) -> Order:
         position = {k: src[k] for k in POSITION_FIELDS if src.get(k) is not None}
-        ts = _millis(src.get("ts_ms") or payload.get("ts_ms"))
-        transaction = payload.get("transaction")
-        txid = (
-            _transaction(transaction.get("id"), item)[0] if isinstance(transaction, dict) else None
-        )
+        ts = ts_ms_instant(src.get("ts_ms") or payload.get("ts_ms"))
+        tx = payload.get("transaction")
+        txid = transaction_of(tx.get("id"), item)[0] if isinstance(tx, dict) else None
         native = ORDER.get(connector or "")
         if native is None or not any(src.get(f) for f in REQUIRED[connector or ""]):
             return Order(self.delivery_order(item), position or None, ts, txid)
@@ -645,16 +493,6 @@ class DebeziumDialect(Dialect):
 # ---------------------------------------------------------------------- helpers
 
 
-def _connector(src: Mapping[str, Any]) -> str | None:
-    found = src.get("connector")
-    if isinstance(found, str) and found:
-        return found.lower()
-    for field, connector in _SOURCE_HINTS:
-        if src.get(field) is not None:
-            return connector
-    return None
-
-
 def _mongo(image: Any, what: str) -> dict[str, Any] | None:
     """A MongoDB image (Extended JSON text, or an object) → plain values; nested documents and
     arrays as JSON text."""
@@ -669,39 +507,3 @@ def _mongo(image: Any, what: str) -> dict[str, Any] | None:
         raise Dialect.fail("BAD_IMAGE", f"'{what}' must be a document, got {kind(image)}")
     out = ejson(image)
     return {k: json_text(v) if isinstance(v, dict | list) else v for k, v in out.items()}
-
-
-def _transaction(value: Any, item: Item) -> tuple[str | None, dict[str, Any] | None]:
-    """(transaction id, position) of a transaction id as a connector writes it: a PostgreSQL
-    id ``<txId>:<LSN>`` is ``txId`` (the whole id kept in ``metadata.debezium_transaction``),
-    its LSN the position; any other id as it is."""
-    ident = text(value)
-    found = _PG_TRANSACTION.match(ident) if ident else None
-    if found is None:
-        return ident, None
-    item.meta["debezium_transaction"] = ident
-    try:
-        lsn = int(found.group(2))
-    except ValueError:  # more digits than an integer is read from
-        raise Dialect.fail(
-            "BAD_POSITION",
-            f"transaction id {found.group(1)}:<{len(found.group(2))} digits>: the LSN is too long",
-        ) from None
-    return found.group(1), {"lsn": lsn}
-
-
-def _ident(text: str) -> list[str]:
-    """``"db"."table"`` / ``db.schema.table`` / ``[dbo].[t]`` → its parts, unquoted."""
-    parts = re.findall(r'"([^"]+)"|`([^`]+)`|\[([^\]]+)\]|([^."`\[\]]+)', text.strip())
-    return [next(p for p in g if p) for g in parts]
-
-
-def _millis(value: Any) -> dt.datetime | None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        return None
-    if value > 10**15:  # nanoseconds written as ts_ms (SQL Server docs example)
-        value //= 1_000_000
-    try:
-        return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
-    except (ValueError, OverflowError, OSError):
-        raise Dialect.fail("BAD_TIMESTAMP", f"ts_ms {value} is out of range") from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cdcflow.dialects.base import Envelope
+from cdcflow.dialects.model import Envelope
 
 #: ``op`` → canonical operation (``m``, a logical decoding message, is skipped).
 OPS: dict[str, str] = {"c": "INSERT", "u": "UPDATE", "d": "DELETE", "r": "SNAPSHOT"}

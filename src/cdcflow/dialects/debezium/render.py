@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.rendering import RenderJob, RenderResult
 from cdcflow.simulation import oracle
 from cdcflow.simulation.landing import land

@@ -10,15 +10,9 @@ from functools import partial
 from typing import Any, ClassVar
 
 from cdcflow import positions, sequence
-from cdcflow.dialects.base import (
-    BASE_TRANSPORTS,
-    Batch,
-    Capabilities,
-    Columnar,
-    Dialect,
-    Item,
-    Order,
-)
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.common import epoch_instant
+from cdcflow.dialects.model import BASE_TRANSPORTS, Batch, Capabilities, Columnar, Item, Order
 from cdcflow.errors import DecodeError
 from cdcflow.event import MARKER_OPERATIONS, OPERATIONS, ROW_OPERATIONS, event_id
 from cdcflow.transports import PROTOBUF
@@ -267,11 +261,12 @@ class SavegressDialect(Dialect):
         if ms is None:
             return None
         try:
-            return dt.datetime.fromtimestamp(int(ms) / 1000, dt.UTC)
-        except (ValueError, OverflowError, OSError):
+            count = int(ms)
+        except ValueError:
             raise self.fail(
                 "BAD_TIMESTAMP", f"savegress-timestamp header {ms!r} is not epoch ms"
             ) from None
+        return epoch_instant(count, "ms", "savegress-timestamp header")
 
     def _typed(
         self, image: Mapping[str, Any] | None, declared: Mapping[str, str], types: dict[str, str]

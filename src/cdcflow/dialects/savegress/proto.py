@@ -25,6 +25,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
+from cdcflow.dialects.common import epoch_instant
 from cdcflow.errors import DecodeError
 from cdcflow.proto import savegress_pb2 as pb
 from cdcflow.types import ValueTypeError, json_bytes, parse_timestamp
@@ -99,14 +100,7 @@ def event_from_proto(data: bytes) -> dict[str, Any]:
         doc["operation"] = _OPERATIONS[op]
     if msg.HasField("timestamp"):
         ts = msg.timestamp
-        try:
-            doc["timestamp"] = dt.datetime.fromtimestamp(ts.seconds, dt.UTC) + dt.timedelta(
-                microseconds=ts.nanos // 1000
-            )
-        except (ValueError, OverflowError, OSError):
-            raise DecodeError(
-                f"timestamp {ts.seconds}s {ts.nanos}ns is out of range", code="BAD_TIMESTAMP"
-            ) from None
+        doc["timestamp"] = epoch_instant(ts.seconds * 10**9 + ts.nanos, "ns", "timestamp")
     if msg.HasField("position"):
         doc["position"] = _position(msg.position)
     if msg.HasField("before"):

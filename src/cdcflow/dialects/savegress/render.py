@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.rendering import (
     PG_TYPES,
     RenderJob,

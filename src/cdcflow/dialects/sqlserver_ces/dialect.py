@@ -3,8 +3,6 @@ canonical events (``docs/dialects/sqlserver_ces.md``)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -12,10 +10,20 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow import positions
-from cdcflow.dialects.base import Capabilities, Dialect, Item, Order, Segment, present_types
+from cdcflow.dialects.base import Dialect
+from cdcflow.dialects.common import hex_bytes, present_types
+from cdcflow.dialects.model import Capabilities, Item, Order, Segment
+from cdcflow.dialects.sqlserver_ces.cloudevent import (
+    CLOUDEVENT_AVRO_SCHEMA,
+    binary_mode,
+    ce_attributes,
+    data_document,
+    data_member,
+    from_avro,
+    json_member,
+)
 from cdcflow.errors import DecodeError
-from cdcflow.transports.avro import read_schemaless
-from cdcflow.transports.json import dumps, header_map, kind
+from cdcflow.transports.json import dumps, kind
 from cdcflow.transports.message import RawMessage
 from cdcflow.types import ValueTypeError, json_bytes, source_type
 
@@ -35,94 +43,11 @@ METADATA_ATTRIBUTES = (
     "splitindex",
     "splittotalcnt",
 )
-#: Prefixes of CloudEvent attributes carried as transport headers or properties (binary mode).
-CE_PREFIXES = ("cloudEvents:", "cloudEvents_", "ce_", "ce-")
 _LOGICAL_ID = re.compile(r"^\s*([^:]*):([0-9A-Fa-f:x]+?):(\d+)\s*$")
 _SEGMENT_FIELDS = frozenset(
     {"segmentindex", "finalsegment", "splitindex", "splittotalcnt", "data", "data_base64"}
 )
 _UNPARSED = object()
-
-
-def _fields(*spec: tuple[str, Any]) -> list[dict[str, Any]]:
-    return [{"name": n, "type": t} for n, t in spec]
-
-
-def _texts_of(*names: str) -> list[dict[str, Any]]:
-    return _fields(*((n, "string") for n in names))
-
-
-#: The spec's Avro schema of a CES CloudEvent (``data`` as bytes).
-CLOUDEVENT_AVRO_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "ChangeEvent",
-    "fields": [
-        *_texts_of("specversion", "type", "source", "id", "logicalid", "time"),
-        *_texts_of("datacontenttype", "operation"),
-        *_fields(("segmentindex", "int"), ("finalsegment", "boolean"), ("data", "bytes")),
-    ],
-}
-
-#: The spec's Avro schema of ``data`` under Avro serialization (``old``/``current`` stay JSON
-#: text).
-DATA_AVRO_SCHEMA: dict[str, Any] = {
-    "name": "Data",
-    "type": "record",
-    "fields": _fields(
-        (
-            "eventsource",
-            {
-                "name": "EventSource",
-                "type": "record",
-                "fields": [
-                    *_texts_of("db", "schema", "tbl"),
-                    *_fields(
-                        (
-                            "cols",
-                            {
-                                "type": "array",
-                                "items": {
-                                    "name": "Column",
-                                    "type": "record",
-                                    "fields": [
-                                        *_texts_of("name", "type"),
-                                        *_fields(("index", "int")),
-                                    ],
-                                },
-                            },
-                        ),
-                        (
-                            "pkkey",
-                            {
-                                "type": "array",
-                                "items": {
-                                    "name": "PkKey",
-                                    "type": "record",
-                                    "fields": _texts_of("columnname", "value"),
-                                },
-                            },
-                        ),
-                        (
-                            "transaction",
-                            {
-                                "name": "Transaction",
-                                "type": "record",
-                                "fields": [
-                                    *_texts_of("commitlsn", "beginlsn"),
-                                    *_fields(("sequencenumber", "int"), ("committime", "string")),
-                                ],
-                            },
-                        ),
-                    ),
-                ],
-            },
-        ),
-        (
-            "eventrow",
-            {"name": "EventRow", "type": "record", "fields": _texts_of("old", "current")},
-        ),
-    ),
-}
 
 
 #: What change event streaming can express.
@@ -145,7 +70,7 @@ class SqlServerCesDialect(Dialect):
     # ------------------------------------------------------------------ recognition
 
     def recognise(self, msg: RawMessage, doc: Any) -> float:
-        attrs = _ce_attributes(msg.headers)
+        attrs = ce_attributes(msg.headers)
         if attrs:
             return 1.0 if ".SQL.CES." in str(attrs.get("type", "")).upper() else 0.8
         if msg.form == "bytes":
@@ -184,10 +109,10 @@ class SqlServerCesDialect(Dialect):
         return CLOUDEVENT_AVRO_SCHEMA
 
     def document(self, msg: RawMessage) -> Any:
-        attrs = _ce_attributes(msg.headers)
+        attrs = ce_attributes(msg.headers)
         if "specversion" in attrs:
             # binary content mode: the attributes travel as headers, the body is `data`
-            return {**_texts(attrs), **_data_fields(msg.data)}
+            return binary_mode(attrs, msg.data)
         if msg.form == "bytes":
             try:
                 record = self.schemaless(msg)
@@ -197,9 +122,9 @@ class SqlServerCesDialect(Dialect):
                     f"{e.message} (a schemaless CloudEvent: set the source option avro_schema)",
                 ) from None
             assert record is not None
-            return _from_avro(record.value)
+            return from_avro(record.value)
         if msg.form == "avro" and msg.avro is not None:
-            return _from_avro(msg.avro.value)
+            return from_avro(msg.avro.value)
         return super().document(msg)
 
     # ------------------------------------------------------------------ the event
@@ -234,7 +159,7 @@ class SqlServerCesDialect(Dialect):
         op = OPERATIONS[op_value.upper()]
 
         if data is _UNPARSED:
-            data = _data_document(_data_member(doc))
+            data = data_document(data_member(doc))
         if not isinstance(data, dict):
             raise self.fail("BAD_DATA", f"'data' must hold a JSON object, got {kind(data)}")
         source = data.get("eventsource")
@@ -296,7 +221,7 @@ class SqlServerCesDialect(Dialect):
             # of a split one is not
             if final is True and index == 1:
                 try:
-                    data = _data_document(_data_member(doc))
+                    data = data_document(data_member(doc))
                 except DecodeError:
                     data = _UNPARSED
                 if isinstance(data, dict):
@@ -339,7 +264,7 @@ class SqlServerCesDialect(Dialect):
                 raise self.fail("BAD_SEGMENT", f"segment {i} is not JSON: {e}") from None
         pieces: list[bytes] = []
         for i, d in enumerate(docs):
-            value = _data_member(d) if isinstance(d, dict) else None
+            value = data_member(d) if isinstance(d, dict) else None
             if isinstance(value, str):
                 pieces.append(value.encode("utf-8"))
             elif isinstance(value, bytes | bytearray):
@@ -348,7 +273,7 @@ class SqlServerCesDialect(Dialect):
                 raise self.fail(
                     "BAD_SEGMENT", f"segment {i} carries no text or bytes 'data' to join"
                 )
-        data = _data_document(b"".join(pieces))
+        data = data_document(b"".join(pieces))
         if not isinstance(data, dict):
             raise self.fail("BAD_DATA", f"reassembled 'data' is {kind(data)}, not an object")
         whole = {k: v for k, v in docs[0].items() if k not in _SEGMENT_FIELDS}
@@ -386,7 +311,7 @@ class SqlServerCesDialect(Dialect):
         return types, indexes
 
     def _image(self, value: Any, name: str, types: Mapping[str, str]) -> dict[str, Any] | None:
-        image = _json_member(value, name, "BAD_ROW_IMAGE")
+        image = json_member(value, name, "BAD_ROW_IMAGE")
         if image is None or image == {}:
             # "{}" is how CES writes "no image"
             return None
@@ -399,10 +324,7 @@ class SqlServerCesDialect(Dialect):
             return None
         t = types.get(col, "string")
         if t == "binary" and isinstance(value, str) and value[:2].lower() == "0x":
-            try:
-                value = bytes.fromhex(value[2:])
-            except ValueError:
-                raise self.fail("BAD_VALUE", f"column {col!r}: not hex: {value[:40]!r}") from None
+            value = hex_bytes(col, value[2:])
         return self.value(col, value, t)
 
     def _key(
@@ -473,105 +395,6 @@ def _sqlserver_type(native: str) -> str:
     return source_type("sqlserver", native)
 
 
-def _ce_attributes(headers: Mapping[str, Any] | None) -> dict[str, str]:
-    """CloudEvent attributes among transport headers or properties (binary content mode)."""
-    out: dict[str, str] = {}
-    if not headers:
-        return out
-    for k, v in header_map(headers).items():
-        for p in CE_PREFIXES:
-            if k.startswith(p.lower()):
-                out[k[len(p) :]] = v
-                break
-    return out
-
-
-def _texts(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in attrs.items():
-        if isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
-        if k in ("segmentindex", "splitindex", "splittotalcnt") and isinstance(v, str):
-            # a number too long to be an index stays text; _seg_int rejects it
-            v = int(v) if v.strip().lstrip("-").isdigit() and len(v.strip()) <= 18 else v
-        if k == "finalsegment" and isinstance(v, str):
-            v = v.strip().lower() == "true"
-        out[k] = v
-    return out
-
-
-def _from_avro(record: Any) -> Any:
-    """A CloudEvent Avro record as the JSON-shaped CloudEvent (``data`` bytes as text, or
-    ``data_base64``)."""
-    if not isinstance(record, dict):
-        return record
-    doc: dict[str, Any] = {}
-    for k, v in record.items():
-        if k == "data" and isinstance(v, bytes):
-            doc.update(_data_fields(v))
-        else:
-            doc[k] = bytes(v).decode("utf-8", "replace") if isinstance(v, bytes) else v
-    return doc
-
-
-def _looks_like_json(body: bytes) -> bool:
-    """JSON object or array text. (Avro binary of the Data record never starts with ``{`` or
-    ``[``: its first byte is a zig-zag string length, always even.)"""
-    return body.lstrip(b" \t\r\n")[:1] in (b"{", b"[")
-
-
-def _data_fields(body: bytes) -> dict[str, Any]:
-    """``data`` from bytes: text when it is UTF-8 JSON, else ``data_base64`` (the CloudEvents
-    JSON member for binary data) — Avro-serialized ``data``, or a segment cut inside a
-    character, survives until decoded or joined."""
-    if _looks_like_json(body):
-        try:
-            return {"data": body.decode("utf-8")}
-        except UnicodeDecodeError:
-            pass
-    return {"data_base64": base64.b64encode(body).decode("ascii")}
-
-
-def _data_member(doc: Mapping[str, Any]) -> Any:
-    """``data``, or the bytes of ``data_base64``."""
-    if "data" in doc or "data_base64" not in doc:
-        return doc.get("data")
-    value = doc["data_base64"]
-    try:
-        return base64.b64decode(value, validate=True) if isinstance(value, str) else value
-    except (binascii.Error, ValueError):
-        raise Dialect.fail("BAD_DATA", "'data_base64' is not base64") from None
-
-
-def _data_document(value: Any) -> Any:
-    """``data`` as a document: JSON text (or bytes of it), or — under Avro serialization —
-    Avro binary of the spec's Data record."""
-    if isinstance(value, bytes | bytearray) and value:
-        body = bytes(value)
-        if not _looks_like_json(body):
-            return _avro_data(body)
-        try:
-            return _json_member(body, "data", "BAD_DATA")
-        except DecodeError as e:
-            try:
-                return _avro_data(body)
-            except DecodeError:
-                raise e from None
-    return _json_member(value, "data", "BAD_DATA")
-
-
-def _avro_data(body: bytes) -> dict[str, Any]:
-    try:
-        record = read_schemaless(body, DATA_AVRO_SCHEMA)
-    except DecodeError as e:
-        raise Dialect.fail(
-            "BAD_DATA", f"'data' is neither JSON nor an Avro Data record: {e.message}"
-        ) from None
-    if not isinstance(record, dict):
-        raise Dialect.fail("BAD_DATA", "'data' is neither JSON nor an Avro Data record")
-    return record
-
-
 def _seg_int(value: Any, name: str) -> int | None:
     if value is None:
         return None
@@ -590,26 +413,6 @@ def _seg_bool(value: Any) -> bool | None:
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     raise Dialect.fail("BAD_SEGMENT", f"'finalsegment' must be a boolean, got {value!r}")
-
-
-def _json_member(value: Any, name: str, code: str) -> Any:
-    """A member that is JSON text (CES writes ``data``, ``old`` and ``current`` as strings);
-    an already-parsed object is accepted as it is."""
-    if value is None or isinstance(value, dict | list):
-        return value
-    if isinstance(value, bytes | bytearray):
-        try:
-            value = bytes(value).decode("utf-8", "strict")
-        except UnicodeDecodeError:
-            raise Dialect.fail("BAD_UTF8", f"'{name}' is not UTF-8 text") from None
-    if not isinstance(value, str):
-        raise Dialect.fail(code, f"'{name}' must be JSON text, got {kind(value)}")
-    if not value.strip():
-        return None
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError as e:
-        raise Dialect.fail(code, f"'{name}' is not JSON: {e}") from None
 
 
 def _int(value: Any, name: str) -> int:

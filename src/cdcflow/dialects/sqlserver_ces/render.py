@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from cdcflow.dialects.base import DialectOptions
+from cdcflow.dialects.model import DialectOptions
 from cdcflow.dialects.rendering import (
     MSSQL_TYPES,
     RenderJob,
@@ -42,7 +42,7 @@ from cdcflow.dialects.rendering import (
     mssql_lsn,
     timestamp_text,
 )
-from cdcflow.dialects.sqlserver_ces.dialect import CLOUDEVENT_AVRO_SCHEMA, DATA_AVRO_SCHEMA
+from cdcflow.dialects.sqlserver_ces.cloudevent import CLOUDEVENT_AVRO_SCHEMA, DATA_AVRO_SCHEMA
 from cdcflow.simulation.landing import land
 from cdcflow.simulation.workload import Change, Workload
 from cdcflow.transports.eventhubs import CAPTURE_SCHEMA
