@@ -120,3 +120,21 @@ def test_the_pipeline_and_the_observers_never_ask_which_kind_a_source_is(folder:
         if own.search(line)
     ]
     assert found == []
+
+
+def test_a_pipeline_checks_each_source_once_until_it_closes(tmp_path: Path) -> None:
+    """``cdcflow run`` checks before Spark starts, and the start checks what it was not asked
+    to check yet: brokers are asked once, secrets read once per start."""
+    from cdcflow.pipeline.query import Pipeline
+
+    (tmp_path / "landing").mkdir()
+    pipe = Pipeline(load_config({"sources": _sources(tmp_path)[:1]}))
+    pipe.check_paths()
+    reader = pipe._reader("files")
+    (tmp_path / "landing").rmdir()
+    pipe.check_paths()  # checked already: not asked again
+    assert pipe._reader("files") is reader
+    pipe.close()
+    with pytest.raises(SourceMissing):
+        pipe.check_paths()
+    assert pipe._reader("files") is not reader

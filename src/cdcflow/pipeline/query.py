@@ -67,8 +67,9 @@ class Pipeline:
         self.checkpoint: Checkpoint | None = None
         self.shared: Shared | None = None
         self._sources: dict[str, tuple[SourceConfig, SourceRecord]] = {}
-        #: how each source is read, by name (:meth:`_reader`)
+        #: how each source is read, by name (:meth:`_reader`), and those checked already
         self._readers: dict[str, Source] = {}
+        self._checked: set[str] = set()
         self._launchers: list[Callable[[], StreamingQuery]] = []
         self._restarts: dict[int, int] = {}
         #: called when the pipeline closes (what watches it stops)
@@ -118,7 +119,7 @@ class Pipeline:
     def _close_readers(self) -> None:
         for reader in self._readers.values():
             reader.close()
-        self._readers = {}
+        self._readers, self._checked = {}, set()
 
     @property
     def records(self) -> dict[str, SourceRecord]:
@@ -229,15 +230,17 @@ class Pipeline:
     def check_paths(self, given: Iterable[str] = ()) -> None:
         """Refuse, before Spark starts, a source that cannot be read (its checks:
         :meth:`cdcflow.sources.base.Source.check`) unless a DataFrame is ``given`` for it (by
-        source name)."""
-        skip = set(given)
+        source name); a source checked already since its reader was made is not asked
+        again."""
+        skip = set(given) | self._checked
         for src in self.cfg.sources:
             if src.name not in skip:
                 self._reader(src.name).check()
+                self._checked.add(src.name)
 
     def _reader(self, name: str) -> Source:
-        """How a source is read, made once per start of the pipeline's queries (its secrets
-        are read once for them)."""
+        """How a source is read, made once until the pipeline closes (its secrets are read
+        once for the queries of a start)."""
         if name not in self._readers:
             self._readers[name] = next(s for s in self.cfg.sources if s.name == name).source()
         return self._readers[name]
@@ -275,7 +278,6 @@ class Pipeline:
                 f"inputs for source(s) {', '.join(unknown)} not in pipeline {self.cfg.pipeline!r}",
                 hint="sources: " + ", ".join(s.name for s in self.cfg.sources),
             )
-        self._close_readers()
         self.check_paths(given)
         self.open()
         assert self.checkpoint is not None
