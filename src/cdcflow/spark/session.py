@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdcflow.errors import ConfigError, EnvironmentProblem
 from cdcflow.spark import jars
+from cdcflow.spark.kind import require_classic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -391,6 +392,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         builder = builder.config(k, v)
     with jvm_output(submitted is None):
         spark = builder.getOrCreate()
+    # SPARK_REMOTE, spark.remote or spark.api.mode=connect make the builder's session a client
+    require_classic(spark, "a session built by cdcflow (cdcflow run, cdcflow.api.session)")
     spark.sparkContext.setLogLevel(settings.log_level)
     _quiet_jvm_loggers(spark)
     return spark
