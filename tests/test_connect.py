@@ -14,6 +14,7 @@ import pytest
 
 import cdcflow.api as cdc
 from cdcflow.dialects import dialect_names
+from cdcflow.dialects.base import DialectOptions
 from cdcflow.spark.kind import ConnectUnsupported, is_connect, is_connect_column
 from tests.kafka_shaped import KAFKA_ARROW, kafka_rendering
 from tests.scenario import ev
@@ -35,32 +36,38 @@ def connect(spark_connect: Any) -> Iterator[Any]:
     session.stop()
 
 
-def _kafka_rows(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """A few transactions of every dialect as rows of Spark's Kafka source, by dialect, and
-    the messages no dialect reads under ``bad``."""
-    out = {
-        name: kafka_rendering(name, root / name, transactions=4).rows for name in dialect_names()
-    }
-    out["bad"] = [
+def _raw(root: Path) -> dict[str, tuple[list[dict[str, Any]], DialectOptions | None]]:
+    """A few transactions of every dialect as rows of Spark's Kafka source with the dialect's
+    options, by dialect, and (``bad``) messages no dialect reads."""
+    out: dict[str, tuple[list[dict[str, Any]], DialectOptions | None]] = {}
+    for name in dialect_names():
+        r = kafka_rendering(name, root / name, transactions=4)
+        out[name] = (r.rows, r.options)
+    bad = [
         {"key": None, "value": v, "topic": "bad", "partition": 0, "offset": i, "timestamp": None}
         for i, v in enumerate(_BAD)
     ]
+    out["bad"] = (bad, None)
     return out
 
 
-def _decoded(session: Any, root: Path, rows: dict[str, list[dict[str, Any]]]) -> list[Any]:
-    """Every dialect's Kafka rows decoded with its options (``bad``: auto-detected), and
-    ``root``'s files decoded as ``binaryFile`` rows, collected: one frame, one job."""
+def _decoded(
+    session: Any, root: Path, raw: dict[str, tuple[list[dict[str, Any]], DialectOptions | None]]
+) -> list[Any]:
+    """Every dialect's Kafka rows decoded with its options (``bad``: auto-detected), and the
+    savegress files under ``root`` decoded as ``binaryFile`` rows, collected: one frame, one
+    job."""
     frames = []
-    for name, found in rows.items():
-        table = pa.Table.from_pylist(found, schema=KAFKA_ARROW)
-        raw = session.createDataFrame(table)
-        if name == "bad":
-            frames.append(cdc.decode(raw).frame)
-            continue
-        o = kafka_rendering(name, root / "again" / name, transactions=4).options
-        decoded = cdc.decode(raw, name, types=o.column_types, keys=o.table_keys, options=o.extra)
-        frames.append(decoded.frame)
+    for name, (rows, o) in raw.items():
+        # one partition a frame: a few rows each, and one Python task rather than two
+        frame = session.createDataFrame(pa.Table.from_pylist(rows, schema=KAFKA_ARROW)).coalesce(1)
+        if o is None:
+            frames.append(cdc.decode(frame).frame)
+        else:
+            decoded = cdc.decode(
+                frame, name, types=o.column_types, keys=o.table_keys, options=o.extra
+            )
+            frames.append(decoded.frame)
     files = session.read.format("binaryFile").load(str(root / "savegress"))
     frames.append(cdc.decode(files, "savegress").frame)
     union = frames[0]
@@ -86,9 +93,9 @@ def test_decode_over_connect_equals_decode_on_a_classic_session(
     """The same raw messages — Kafka rows of every dialect, messages no dialect reads, files
     — decode to the same rows (events, segments, rejections, every column) on a Connect
     session as on the classic one."""
-    rows = _kafka_rows(tmp_path)
-    classic = sorted(map(_plain, _decoded(spark, tmp_path, rows)), key=repr)
-    remote = sorted(map(_plain, _decoded(connect, tmp_path, rows)), key=repr)
+    raw = _raw(tmp_path)
+    classic = sorted(map(_plain, _decoded(spark, tmp_path, raw)), key=repr)
+    remote = sorted(map(_plain, _decoded(connect, tmp_path, raw)), key=repr)
     assert remote == classic
     codes = {r["error_code"] for r in classic if r["error_code"] is not None}
     assert len(classic) > 50 and "NOT_JSON" in codes, codes
