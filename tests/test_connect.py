@@ -15,7 +15,13 @@ import pytest
 import cdcflow.api as cdc
 from cdcflow.dialects import dialect_names
 from cdcflow.dialects.base import DialectOptions
-from cdcflow.spark.kind import ConnectUnsupported, is_connect, is_connect_column
+from cdcflow.spark.kind import (
+    ConnectUnsupported,
+    connect_asked,
+    is_connect,
+    is_connect_column,
+    refuse_connect_build,
+)
 from tests.kafka_shaped import KAFKA_ARROW, kafka_rendering
 from tests.scenario import ev
 
@@ -137,3 +143,27 @@ def test_a_sessions_kind_and_what_refuses_a_connect_session(spark: Any, connect:
         assert e.value.code == "CONNECT_UNSUPPORTED" and what in str(e.value), what
         assert e.value.hint
     assert [r["operation"] for r in events.collect()] == ["INSERT"]
+
+
+def test_what_makes_a_new_session_a_connect_client() -> None:
+    """Each way PySpark's builder is asked for a Connect client is named without its value (a
+    Connect URL may hold a token); a session cdcflow would build then is refused."""
+    url = "sc://host:15002/;token=s3cret"
+    cases = [
+        ({}, {"SPARK_REMOTE": url}, "the environment variable SPARK_REMOTE"),
+        ({"spark.remote": url}, {}, "the setting spark.remote"),
+        ({"spark.api.mode": "Connect"}, {}, "spark.api.mode=connect"),
+        ({}, {"SPARK_API_MODE": "connect"}, "spark.api.mode=connect"),
+        ({"spark.api.mode": "classic"}, {"SPARK_API_MODE": "connect"}, None),
+        ({}, {"SPARK_CONNECT_MODE_ENABLED": "1"}, "a Spark Connect session made earlier"),
+        ({"spark.master": "local[2]"}, {"PATH": "/bin"}, None),
+    ]
+    for conf, environ, expected in cases:
+        found = connect_asked(conf, environ)
+        assert (found if expected is None else (found or "")[: len(expected)]) == expected
+        if expected is None:
+            refuse_connect_build(conf, environ)
+            continue
+        with pytest.raises(ConnectUnsupported) as e:
+            refuse_connect_build(conf, environ)
+        assert e.value.code == "CONNECT_UNSUPPORTED" and "s3cret" not in str(e.value)

@@ -11,9 +11,10 @@ packages, and a process that never imported it holds no Connect session.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from cdcflow.errors import CdcflowError
+from cdcflow.errors import EnvironmentProblem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,8 +24,8 @@ CONNECT_MODULE = "pyspark.sql.connect.session"
 CONNECT_COLUMN_MODULE = "pyspark.sql.connect.column"
 
 
-class ConnectUnsupported(CdcflowError):
-    """Something cdcflow does not do over a Spark Connect session yet."""
+class ConnectUnsupported(EnvironmentProblem):
+    """Something cdcflow does not do over a Spark Connect session yet (terminal)."""
 
     code = "CONNECT_UNSUPPORTED"
 
@@ -62,4 +63,33 @@ def require_classic(spark: SparkSession, what: str) -> None:
             hint="run it with a classic SparkSession (cdcflow.api.session(...), or "
             "SparkSession.builder without .remote(...)), e.g. on the Spark Connect server's "
             "cluster; see docs/python-api.md, Over Spark Connect",
+        )
+
+
+def connect_asked(conf: Mapping[str, str], environ: Mapping[str, str]) -> str | None:
+    """What would make PySpark's session builder give a Spark Connect client in this process
+    (``SPARK_REMOTE``, the ``spark.remote`` setting, ``spark.api.mode=connect`` as a setting or
+    ``SPARK_API_MODE``, or a Connect session made here before), named without its value (a
+    Connect URL may hold a token); ``None`` when nothing does."""
+    if "SPARK_REMOTE" in environ:
+        return "the environment variable SPARK_REMOTE"
+    if "spark.remote" in conf:
+        return "the setting spark.remote"
+    if str(conf.get("spark.api.mode", environ.get("SPARK_API_MODE", ""))).lower() == "connect":
+        return "spark.api.mode=connect"
+    if "SPARK_CONNECT_MODE_ENABLED" in environ:
+        return "a Spark Connect session made earlier in this process"
+    return None
+
+
+def refuse_connect_build(conf: Mapping[str, str], environ: Mapping[str, str]) -> None:
+    """Raise :class:`ConnectUnsupported` when a session built now would be a Spark Connect
+    client (see :func:`connect_asked`)."""
+    asked = connect_asked(conf, environ)
+    if asked is not None:
+        raise ConnectUnsupported(
+            f"{asked} makes a new SparkSession a Spark Connect client; cdcflow builds and "
+            "applies with classic sessions only (cdcflow.api.decode runs over Spark Connect)",
+            hint="unset it for cdcflow run and cdcflow.api.session; see docs/python-api.md, "
+            "Over Spark Connect",
         )

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdcflow.errors import ConfigError, EnvironmentProblem
 from cdcflow.spark import jars
-from cdcflow.spark.kind import require_classic
+from cdcflow.spark.kind import refuse_connect_build
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -362,6 +362,7 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     settings = settings or SparkSettings()
     if session_running():
         return _reuse(settings)
+    refuse_connect_build(settings.conf, os.environ)
     find_java()
     for name in ("py4j", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -392,8 +393,6 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         builder = builder.config(k, v)
     with jvm_output(submitted is None):
         spark = builder.getOrCreate()
-    # SPARK_REMOTE, spark.remote or spark.api.mode=connect make the builder's session a client
-    require_classic(spark, "a session built by cdcflow (cdcflow run, cdcflow.api.session)")
     spark.sparkContext.setLogLevel(settings.log_level)
     _quiet_jvm_loggers(spark)
     return spark
