@@ -130,6 +130,9 @@ def test_a_sessions_kind_and_what_refuses_a_connect_session(spark: Any, connect:
         "cdcflow.api.pipeline (and foreach_batch)": lambda: cdc.foreach_batch(
             session=connect, namespace="connect"
         ),
+        "cdcflow.api.start": lambda: cdc.start(
+            connect.readStream.format("rate").load(), namespace="connect"
+        ),
         "sequence_by given as a Column": lambda: cdc.table_config(
             sequence_by=remote_functions.struct("a", "b")
         ),
