@@ -52,7 +52,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 #: Fixtures that start a server; a test using one is marked ``services`` (as is a scenario run
 #: on a catalog behind a server), so ``-m "not services"`` leaves them all out.
-SERVICE_FIXTURES = frozenset({"kafka", "postgres", "rest_catalog"})
+SERVICE_FIXTURES = frozenset({"kafka", "postgres", "rest_catalog", "spark_connect"})
 SERVICE_CATALOGS = frozenset({"pg", "rest"})
 
 
@@ -86,6 +86,26 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Spark Connect server for the run, from the installed PySpark, with the test
+    session's jars and settings (its own warehouse, a 1 GiB driver); its ``url`` is what
+    ``SparkSession.builder.remote`` takes."""
+    if shutil.which("java") is None:
+        pytest.skip("java is not installed: Spark tests need a Java 17 runtime")
+    import pyspark
+
+    from cdcflow.testing.services.spark_connect import SparkConnectServer, server_jar
+
+    if server_jar() is None:
+        pytest.skip(
+            f"PySpark {pyspark.__version__} carries no Spark Connect server (PySpark 4's "
+            "package does): the tests over Spark Connect run on Spark 4.1"
+        )
+    with SparkConnectServer(tmp_path_factory.mktemp("spark-connect")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

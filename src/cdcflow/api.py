@@ -39,6 +39,7 @@ from cdcflow.errors import ConfigError
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.report import BatchReport, RunResult
 from cdcflow.pipeline.session import bind_catalog
+from cdcflow.spark.kind import require_classic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -113,6 +114,7 @@ def session(config: Config | None = None, **settings: Any) -> SparkSession:
     spark = _active()
     if spark is None:
         return open_session(cfg)
+    require_classic(spark, "cdcflow.api.session")
     bind_catalog(spark, cfg)
     return spark
 
@@ -137,6 +139,7 @@ def pipeline(
     cfg = config_of(config, settings)
     found = given or _active()
     if found is not None:
+        require_classic(found, "cdcflow.api.pipeline (and foreach_batch)")
         bind_catalog(found, cfg)
     return Pipeline(cfg, found)
 
@@ -242,6 +245,7 @@ def start(
             "start needs a streaming DataFrame (spark.readStream…)",
             hint="apply a batch DataFrame with foreach_batch(...)(df, batch_id)",
         )
+    require_classic(frame.sparkSession, "cdcflow.api.start")
     cfg = config_of(config, settings)
     bind_catalog(frame.sparkSession, cfg)
     pipe = Pipeline(cfg, frame.sparkSession)
@@ -314,6 +318,8 @@ def apply_changes(
             hint="e.g. spark.read.table('cdc_feed') or spark.readStream.table('cdc_feed')",
         )
     given = _session_of(session, settings)
+    spark = given or source.sparkSession
+    require_classic(spark, "cdcflow.api.apply_changes")
     order = ordering_names(sequence_by)
     cfg = pipeline_config(
         keys=list(keys),
@@ -328,7 +334,6 @@ def apply_changes(
     events = change_events(
         source, target, list(keys), order or [], apply_as_deletes, apply_as_truncates
     )
-    spark = given or source.sparkSession
     bind_catalog(spark, cfg)
     pipe = Pipeline(cfg, spark)
     name = cfg.sources[0].name

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cdcflow.config import PipelineConfig, SourceConfig, TableConfig, load_config, load_config_file
 from cdcflow.errors import ConfigError, did_you_mean
+from cdcflow.spark.kind import refuse_connect_column
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -103,6 +104,7 @@ def _condition_text(value: Condition | None, name: str) -> str | None:
     """A condition as Spark SQL text (a ``Column`` as the SQL of its expression)."""
     if value is None or isinstance(value, str):
         return value
+    refuse_connect_column(value, name)
     if getattr(value, "_jc", None) is None:
         raise ConfigError(
             f"{name} must be Spark SQL text or a Column, got {type(value).__name__}",
@@ -119,6 +121,7 @@ def ordering_names(value: Ordering | None) -> list[str] | None:
         return None
     if isinstance(value, str):
         return None if value == "sequence" else [value]
+    refuse_connect_column(value, "sequence_by")
     if getattr(value, "_jc", None) is None:
         return [str(v) for v in value]  # type: ignore[union-attr]
     from cdcflow.spark.columns import column_names, column_sql

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdcflow.errors import ConfigError, EnvironmentProblem
 from cdcflow.spark import jars
+from cdcflow.spark.kind import refuse_connect_build
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -361,6 +362,7 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     settings = settings or SparkSettings()
     if session_running():
         return _reuse(settings)
+    refuse_connect_build(settings.conf, os.environ)
     find_java()
     for name in ("py4j", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.WARNING)

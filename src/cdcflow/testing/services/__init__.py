@@ -9,7 +9,9 @@ of its own:
 - :class:`~cdcflow.testing.services.postgres.Postgres`: PostgreSQL from Debian's packages, run
   as a non-root user, with logical decoding on;
 - :class:`~cdcflow.testing.services.rest.RestCatalog`: Iceberg's REST catalog server, from
-  Iceberg's Maven artifacts, over a JDBC catalog on an SQLite file.
+  Iceberg's Maven artifacts, over a JDBC catalog on an SQLite file;
+- :class:`~cdcflow.testing.services.spark_connect.SparkConnectServer`: a Spark Connect server
+  from the installed PySpark (4.x), with cdcflow's jars and its embedded catalog.
 
 Java servers are resolved with ``mvn`` into a Maven repository of their own under the services
 cache (``$CDCFLOW_SERVICES_CACHE``, default ``~/.cache/cdcflow/services``), once; later starts

@@ -1,5 +1,5 @@
 """``python -m cdcflow.testing.services NAME start|stop|status --home DIR``: one server by hand
-(``kafka``, ``postgres``, ``rest``); ``start`` prints its address."""
+(``kafka``, ``postgres``, ``rest``, ``spark-connect``); ``start`` prints its address."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cdcflow.errors import CdcflowError
 def main(argv: list[str] | None = None) -> int:
     """Start, stop or describe one server."""
     parser = argparse.ArgumentParser(prog="python -m cdcflow.testing.services")
-    parser.add_argument("name", choices=["kafka", "postgres", "rest"])
+    parser.add_argument("name", choices=["kafka", "postgres", "rest", "spark-connect"])
     parser.add_argument("command", choices=["start", "stop", "status"])
     parser.add_argument("--home", type=Path, required=True, help="the server's own folder")
     args = parser.parse_args(argv)
@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
             from cdcflow.testing.services.postgres import Postgres
 
             server = Postgres(args.home)
+        elif args.name == "spark-connect":
+            from cdcflow.testing.services.spark_connect import SparkConnectServer
+
+            server = SparkConnectServer(args.home)
         else:
             from cdcflow.testing.services.rest import RestCatalog
 

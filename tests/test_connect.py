@@ -1,0 +1,172 @@
+"""The Python API over Spark Connect, against a local Spark Connect server (the ``spark_connect``
+fixture): raw messages decode to the same rows as on the classic session, and the entry points
+that need Spark's JVM refuse a Connect session with ``CONNECT_UNSUPPORTED``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pytest
+
+import cdcflow.api as cdc
+from cdcflow.dialects import dialect_names
+from cdcflow.dialects.base import DialectOptions
+from cdcflow.spark.kind import (
+    ConnectUnsupported,
+    connect_asked,
+    is_connect,
+    is_connect_column,
+    refuse_connect_build,
+)
+from tests.kafka_shaped import KAFKA_ARROW, kafka_rendering
+from tests.scenario import ev
+
+pytestmark = pytest.mark.spark
+
+#: Messages no dialect reads: each is a rejection with a code, on either kind of session.
+_BAD = [b"{not json", b"", b'{"some": "object"}', b"\xff\xfe\x00garbage", b"[1, 2, 3]"]
+
+
+@pytest.fixture(scope="module")
+def connect(spark_connect: Any) -> Iterator[Any]:
+    """One Spark Connect session for the file (the classic ``spark`` session keeps running:
+    the Connect builder is used directly, so this process stays in classic mode)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    session = RemoteSession.builder.remote(spark_connect.url).create()
+    yield session
+    session.stop()
+
+
+def _raw(root: Path) -> dict[str, tuple[list[dict[str, Any]], DialectOptions | None]]:
+    """A few transactions of every dialect as rows of Spark's Kafka source with the dialect's
+    options, by dialect, and (``bad``) messages no dialect reads."""
+    out: dict[str, tuple[list[dict[str, Any]], DialectOptions | None]] = {}
+    for name in dialect_names():
+        r = kafka_rendering(name, root / name, transactions=4)
+        out[name] = (r.rows, r.options)
+    bad = [
+        {"key": None, "value": v, "topic": "bad", "partition": 0, "offset": i, "timestamp": None}
+        for i, v in enumerate(_BAD)
+    ]
+    out["bad"] = (bad, None)
+    return out
+
+
+def _decoded(
+    session: Any, root: Path, raw: dict[str, tuple[list[dict[str, Any]], DialectOptions | None]]
+) -> list[Any]:
+    """Every dialect's Kafka rows decoded with its options (``bad``: auto-detected), and the
+    savegress files under ``root`` decoded as ``binaryFile`` rows, collected: one frame, one
+    job."""
+    frames = []
+    for name, (rows, o) in raw.items():
+        # one partition a frame: a few rows each, and one Python task rather than two
+        frame = session.createDataFrame(pa.Table.from_pylist(rows, schema=KAFKA_ARROW)).coalesce(1)
+        if o is None:
+            frames.append(cdc.decode(frame).frame)
+        else:
+            decoded = cdc.decode(
+                frame, name, types=o.column_types, keys=o.table_keys, options=o.extra
+            )
+            frames.append(decoded.frame)
+    files = session.read.format("binaryFile").load(str(root / "savegress"))
+    frames.append(cdc.decode(files, "savegress").frame)
+    union = frames[0]
+    for f in frames[1:]:
+        union = union.unionByName(f)
+    return union.collect()
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    """A collected row as plain values (a classic session gives binary as ``bytearray``)."""
+    out = row.asDict()
+    for k, v in out.items():
+        if isinstance(v, bytearray):
+            out[k] = bytes(v)
+        elif isinstance(v, dict):
+            out[k] = sorted(v.items())
+    return out
+
+
+def test_decode_over_connect_equals_decode_on_a_classic_session(
+    spark: Any, connect: Any, tmp_path: Path
+) -> None:
+    """The same raw messages — Kafka rows of every dialect, messages no dialect reads, files
+    — decode to the same rows (events, segments, rejections, every column) on a Connect
+    session as on the classic one."""
+    raw = _raw(tmp_path)
+    classic = sorted(map(_plain, _decoded(spark, tmp_path, raw)), key=repr)
+    remote = sorted(map(_plain, _decoded(connect, tmp_path, raw)), key=repr)
+    assert remote == classic
+    codes = {r["error_code"] for r in classic if r["error_code"] is not None}
+    assert len(classic) > 50 and "NOT_JSON" in codes, codes
+    assert {r["dialect"] for r in classic} >= set(dialect_names())
+    assert any(r["operation"] == "SEGMENT" for r in classic)
+
+
+def test_a_sessions_kind_and_what_refuses_a_connect_session(spark: Any, connect: Any) -> None:
+    """The session's kind is told by its class; the entry points that need Spark's JVM say
+    so with ``CONNECT_UNSUPPORTED`` before touching it."""
+    from pyspark.sql import functions as classic_functions
+    from pyspark.sql.connect import functions as remote_functions
+
+    assert is_connect(connect) and not is_connect(spark)
+    assert is_connect_column(remote_functions.col("a"))
+    assert not is_connect_column(classic_functions.col("a"))
+    line = orjson.dumps(ev("INSERT", "users", 1, after={"id": 1})).decode()
+    messages = connect.createDataFrame([(line,)], "body string")
+    events = cdc.decode(messages, "savegress", keys={"users": ["id"]}).events
+    changes = connect.createDataFrame([(1, "a", 1)], "id int, name string, version int")
+    calls = {
+        "cdcflow.api.apply_changes": lambda: cdc.apply_changes(
+            "users", changes, keys=["id"], sequence_by="version", namespace="connect"
+        ),
+        "cdcflow.api.pipeline": lambda: cdc.pipeline(session=connect, namespace="connect"),
+        "cdcflow.api.pipeline (and foreach_batch)": lambda: cdc.foreach_batch(
+            session=connect, namespace="connect"
+        ),
+        "cdcflow.api.start": lambda: cdc.start(
+            connect.readStream.format("rate").load(), namespace="connect"
+        ),
+        "sequence_by given as a Column": lambda: cdc.table_config(
+            sequence_by=remote_functions.struct("a", "b")
+        ),
+        "apply_as_deletes given as a Column": lambda: cdc.table_config(
+            apply_as_deletes=remote_functions.col("operation") == "D"
+        ),
+    }
+    for what, call in calls.items():
+        with pytest.raises(ConnectUnsupported) as e:
+            call()
+        assert e.value.code == "CONNECT_UNSUPPORTED" and what in str(e.value), what
+        assert e.value.hint
+    assert [r["operation"] for r in events.collect()] == ["INSERT"]
+
+
+def test_what_makes_a_new_session_a_connect_client() -> None:
+    """Each way PySpark's builder is asked for a Connect client is named without its value (a
+    Connect URL may hold a token); a session cdcflow would build then is refused."""
+    url = "sc://host:15002/;token=s3cret"
+    cases = [
+        ({}, {"SPARK_REMOTE": url}, "the environment variable SPARK_REMOTE"),
+        ({"spark.remote": url}, {}, "the setting spark.remote"),
+        ({"spark.api.mode": "Connect"}, {}, "spark.api.mode=connect"),
+        ({}, {"SPARK_API_MODE": "connect"}, "spark.api.mode=connect"),
+        ({"spark.api.mode": "classic"}, {"SPARK_API_MODE": "connect"}, None),
+        ({}, {"SPARK_CONNECT_MODE_ENABLED": "1"}, "a Spark Connect session made earlier"),
+        ({"spark.master": "local[2]"}, {"PATH": "/bin"}, None),
+    ]
+    for conf, environ, expected in cases:
+        found = connect_asked(conf, environ)
+        assert (found if expected is None else (found or "")[: len(expected)]) == expected
+        if expected is None:
+            refuse_connect_build(conf, environ)
+            continue
+        with pytest.raises(ConnectUnsupported) as e:
+            refuse_connect_build(conf, environ)
+        assert e.value.code == "CONNECT_UNSUPPORTED" and "s3cret" not in str(e.value)
