@@ -23,7 +23,8 @@ class SourceMissing(ConfigError):
 class Source:
     """One configured source, as the pipeline reads it.
 
-    Built by :meth:`cdcflow.config.SourceConfig.source` once per query start: settings that
+    Built by :meth:`cdcflow.config.SourceConfig.source`; a pipeline keeps one per source until
+    it closes (a start of its queries, with the check before it), so settings that
     hold secrets are read once, when first needed, and kept for the batches of that query.
     """
 

@@ -13,15 +13,12 @@ Spark's client then decides, as before. Secrets never appear in the errors.
 from __future__ import annotations
 
 import difflib
-import logging
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from cdcflow.errors import ConfigError
-
-log = logging.getLogger("cdcflow")
 
 #: Seconds the brokers have to answer the metadata request.
 TIMEOUT = 10.0
