@@ -44,6 +44,8 @@
     Debezium topics, one after the other: catch-up, steady lag, faults, reads after N commits
     (``bench/peer.py``, ``docs/peer.md``); Flink in a venv of its own, skipped with one line
     where it cannot be installed.
+(s) connect: the same batches of change rows applied by ``cdc.apply_changes`` on a classic
+    session and over a local Spark Connect server, paired (``bench/connect.py``).
 ``BENCH_FORMAT=3`` makes every table format 3 (deletion vectors), cdcflow's and the
 hand-written jobs' alike; ``BENCH_MAINTENANCE=off`` turns cdcflow's maintenance off.
 
@@ -54,7 +56,7 @@ and its Spark jobs) in ``bench/runner.py``.
 Results: ``bench/results/bench.json`` and ``bench/results/bench.png`` (``bench/chart.py``).
 Sizes scale with the environment variable ``BENCH_SCALE`` (default 1.0). ``python -m bench
 PART...`` runs some cases (decode, e2e, growth, receiver, many, small, parallel, history,
-kafka, soak, freshness, months, peer); the others' figures in bench.json are kept.
+kafka, soak, freshness, months, peer, connect); the others' figures in bench.json are kept.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ PARTS = (
     "freshness",
     "months",
     "peer",
+    "connect",
 )
 
 
@@ -123,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         print("(l) freshness on the live stack, no faults:", flush=True)
         results["freshness"] = run_rates()
         chosen.discard("freshness")
+    if "connect" in chosen:  # a classic session and a Spark Connect server of its own
+        from bench.connect import run as run_connect
+
+        print("(s) cdc.apply_changes over Spark Connect against a classic session:", flush=True)
+        results["connect"] = run_connect()
+        chosen.discard("connect")
     if "peer" in chosen:  # services, Flink and cdcflow as processes of their own
         from bench.peer import run as run_peer
 

@@ -15,6 +15,7 @@ import pytest
 import cdcflow.api as cdc
 from cdcflow.dialects import dialect_names
 from cdcflow.dialects.base import DialectOptions
+from cdcflow.pipeline.report import EXIT_DEAD_LETTERS, EXIT_OK
 from cdcflow.spark.kind import (
     ConnectUnsupported,
     connect_asked,
@@ -24,6 +25,7 @@ from cdcflow.spark.kind import (
 )
 from tests.kafka_shaped import KAFKA_ARROW, kafka_rendering
 from tests.scenario import ev
+from tests.scenario_world import DATABRICKS_FEED
 
 pytestmark = pytest.mark.spark
 
@@ -121,10 +123,10 @@ def test_a_sessions_kind_and_what_refuses_a_connect_session(spark: Any, connect:
     line = orjson.dumps(ev("INSERT", "users", 1, after={"id": 1})).decode()
     messages = connect.createDataFrame([(line,)], "body string")
     events = cdc.decode(messages, "savegress", keys={"users": ["id"]}).events
-    changes = connect.createDataFrame([(1, "a", 1)], "id int, name string, version int")
+    changes = connect.readStream.format("rate").load().selectExpr("value AS id", "timestamp")
     calls = {
-        "cdcflow.api.apply_changes": lambda: cdc.apply_changes(
-            "users", changes, keys=["id"], sequence_by="version", namespace="connect"
+        "cdcflow.api.apply_changes of a streaming DataFrame": lambda: cdc.apply_changes(
+            "users", changes, keys=["id"], sequence_by="timestamp", namespace="connect"
         ),
         "cdcflow.api.pipeline": lambda: cdc.pipeline(session=connect, namespace="connect"),
         "cdcflow.api.pipeline (and foreach_batch)": lambda: cdc.foreach_batch(
@@ -170,3 +172,103 @@ def test_what_makes_a_new_session_a_connect_client() -> None:
         with pytest.raises(ConnectUnsupported) as e:
             refuse_connect_build(conf, environ)
         assert e.value.code == "CONNECT_UNSUPPORTED" and "s3cret" not in str(e.value)
+
+
+#: Databricks' ``apply_changes`` example (change rows of one table), then a truncate and an
+#: insert; a row without its key is a dead letter.
+CHANGES_SCHEMA = "userId bigint, name string, city string, operation string, sequenceNum bigint"
+LATER = [(None, None, None, "TRUNCATE", 7), (127, "Ana", None, "INSERT", 8)]
+KEYLESS = (None, "Bo", "Puebla", "INSERT", 9)
+
+
+def _apply_rows(session: Any, rows: list[Any], scd: int, namespace: str, checkpoint: Path) -> Any:
+    excluded = ["operation", "sequenceNum"] if scd == 1 else ["operation"]
+    return cdc.apply_changes(
+        target="users",
+        source=session.createDataFrame(rows, CHANGES_SCHEMA),
+        keys=["userId"],
+        sequence_by="sequenceNum",
+        apply_as_deletes="operation = 'DELETE'",
+        apply_as_truncates="operation = 'TRUNCATE'",
+        except_column_list=excluded,
+        stored_as_scd_type=scd,
+        namespace=namespace,
+        checkpoint=str(checkpoint),
+    )
+
+
+def _replica(session: Any, namespace: str) -> list[tuple[Any, ...]]:
+    """A replica's rows without its ``_cdc`` column (which holds when it was applied)."""
+    table = session.table(f"cdc.{namespace}.users")
+    columns = [c for c in table.columns if c != "_cdc"]
+    return sorted(tuple(r) for r in table.select(*columns).collect())
+
+
+def test_apply_changes_over_connect_equals_a_classic_session(
+    spark: Any, connect: Any, tmp_path: Path
+) -> None:
+    """Change rows applied as current state (merge) and as history (scd2), two batches each
+    (the second a truncate and an insert), give the same replicas, batch histories and dead
+    letters over Spark Connect as on a classic session; the commits over Connect carry the
+    ledger's entries in their snapshot summaries."""
+    for scd in (1, 2):
+        namespace = f"connect_scd{scd}"
+        seen = {}
+        for session, kind in ((spark, "classic"), (connect, "connect")):
+            checkpoint = tmp_path / kind / namespace
+            first = _apply_rows(session, [*DATABRICKS_FEED, KEYLESS], scd, namespace, checkpoint)
+            second = _apply_rows(session, LATER, scd, namespace, checkpoint)
+            assert (first.exit_status, second.exit_status) == (EXIT_DEAD_LETTERS, EXIT_OK), kind
+            assert [first.dead_lettered, second.dead_lettered] == [1, 0], kind
+            history = session.sql(
+                f"SELECT batch_id, events, dead_lettered FROM cdc.{namespace}__cdcflow.batches"
+            ).collect()
+            dead = session.sql(
+                f"SELECT error_code, batch_id, raw FROM cdc.{namespace}__cdcflow.dead_letters"
+            ).collect()
+            seen[kind] = (
+                _replica(session, namespace),
+                sorted(tuple(r) for r in history),
+                sorted(tuple(r) for r in dead),
+            )
+        assert seen["connect"] == seen["classic"], scd
+        assert [r[0] for r in seen["connect"][1]] == [0, 1]
+        summaries = connect.sql(
+            f"SELECT summary FROM cdc.{namespace}.users.snapshots ORDER BY committed_at"
+        ).collect()
+        steps = [
+            (s["summary"].get("cdcflow.batch"), s["summary"].get("cdcflow.step")) for s in summaries
+        ]
+        step = "merge" if scd == 1 else "versions"
+        assert steps == [("0", step), ("1", step)], steps
+
+
+def test_a_batch_stopped_after_a_commit_over_connect_is_not_applied_twice(
+    connect: Any, tmp_path: Path
+) -> None:
+    """Stopped right after its dead letters are committed, a batch run again over Spark
+    Connect is the same batch (its id again): the ledger in the snapshot summaries says the
+    dead letters are written, so they are not written twice, and the replica equals a run
+    that was never stopped."""
+    from cdcflow.iceberg import ledger
+
+    class Stopped(Exception):
+        pass
+
+    def stop(props: Any) -> None:
+        if props.get(ledger.STEP) == "dead_letters":
+            raise Stopped
+
+    rows = [*DATABRICKS_FEED, KEYLESS]
+    ledger.STEP_HOOKS.append(stop)
+    try:
+        with pytest.raises(Stopped):
+            _apply_rows(connect, rows, 1, "connect_rerun", tmp_path / "chk")
+    finally:
+        ledger.STEP_HOOKS.remove(stop)
+    again = _apply_rows(connect, rows, 1, "connect_rerun", tmp_path / "chk")
+    assert [r.batch_id for r in again.reports] == [0]
+    _apply_rows(connect, rows, 1, "connect_once", tmp_path / "chk_once")
+    assert _replica(connect, "connect_rerun") == _replica(connect, "connect_once")
+    dead = connect.sql("SELECT batch_id FROM cdc.connect_rerun__cdcflow.dead_letters").collect()
+    assert [r["batch_id"] for r in dead] == [0]

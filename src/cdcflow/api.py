@@ -36,6 +36,7 @@ from cdcflow.api_config import (
 from cdcflow.config import PipelineConfig, SourceConfig, TableConfig
 from cdcflow.decode.spark import KAFKA_SCHEMA, Decoded, decode_dataframe
 from cdcflow.errors import ConfigError
+from cdcflow.iceberg.ledger import require_ledger
 from cdcflow.pipeline.query import Pipeline
 from cdcflow.pipeline.report import BatchReport, RunResult
 from cdcflow.pipeline.session import bind_catalog
@@ -319,7 +320,9 @@ def apply_changes(
         )
     given = _session_of(session, settings)
     spark = given or source.sparkSession
-    require_classic(spark, "cdcflow.api.apply_changes")
+    if source.isStreaming:
+        require_classic(spark, "cdcflow.api.apply_changes of a streaming DataFrame")
+    require_ledger(spark)
     order = ordering_names(sequence_by)
     cfg = pipeline_config(
         keys=list(keys),

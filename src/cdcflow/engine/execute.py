@@ -17,6 +17,7 @@ from cdcflow.engine.plan import TablePlan
 from cdcflow.engine.stage import StageSql
 from cdcflow.engine.statements import changelog_source_sql, merge_source_sql
 from cdcflow.engine.stats import TableStats, stats_of, stats_sql
+from cdcflow.spark.kind import functions, is_connect
 from cdcflow.spark.sql import view
 
 if TYPE_CHECKING:
@@ -29,8 +30,7 @@ def sequenced(events: DataFrame, plans: Sequence[TablePlan]) -> DataFrame:
     expr = sequence_sql(plans)
     if expr is None:
         return events
-    from pyspark.sql import functions as F
-
+    F = functions(events.sparkSession)
     return events.withColumn("sequence", F.expr(expr))
 
 
@@ -46,7 +46,10 @@ def newest_truncates(
 
 def release_checkpoint(df: DataFrame) -> None:
     """Free the blocks behind a ``localCheckpoint`` now rather than when the JVM collects
-    garbage (a pipeline that keeps following runs thousands of batches)."""
+    garbage (a pipeline that keeps following runs thousands of batches). A Spark Connect
+    client releases the server's copy when the DataFrame is collected: nothing to do here."""
+    if is_connect(df.sparkSession):
+        return
     plan = df._jdf.queryExecution().logical()
     if plan.getClass().getSimpleName() == "LogicalRDD":
         plan.rdd().unpersist(False)

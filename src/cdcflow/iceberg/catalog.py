@@ -1,22 +1,21 @@
-"""Table metadata read through the JVM (no Spark job), kept between batches, and the DDL that
-keeps it current.
+"""Table metadata kept between batches, and the DDL that keeps it current.
 
 A pipeline looks at the same tables batch after batch: their columns, properties and whether
-they exist are read once per run from the catalog (a few milliseconds each, through the
-session's own catalog object) and cached; every DDL this process makes reloads the table it
-changed. Snapshot summaries (the commit ledger, the figures a commit reports) are read the same
-way.
+they exist are read once per run from the catalog (a few milliseconds each on a classic
+session, through the session's own catalog object: :mod:`cdcflow.iceberg.tables`) and cached;
+every DDL this process makes reloads the table it changed. Snapshot summaries (the commit
+ledger, the figures a commit reports) are read the same way.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.iceberg import ledger
+from cdcflow.iceberg.tables import TableHandle, list_tables, open_table
 from cdcflow.spark.sql import lit, q
 from cdcflow.types import spark_type
 
@@ -64,16 +63,6 @@ class Catalog:
         """The SQL identifier ``catalog.namespace.table``, quoted."""
         return f"{q(self.name)}.{q(namespace)}.{q(name)}"
 
-    def _jcatalog(self, spark: SparkSession) -> Any:
-        return spark._jsparkSession.sessionState().catalogManager().catalog(self.name)
-
-    def _jident(self, spark: SparkSession, namespace: str, name: str) -> Any:
-        jvm = spark._jvm
-        assert jvm is not None
-        ns = spark.sparkContext._gateway.new_array(jvm.java.lang.String, 1)  # type: ignore[union-attr]
-        ns[0] = namespace
-        return jvm.org.apache.spark.sql.connector.catalog.Identifier.of(ns, name)
-
     # ------------------------------------------------------------------ reads
 
     def ensure_namespace(self, spark: SparkSession, namespace: str) -> None:
@@ -89,16 +78,7 @@ class Catalog:
         with self._lock:
             if namespace in self._tables:
                 return set(self._tables[namespace])
-        jvm = spark._jvm
-        assert jvm is not None
-        ns = spark.sparkContext._gateway.new_array(jvm.java.lang.String, 1)  # type: ignore[union-attr]
-        ns[0] = namespace
-        try:
-            names = {str(i.name()) for i in self._jcatalog(spark).listTables(ns)}
-        except Exception as e:  # a namespace that does not exist has no tables
-            if not _is_java(e, "NoSuchNamespaceException"):
-                raise
-            names = set()
+        names = list_tables(spark, self.name, namespace)
         with self._lock:
             self._tables[namespace] = names
         return set(names)
@@ -107,14 +87,9 @@ class Catalog:
         """Whether a table exists (from the cached listing)."""
         return name in self.table_names(spark, namespace)
 
-    def load(self, spark: SparkSession, namespace: str, name: str) -> Any | None:
-        """The Iceberg ``Table`` (a JVM object) with fresh metadata, or ``None``."""
-        try:
-            return self._jcatalog(spark).loadTable(self._jident(spark, namespace, name)).table()
-        except Exception as e:
-            if _is_java(e, "NoSuchTableException"):
-                return None
-            raise
+    def load(self, spark: SparkSession, namespace: str, name: str) -> TableHandle | None:
+        """The table's metadata as it is now, or ``None``."""
+        return open_table(spark, self.name, namespace, name)
 
     def info(self, spark: SparkSession, namespace: str, name: str) -> TableInfo | None:
         """Columns and properties of a table (cached for the run), ``None`` when missing."""
@@ -134,16 +109,8 @@ class Catalog:
                 self._info.pop((namespace, name), None)
                 self._tables.setdefault(namespace, set()).discard(name)
             return None
-        jvm = spark._jvm
-        assert jvm is not None
-        schema_json = jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(table.schema()).json()
-        props = json.loads(
-            jvm.org.apache.iceberg.util.JsonUtil.mapper().writeValueAsString(table.properties())
-        )
-        # the format version is the metadata's, never among the stored properties
-        props["format-version"] = str(table.operations().current().formatVersion())
-        columns, structs = _columns(json.loads(schema_json))
-        info = TableInfo(namespace, name, columns, structs, dict(props))
+        columns, structs = _columns(table.schema())
+        info = TableInfo(namespace, name, columns, structs, table.properties())
         with self._lock:
             self._info[(namespace, name)] = info
             self._tables.setdefault(namespace, set()).add(name)
@@ -175,24 +142,20 @@ class Catalog:
         table = self.load(spark, namespace, name)
         if table is None:
             return {}, 0
-        jvm = spark._jvm
-        assert jvm is not None
-        parser = jvm.org.apache.iceberg.SnapshotParser
         out: dict[str, dict[str, str]] = {}
-        snap = table.currentSnapshot()
+        snap = table.current()
         for _ in range(MAX_WALK):
             if snap is None:
                 break
-            summary = json.loads(parser.toJson(snap)).get("summary") or {}
+            summary = snap.summary
             if summary.get(ledger.PIPELINE) == pipeline:
                 b = summary.get(ledger.BATCH)
                 if b == str(batch_id):
                     out.setdefault(summary.get(ledger.STEP, ""), summary)
                 elif b is not None and b.isdigit() and int(b) < batch_id:
                     break
-            parent = snap.parentId()
-            snap = table.snapshot(parent) if parent is not None else None
-        return out, int(table.operations().current().snapshots().size())
+            snap = table.snapshot(snap.parent) if snap.parent is not None else None
+        return out, table.snapshot_count()
 
     def current_summary(
         self, spark: SparkSession, namespace: str, name: str
@@ -202,13 +165,8 @@ class Catalog:
         table = self.load(spark, namespace, name)
         if table is None:
             return None
-        snap = table.currentSnapshot()
-        if snap is None:
-            return {}
-        jvm = spark._jvm
-        assert jvm is not None
-        found = json.loads(jvm.org.apache.iceberg.SnapshotParser.toJson(snap)).get("summary")
-        return {str(k): str(v) for k, v in (found or {}).items()}
+        snap = table.current()
+        return {} if snap is None else dict(snap.summary)
 
     def committed_steps(
         self, spark: SparkSession, namespace: str, name: str, pipeline: str, batch_id: int
@@ -305,17 +263,3 @@ def _columns(schema: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, dict[
         if isinstance(f.dataType, StructType):
             structs[f.name] = {x.name: x.dataType.simpleString() for x in f.dataType.fields}
     return columns, structs
-
-
-def _is_java(exc: BaseException, simple_name: str) -> bool:
-    """Whether a py4j/pyspark exception wraps a Java exception of that class (or a subclass
-    whose name ends with it); decided by class names, never by message text."""
-    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
-    if java is None:
-        return False
-    cls = java.getClass()
-    while cls is not None:
-        if str(cls.getSimpleName()) == simple_name:
-            return True
-        cls = cls.getSuperclass()
-    return False

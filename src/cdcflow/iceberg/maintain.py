@@ -8,30 +8,31 @@ the retention go (the newest ``keep_snapshots`` always stay, and with them every
 the batch a crash could replay: maintenance runs only after a batch has fully committed);
 files no snapshot references, older than ``orphan_age``, are removed at most once per
 ``orphan_interval``. Each action is one atomic Iceberg commit, or none: the rewrite and the
-orphan removal are Iceberg's Spark procedures, the expiry Iceberg's API in the driver (see
-:func:`expire`).
+orphan removal are Iceberg's Spark procedures, the expiry Iceberg's API in the driver on a
+classic session and its procedure over Spark Connect (see
+:meth:`cdcflow.iceberg.tables.JvmTable.expire`).
 
-Figures come from the current snapshot's summary and the table's metadata (through the JVM,
-never a Spark job).
+Figures come from the current snapshot's summary and the table's metadata
+(:mod:`cdcflow.iceberg.tables`: through the JVM, no Spark job, on a classic session).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdcflow.errors import CdcflowError
 from cdcflow.iceberg import ledger
-from cdcflow.spark.sql import lit, q
+from cdcflow.iceberg.tables import call_sql, timestamp_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdcflow.config import MaintenanceConfig
     from cdcflow.iceberg.catalog import Catalog
+    from cdcflow.iceberg.tables import TableHandle
 
 #: Table property: when orphan files were last removed (epoch seconds).
 ORPHANS_PROPERTY = "cdcflow.maintenance.orphans-removed-at"
@@ -139,19 +140,6 @@ def due(
     return Plan(rewrite=rewrite, expire=expire, orphans=orphans)
 
 
-def table_arg(catalog: str, namespace: str, name: str) -> str:
-    """A table as a procedure's ``table`` argument (a quoted multi-part name in a string),
-    named with its catalog: a name without one sends Iceberg looking for a catalog named
-    like the namespace first, which it reports with a warning and a stack trace."""
-    return lit(f"{q(catalog)}.{q(namespace)}.{q(name)}")
-
-
-def call_sql(catalog: str, procedure: str, namespace: str, name: str, arguments: str) -> str:
-    """``CALL`` of one of the catalog's Iceberg procedures on one table."""
-    table = table_arg(catalog, namespace, name)
-    return f"CALL {q(catalog)}.system.{procedure}(table => {table}, {arguments})"
-
-
 def rewrite_sql(catalog: str, namespace: str, name: str) -> str:
     """Bin-pack small data files and fold delete files in (every data file with a delete
     file is rewritten); deletes no data file needs any more go too."""
@@ -162,31 +150,17 @@ def rewrite_sql(catalog: str, namespace: str, name: str) -> str:
     return call_sql(catalog, "rewrite_data_files", namespace, name, options)
 
 
-def expire(table: Any, older_than: float, keep: int) -> None:
-    """Expire the snapshots of ``table`` (a JVM ``Table``) older than ``older_than`` (epoch
-    seconds), the newest ``keep`` kept, with Iceberg's own API in the driver: one metadata
-    commit, then the files that only expired snapshots referenced are deleted — found from
-    the expired snapshots' manifests alone while the table has one branch. Iceberg's
-    ``expire_snapshots`` procedure does the same with Spark jobs over the manifests of every
-    snapshot it keeps: 2.8–6.0 s per table with 240–300 snapshots kept, against 0.11–0.15 s
-    this way (measured side by side on two tables of 300 commits)."""
-    millis = int(older_than * 1000)
-    table.expireSnapshots().expireOlderThan(millis).retainLast(int(keep)).commit()
-
-
 def orphans_sql(catalog: str, namespace: str, name: str, older_than: float) -> str:
     """Remove files under the table's location that no snapshot references, older than
     ``older_than`` (epoch seconds)."""
-    at = dt.datetime.fromtimestamp(older_than, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    bound = f"older_than => TIMESTAMP {lit(at + '+00:00')}"
+    bound = f"older_than => {timestamp_sql(older_than)}"
     return call_sql(catalog, "remove_orphan_files", namespace, name, bound)
 
 
-def figures(table: Any) -> TableFigures:
-    """A table's figures from its current snapshot's summary and its snapshot list (a JVM
-    ``Table``)."""
-    snap = table.currentSnapshot()
-    summary: Mapping[str, str] = dict(snap.summary()) if snap is not None else {}
+def figures(table: TableHandle) -> TableFigures:
+    """A table's figures from its current snapshot's summary and its snapshot list."""
+    snap = table.current()
+    summary: Mapping[str, str] = snap.summary if snap is not None else {}
 
     def number(key: str) -> int:
         try:
@@ -196,9 +170,9 @@ def figures(table: Any) -> TableFigures:
 
     snapshots, oldest = 0, None
     if snap is not None:
-        listed = table.snapshots()  # in the order they were committed
-        snapshots = int(listed.size())
-        oldest = listed.get(0).timestampMillis() / 1000 if snapshots else None
+        snapshots = table.snapshot_count()
+        millis = table.oldest_millis()
+        oldest = millis / 1000 if millis is not None else None
     return TableFigures(
         data_files=number("total-data-files"),
         delete_files=number("total-delete-files"),
@@ -239,10 +213,10 @@ class Maintainer:
         forced: bool,
     ) -> list[Action]:
         table = self.catalog.load(spark, namespace, name)
-        if table is None or table.currentSnapshot() is None:
+        if table is None or table.current() is None:
             return []
         now = self.clock()
-        stamp = dict(table.properties()).get(ORPHANS_PROPERTY)
+        stamp = table.properties().get(ORPHANS_PROPERTY)
         removed_at = float(stamp) if stamp and stamp.replace(".", "", 1).isdigit() else None
         plan = due(policy, figures(table), removed_at, now, forced)
         out: list[Action] = []
@@ -255,7 +229,7 @@ class Maintainer:
             keep = policy.keep_snapshots
             out.append(
                 self._do(
-                    spark, namespace, name, "expire_snapshots", lambda t: expire(t, older, keep)
+                    spark, namespace, name, "expire_snapshots", lambda t: t.expire(older, keep)
                 )
             )
         if plan.orphans:
@@ -270,22 +244,26 @@ class Maintainer:
         namespace: str,
         name: str,
         action: str,
-        run: Callable[[Any], object],
+        run: Callable[[TableHandle], object],
     ) -> Action:
-        """Run one action (``run`` gets the JVM table), timed, with the figures around it."""
-        table = self.catalog.load(spark, namespace, name)
-        if table is None:  # under the run's lock, between this round's own actions
-            raise CdcflowError(f"table {namespace}.{name} went away during its maintenance")
+        """Run one action (``run`` gets the table's handle), timed, with the figures around it."""
+        table = self._loaded(spark, namespace, name)
         before = figures(table)
         started = time.perf_counter()
         ledger.step_reached({ledger.STEP: f"before:{action}", ledger.LOCATION: table.location()})
         run(table)
         ledger.step_reached({ledger.STEP: action})
         seconds = time.perf_counter() - started
-        after = figures(self.catalog.load(spark, namespace, name))
+        after = figures(self._loaded(spark, namespace, name))
         return Action(namespace, name, action, seconds, before, after)
 
+    def _loaded(self, spark: SparkSession, namespace: str, name: str) -> TableHandle:
+        table = self.catalog.load(spark, namespace, name)
+        if table is None:  # under the run's lock, between this round's own actions
+            raise CdcflowError(f"table {namespace}.{name} went away during its maintenance")
+        return table
 
-def _call(spark: SparkSession, sql: str) -> Callable[[Any], object]:
+
+def _call(spark: SparkSession, sql: str) -> Callable[[TableHandle], object]:
     """An action that is one ``CALL`` of a procedure (its result, a row of counts, unused)."""
     return lambda _table: spark.sql(sql).collect()

@@ -64,11 +64,8 @@ class TombstoneIndex:
     def _current(self, spark: SparkSession) -> tuple[int | None, int | None]:
         """The table's current snapshot and its parent."""
         table = self.catalog.load(spark, self.namespace, TOMBSTONES)
-        snap = table.currentSnapshot() if table is not None else None
-        if snap is None:
-            return None, None
-        parent = snap.parentId()
-        return int(snap.snapshotId()), None if parent is None else int(parent)
+        snap = table.current() if table is not None else None
+        return (None, None) if snap is None else (snap.id, snap.parent)
 
     def targets(self, spark: SparkSession) -> set[str] | None:
         """The replicas that may have tombstones now (``None``: any may, e.g. files written

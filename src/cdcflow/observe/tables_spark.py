@@ -71,11 +71,10 @@ class SparkResults(Results):
         out: dict[str, TableFiles] = {}
         for name in names:
             table = self.catalog.load(self.spark, self.namespace, name)
-            summary = self.catalog.current_summary(self.spark, self.namespace, name)
-            if table is None or not summary:
+            snap = table.current() if table is not None else None
+            if table is None or snap is None or not snap.summary:
                 continue
-            snapshots = int(table.operations().current().snapshots().size())
-            found = TableFiles.of(summary, snapshots)
+            found = TableFiles.of(snap.summary, table.snapshot_count())
             if found is not None:
                 out[name] = found
         return out

@@ -51,6 +51,7 @@ from cdcflow.pipeline.stages import (
 )
 from cdcflow.pipeline.upkeep import Upkeep
 from cdcflow.pipeline.writes import BatchContext, BatchWrites
+from cdcflow.spark.kind import is_connect
 from cdcflow.spark.sql import views_dropped
 
 if TYPE_CHECKING:
@@ -288,8 +289,7 @@ class BatchRunner:
         """A query restarted with the same function begins a new run (and calls outside a
         streaming query are a run of their own), whose first batch may be a replay of one
         already committed: it is checked like the first batch of a process."""
-        context = spark.sparkContext
-        run = context.getLocalProperty(RUN_ID) if context.getLocalProperty(QUERY_ID) else None
+        run = _local_property(spark, RUN_ID) if _local_property(spark, QUERY_ID) else None
         run = run or DIRECT
         if self.run is not None and run != self.run:
             self.first_batch = True
@@ -302,7 +302,7 @@ class BatchRunner:
         own) records nothing."""
         if self.owner is None:
             return
-        query = spark.sparkContext.getLocalProperty(QUERY_ID) or DIRECT
+        query = _local_property(spark, QUERY_ID) or DIRECT
         self.record = self.owner.claim_query(self.record, query)
         if self.checkpoint is None and self.owner.query_id(self.record) == query:
             self.checkpoint = self.owner.query_path(self.record)
@@ -316,3 +316,12 @@ class BatchRunner:
         if is_decoded(df):
             return df if self.checked else decoded_frame(df)
         return decode_dataframe(df, self.src.dialect, self.src.decoder_options(), self.source)
+
+
+def _local_property(spark: SparkSession, key: str) -> str | None:
+    """A property Spark sets on the thread running a streaming query's batch (``None``
+    outside one, and on a Spark Connect session, which runs batches given to it directly)."""
+    if is_connect(spark):
+        return None
+    found: str | None = spark.sparkContext.getLocalProperty(key)
+    return found

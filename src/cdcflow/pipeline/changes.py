@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from cdcflow.engine.encoding import encoded_sql
 from cdcflow.errors import ConfigError, did_you_mean
+from cdcflow.spark.kind import functions
 from cdcflow.spark.sql import lit, q
 
 if TYPE_CHECKING:
@@ -102,8 +103,8 @@ def change_events(
     conditions over the rows' columns (Spark SQL text or a ``Column``) marking deletes and
     truncates."""
     from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
 
+    F = functions(rows.sparkSession)
     types = {f.name: f.dataType.simpleString() for f in rows.schema.fields}
     found = list(types)
     if not keys:
@@ -131,6 +132,7 @@ def change_events(
         marks.append(F.coalesce(mark, F.lit(False)).alias(name))
     try:
         marked = rows.select(*(F.col(q(c)) for c in found), *marks)
+        marked.schema  # noqa: B018  (a Spark Connect DataFrame is analysed when asked)
     except AnalysisException as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineConfig, SourceConfig
 from cdcflow.errors import CdcflowError, ConfigError
+from cdcflow.spark.kind import ConnectUnsupported, is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -115,7 +116,14 @@ def open_store(root: str, session: Callable[[], SparkSession] | None = None) -> 
             f"checkpoint {root} is on a remote filesystem, read through Spark: no session given",
             hint="give the pipeline a SparkSession",
         )
-    return HadoopStore(session(), root)
+    spark = session()
+    if is_connect(spark):
+        raise ConnectUnsupported(
+            f"checkpoint {root} is on a remote filesystem, which cdcflow reaches through "
+            "Hadoop's classes in Spark's JVM: a Spark Connect session has none here",
+            hint="give a local checkpoint folder (a path or file:// URL) over Spark Connect",
+        )
+    return HadoopStore(spark, root)
 
 
 class LocalStore(Store):

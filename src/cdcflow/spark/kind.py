@@ -10,8 +10,10 @@ packages, and a process that never imported it holds no Connect session.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from cdcflow.errors import EnvironmentProblem
@@ -34,6 +36,14 @@ def is_connect(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect session."""
     module = sys.modules.get(CONNECT_MODULE)
     return module is not None and isinstance(spark, module.SparkSession)
+
+
+def functions(spark: SparkSession) -> ModuleType:
+    """PySpark's functions for columns of ``spark``'s kind: ``pyspark.sql.functions`` builds
+    the columns of the process's mode, which is classic in a process holding both kinds."""
+    if is_connect(spark):
+        return importlib.import_module("pyspark.sql.connect.functions")
+    return importlib.import_module("pyspark.sql.functions")
 
 
 def is_connect_column(value: object) -> bool:
@@ -59,7 +69,8 @@ def require_classic(spark: SparkSession, what: str) -> None:
     if is_connect(spark):
         raise ConnectUnsupported(
             f"{what} does not run over a Spark Connect session yet (it reaches into Spark's JVM, "
-            "which a Connect client cannot); cdcflow.api.decode does",
+            "which a Connect client cannot); cdcflow.api.decode and cdcflow.api.apply_changes "
+            "of a batch DataFrame do",
             hint="run it with a classic SparkSession (cdcflow.api.session(...), or "
             "SparkSession.builder without .remote(...)), e.g. on the Spark Connect server's "
             "cluster; see docs/python-api.md, Over Spark Connect",

@@ -10,6 +10,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cdcflow.spark.kind import is_connect
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -92,7 +94,11 @@ def _drop(spark: SparkSession, names: list[str]) -> None:
     # the session catalog's own drop: ``spark.catalog.dropTempView`` first looks for cached
     # data the view's plan matches (comparing canonical plans), about a second a batch for
     # the batch's views; they name no cached data of their own (what a batch persists, it
-    # releases itself)
+    # releases itself); a Spark Connect session has only the public call
+    if is_connect(spark):
+        for name in done:
+            spark.catalog.dropTempView(name)
+        return
     catalog = spark._jsparkSession.sessionState().catalog()
     for name in done:
         catalog.dropTempView(name)
