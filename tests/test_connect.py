@@ -272,3 +272,42 @@ def test_a_batch_stopped_after_a_commit_over_connect_is_not_applied_twice(
     assert _replica(connect, "connect_rerun") == _replica(connect, "connect_once")
     dead = connect.sql("SELECT batch_id FROM cdc.connect_rerun__cdcflow.dead_letters").collect()
     assert [r["batch_id"] for r in dead] == [0]
+
+
+def test_maintenance_over_connect_keeps_the_replica(connect: Any, tmp_path: Path) -> None:
+    """A maintenance round after every batch over Spark Connect: data files rewritten, old
+    snapshots expired by Iceberg's procedure (the newest kept), orphans looked for, each
+    recorded in the maintenance table with its figures; the replica is the one a run without
+    maintenance gives."""
+    policy = {
+        "every_batches": 1,
+        "rewrite_data_files": 2,
+        "rewrite_delete_files": 1,
+        "snapshot_retention": "1s",
+        "keep_snapshots": 1,
+    }
+    for namespace, settings in (("connect_upkeep", {"maintenance": policy}), ("connect_bare", {})):
+        for rows in (DATABRICKS_FEED, LATER, [(130, "Eva", "Leon", "INSERT", 9)]):
+            result = cdc.apply_changes(
+                target="users",
+                source=connect.createDataFrame(rows, CHANGES_SCHEMA),
+                keys=["userId"],
+                sequence_by="sequenceNum",
+                apply_as_deletes="operation = 'DELETE'",
+                apply_as_truncates="operation = 'TRUNCATE'",
+                namespace=namespace,
+                checkpoint=str(tmp_path / namespace),
+                **settings,
+            )
+            assert result.exit_status == EXIT_OK
+    assert _replica(connect, "connect_upkeep") == _replica(connect, "connect_bare")
+    actions = connect.sql(
+        "SELECT batch_id, action, snapshots_before, snapshots_after "
+        "FROM cdc.connect_upkeep__cdcflow.maintenance WHERE `table` = 'users'"
+    ).collect()
+    done = {r.action for r in actions}
+    assert {"rewrite_data_files", "expire_snapshots", "remove_orphan_files"} <= done, actions
+    expired = [r for r in actions if r.action == "expire_snapshots"]
+    assert all(r.snapshots_after < r.snapshots_before for r in expired), expired
+    left = connect.sql("SELECT count(*) AS n FROM cdc.connect_upkeep.users.snapshots").first()
+    assert left is not None and left.n <= expired[-1].snapshots_after + 1
