@@ -181,7 +181,9 @@ LATER = [(None, None, None, "TRUNCATE", 7), (127, "Ana", None, "INSERT", 8)]
 KEYLESS = (None, "Bo", "Puebla", "INSERT", 9)
 
 
-def _apply_rows(session: Any, rows: list[Any], scd: int, namespace: str, checkpoint: Path) -> Any:
+def _apply_rows(
+    session: Any, rows: list[Any], scd: int, namespace: str, checkpoint: Path, **settings: Any
+) -> Any:
     excluded = ["operation", "sequenceNum"] if scd == 1 else ["operation"]
     return cdc.apply_changes(
         target="users",
@@ -194,6 +196,7 @@ def _apply_rows(session: Any, rows: list[Any], scd: int, namespace: str, checkpo
         stored_as_scd_type=scd,
         namespace=namespace,
         checkpoint=str(checkpoint),
+        **settings,
     )
 
 
@@ -288,17 +291,8 @@ def test_maintenance_over_connect_keeps_the_replica(connect: Any, tmp_path: Path
     }
     for namespace, settings in (("connect_upkeep", {"maintenance": policy}), ("connect_bare", {})):
         for rows in (DATABRICKS_FEED, LATER, [(130, "Eva", "Leon", "INSERT", 9)]):
-            result = cdc.apply_changes(
-                target="users",
-                source=connect.createDataFrame(rows, CHANGES_SCHEMA),
-                keys=["userId"],
-                sequence_by="sequenceNum",
-                apply_as_deletes="operation = 'DELETE'",
-                apply_as_truncates="operation = 'TRUNCATE'",
-                namespace=namespace,
-                checkpoint=str(tmp_path / namespace),
-                **settings,
-            )
+            checkpoint = tmp_path / namespace
+            result = _apply_rows(connect, rows, 1, namespace, checkpoint, **settings)
             assert result.exit_status == EXIT_OK
     assert _replica(connect, "connect_upkeep") == _replica(connect, "connect_bare")
     actions = connect.sql(
