@@ -305,3 +305,101 @@ def test_maintenance_over_connect_keeps_the_replica(connect: Any, tmp_path: Path
     assert all(r.snapshots_after < r.snapshots_before for r in expired), expired
     left = connect.sql("SELECT count(*) AS n FROM cdc.connect_upkeep.users.snapshots").first()
     assert left is not None and left.n <= expired[-1].snapshots_after + 1
+
+
+# ---------------------------------------------------------------------------- streaming
+
+
+def _landing_messages(seq: int, n: int) -> list[dict[str, Any]]:
+    """Savegress events over two tables from commit position ``seq``: inserts, an update and
+    a delete of each table."""
+    out: list[dict[str, Any]] = []
+    for table in ("orders", "users"):
+        for i in range(n):
+            out.append(ev("INSERT", table, seq + i, after={"id": i, "v": f"{table}-{i}"}))
+        out.append(ev("UPDATE", table, seq + n, after={"id": 0, "v": "changed"}))
+        out.append(ev("DELETE", table, seq + n + 1, before={"id": 1}))
+    return out
+
+
+KEYS = {"orders": ["id"], "users": ["id"]}
+
+
+def _run_config(root: Path, namespace: str, landing: Path, **extra: Any) -> Path:
+    """A configuration file of a pipeline over ``landing`` without a catalog (the session's:
+    the Spark Connect server's, or the classic test session's)."""
+    import yaml
+
+    doc: dict[str, Any] = {
+        "pipeline": namespace,
+        "checkpoint": str(root / "checkpoint"),
+        "namespace": namespace,
+        "sources": [{"name": "src", "path": str(landing), "dialect": "savegress", "keys": KEYS}],
+        **extra,
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "cdcflow.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _tables(session: Any, namespace: str) -> dict[str, Any]:
+    """Every replica's rows (without ``_cdc``) and the dead letters (code, raw bytes) of a
+    pipeline's namespace."""
+    out: dict[str, Any] = {}
+    for name in ("orders", "users"):
+        table = session.table(f"cdc.{namespace}.{name}")
+        columns = [c for c in table.columns if c != "_cdc"]
+        out[name] = sorted(tuple(r) for r in table.select(*columns).collect())
+    dead = session.sql(f"SELECT error_code, raw FROM cdc.{namespace}__cdcflow.dead_letters")
+    out["dead_letters"] = sorted(tuple(r) for r in dead.collect())
+    return out
+
+
+def test_cdcflow_run_remote_equals_a_classic_run(
+    spark: Any, connect: Any, spark_connect: Any, tmp_path: Path
+) -> None:
+    """``cdcflow run --remote`` runs a landing zone's pipeline on the Spark Connect server:
+    its progress lines and exit statuses (3 with dead letters — a line no dialect reads and a
+    zero-byte file — then 0), replicas and dead letters are those of the same pipeline run on
+    a classic session; the checkpoint records the streaming query that applies the source."""
+    from click.testing import CliRunner
+
+    from cdcflow.cli.main import cli
+    from cdcflow.config import load_config_file
+    from cdcflow.pipeline.query import Pipeline
+    from tests.scenario import land
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    land(landing, _landing_messages(10, 5))
+    land(landing, b"{not json\n")
+    (landing / "empty.jsonl").write_bytes(b"")
+    remote = _run_config(tmp_path / "remote", "connect_run", landing)
+    classic = _run_config(tmp_path / "classic", "connect_run_classic", landing)
+
+    def both() -> tuple[Any, Any]:
+        shown = CliRunner().invoke(cli, ["run", str(remote), "--remote", spark_connect.url])
+        result = Pipeline(load_config_file(classic), spark).run()
+        return shown, result
+
+    shown, result = both()
+    assert shown.exit_code == EXIT_DEAD_LETTERS == result.exit_status, shown.output
+    assert "batch 0: 16 events" in shown.output, shown.output
+    assert "done: 1 batch(es), 16 events, 2 dead-lettered" in shown.output, shown.output
+    first = _tables(connect, "connect_run")
+    assert first == _tables(spark, "connect_run_classic")
+    assert {code for code, _ in first["dead_letters"]} == {"NOT_JSON", "EMPTY_FILE"}
+    assert len(first["users"]) == 4 and ("0", "changed") in {
+        (str(r[0]), r[1]) for r in first["users"]
+    }
+
+    land(landing, _landing_messages(30, 3))
+    shown, result = both()
+    assert shown.exit_code == EXIT_OK == result.exit_status, shown.output
+    assert "batch 1:" in shown.output and "done: 1 batch(es)" in shown.output, shown.output
+    assert _tables(connect, "connect_run") == _tables(spark, "connect_run_classic")
+    sources = list((tmp_path / "remote" / "checkpoint" / "sources").iterdir())
+    record = orjson.loads((sources[0] / "source.json").read_bytes())
+    query = orjson.loads((sources[0] / "query" / "metadata").read_bytes())
+    assert record["query"] == query["id"]

@@ -115,7 +115,6 @@ def session(config: Config | None = None, **settings: Any) -> SparkSession:
     spark = _active()
     if spark is None:
         return open_session(cfg)
-    require_classic(spark, "cdcflow.api.session")
     bind_catalog(spark, cfg)
     return spark
 
@@ -140,7 +139,6 @@ def pipeline(
     cfg = config_of(config, settings)
     found = given or _active()
     if found is not None:
-        require_classic(found, "cdcflow.api.pipeline (and foreach_batch)")
         bind_catalog(found, cfg)
     return Pipeline(cfg, found)
 
@@ -220,7 +218,12 @@ def foreach_batch(
     batch id) that applies the micro-batches of one source — the sole source unless named —
     of a configuration, or of keyword arguments (see :func:`pipeline_config`); ``session``
     as for :func:`pipeline`."""
-    return BatchApplier(pipeline(config, session=session, **settings), source, on_report)
+    pipe = pipeline(config, session=session, **settings)
+    # a Connect server runs the function in a process of its own, whose batches do not say
+    # which streaming query runs them: cdcflow could not tell a query that numbers its
+    # batches anew (a checkpoint of its own) from the one that applies the source
+    require_classic(pipe.spark, "cdcflow.api.foreach_batch (one's own foreachBatch)")
+    return BatchApplier(pipe, source, on_report)
 
 
 def start(
@@ -246,7 +249,6 @@ def start(
             "start needs a streaming DataFrame (spark.readStream…)",
             hint="apply a batch DataFrame with foreach_batch(...)(df, batch_id)",
         )
-    require_classic(frame.sparkSession, "cdcflow.api.start")
     cfg = config_of(config, settings)
     bind_catalog(frame.sparkSession, cfg)
     pipe = Pipeline(cfg, frame.sparkSession)
@@ -320,8 +322,6 @@ def apply_changes(
         )
     given = _session_of(session, settings)
     spark = given or source.sparkSession
-    if source.isStreaming:
-        require_classic(spark, "cdcflow.api.apply_changes of a streaming DataFrame")
     require_ledger(spark)
     order = ordering_names(sequence_by)
     cfg = pipeline_config(

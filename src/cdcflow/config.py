@@ -71,7 +71,12 @@ class MetricsConfig(ConfigModel):
 
 
 class SparkConfig(ConfigModel):
-    """Spark settings; ``conf`` is passed through."""
+    """Spark settings; ``conf`` is passed through. ``remote``: the address of a Spark Connect
+    server (``sc://host:port``) to run on instead of a session of this process (its own
+    settings then hold: ``master``, the jars and packages are the server's; ``conf`` and
+    ``shuffle_partitions`` are set on the run's Connect session where they are runtime
+    settings). A token is a secret: give a URL holding one in the environment variable
+    ``SPARK_REMOTE``, never in the file."""
 
     master: str = "local[*]"
     shuffle_partitions: int = 4
@@ -79,6 +84,26 @@ class SparkConfig(ConfigModel):
     iceberg_packages: str | None = None
     packages: list[str] = Field(default_factory=list)
     conf: dict[str, str] = Field(default_factory=dict)
+    remote: str | None = None
+
+    @model_validator(mode="after")
+    def _remote(self) -> SparkConfig:
+        for url in (self.remote, self.conf.get("spark.remote")):
+            if url is not None:
+                check_remote(url)
+        return self
+
+
+def check_remote(url: str) -> None:
+    """Refuse a Spark Connect address that is not one (``sc://host:port``) or that holds a
+    token (a secret: ``SPARK_REMOTE`` is where it goes), without showing the token."""
+    if not url.startswith("sc://"):
+        raise ValueError("remote must be a Spark Connect address, sc://host:port")
+    if "token=" in url.lower():
+        raise ValueError(
+            "remote holds a token, a secret: give the address with its token in the "
+            "environment variable SPARK_REMOTE instead"
+        )
 
 
 class KafkaOutputConfig(KafkaConnection):
@@ -546,7 +571,7 @@ def relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
             return path
         return str((base / path).resolve())
 
-    return cfg.model_copy(
+    fixed = cfg.model_copy(
         update={
             "checkpoint": fix(cfg.checkpoint),
             "catalog": cfg.catalog.model_copy(update={"warehouse": fix(cfg.catalog.warehouse)}),
@@ -554,6 +579,10 @@ def relative_to(cfg: PipelineConfig, base: Path) -> PipelineConfig:
             "outputs": [_output_relative_to(o, fix) for o in cfg.outputs],
         }
     )
+    if "catalog" not in cfg.model_fields_set:
+        # still a configuration that names no catalog: a session's own is then used
+        fixed.__pydantic_fields_set__.discard("catalog")
+    return fixed
 
 
 def _output_relative_to(out: OutputConfig, fix: Any) -> OutputConfig:

@@ -8,10 +8,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from cdcflow.cli.main import echo_err
+
+if TYPE_CHECKING:
+    from cdcflow.config import PipelineConfig
 
 
 @click.command("run")
@@ -23,7 +27,13 @@ from cdcflow.cli.main import echo_err
     help="Serve /metrics, /healthz, /readyz and the status page on this port (as metrics: "
     "{port: …} in CONFIG does; 0: any free port).",
 )
-def run_cmd(config: str, follow: bool, metrics_port: int | None) -> None:
+@click.option(
+    "--remote",
+    metavar="sc://HOST:PORT",
+    help="Run on this Spark Connect server (as spark: {remote: …} in CONFIG does; an address "
+    "holding a token goes in the environment variable SPARK_REMOTE instead).",
+)
+def run_cmd(config: str, follow: bool, metrics_port: int | None, remote: str | None) -> None:
     """Run the pipeline described by CONFIG (YAML): decode the landing zones and apply the
     events to Iceberg tables. Stops when everything present is processed, unless --follow;
     Ctrl-C or SIGTERM then stops after the batch in progress.
@@ -36,11 +46,16 @@ def run_cmd(config: str, follow: bool, metrics_port: int | None) -> None:
     from cdcflow.observe.server import reporting, watch
     from cdcflow.pipeline.query import Pipeline
     from cdcflow.pipeline.report import format_report
+    from cdcflow.pipeline.session import remote_url
     from cdcflow.spark.session import session_running
 
     cfg = load_config_file(config)
+    if remote is not None:
+        cfg = with_remote(cfg, remote)
     # no JVM is started before the checks that need none (paths, the run lock)
-    own_session = "pyspark" not in sys.modules or not session_running()
+    own_session = (
+        remote_url(cfg) is not None or "pyspark" not in sys.modules or not session_running()
+    )
     pipeline = Pipeline(cfg)
     pipeline.check_paths()
     with StopSignals.spare_spark():
@@ -78,6 +93,18 @@ def run_cmd(config: str, follow: bool, metrics_port: int | None) -> None:
         pipeline.stop_session()
     if result.exit_status:
         raise click.exceptions.Exit(result.exit_status)
+
+
+def with_remote(cfg: PipelineConfig, url: str) -> PipelineConfig:
+    """The configuration run on the Spark Connect server at ``url`` (``--remote``)."""
+    from cdcflow.config import check_remote
+    from cdcflow.errors import ConfigError
+
+    try:
+        check_remote(url)
+    except ValueError as e:
+        raise ConfigError(f"--remote: {e}") from None
+    return cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"remote": url})})
 
 
 class StopSignals:

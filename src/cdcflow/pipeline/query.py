@@ -27,6 +27,7 @@ from cdcflow.pipeline.checkpoint import Checkpoint, SourceRecord
 from cdcflow.pipeline.report import BatchReport, RunResult
 from cdcflow.pipeline.session import open_session
 from cdcflow.spark.errors import DEBUG_HINT, first_line
+from cdcflow.spark.kind import is_connect
 from cdcflow.spark.sql import lit
 
 if TYPE_CHECKING:
@@ -35,7 +36,32 @@ if TYPE_CHECKING:
 
     from cdcflow.decode.spark import Decoded
     from cdcflow.iceberg.maintain import Action
+    from cdcflow.pipeline.remote import RemoteReports
     from cdcflow.sources.base import Source
+
+
+#: Seconds between looks at a Connect run's batch history for the batches its queries did.
+REMOTE_LOOK = 1.0
+
+
+def remote_failure(exc: BaseException, source: str) -> CdcflowError:
+    """What ended a query over Spark Connect, from its exception's text: the batch's own
+    cdcflow error (its code), Spark's Kafka source finding offsets gone
+    (``KAFKA_DATA_LOSS``), else ``PIPELINE_FAILED``."""
+    from cdcflow.pipeline.remote import batch_failure
+
+    text = str(exc)
+    found = batch_failure(text)
+    if found is not None:
+        return found
+    if "KAFKA_DATA_LOSS" in text:
+        return CdcflowError(
+            f"source {source!r}: {first_line(exc)}",
+            code="KAFKA_DATA_LOSS",
+            hint="set fail_on_data_loss: false on the source to go on past them (the batch "
+            "history records what was skipped)",
+        )
+    return CdcflowError(first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT)
 
 
 def _java_exception(query: StreamingQuery) -> Any | None:
@@ -72,6 +98,9 @@ class Pipeline:
         self._checked: set[str] = set()
         self._launchers: list[Callable[[], StreamingQuery]] = []
         self._restarts: dict[int, int] = {}
+        #: over Spark Connect: the batch reports read back from the history, and whom to tell
+        self._remote: RemoteReports | None = None
+        self._on_report: Callable[[BatchReport], None] | None = None
         #: called when the pipeline closes (what watches it stops)
         self.on_close: list[Callable[[], None]] = []
 
@@ -112,6 +141,7 @@ class Pipeline:
         if self.checkpoint is not None:
             self.checkpoint.release()
             self.checkpoint = None
+        self._remote = self._on_report = None
         self._close_readers()
         while self.on_close:
             self.on_close.pop()()
@@ -212,6 +242,9 @@ class Pipeline:
         ``spark.sql.catalog.<name>``) are carried over too; static ones cannot differ."""
         from pyspark.errors import AnalysisException
 
+        if is_connect(self.spark):
+            # a Connect server plans each streaming query with adaptive execution off itself
+            return self.spark
         session = self.spark.newSession()
         confs = self.spark._jsparkSession.sessionState().conf().getAllConfs()
         it = confs.iterator()
@@ -282,25 +315,86 @@ class Pipeline:
         self.open()
         assert self.checkpoint is not None
         self._launchers = []
+        remote = is_connect(self.spark)
         try:
+            if remote:
+                self._remote_start(given, on_report)
             for src in self.cfg.sources:
                 _, record = self._sources[src.name]
                 location = self.checkpoint.query_path(record)
-                runner = self.foreach_batch(src.name, on_report, checkpoint=location, checked=True)
-                launch = self._launcher(src, record, given.get(src.name), runner, location, follow)
+                function: Callable[[DataFrame, int], None]
+                if remote:
+                    function = self._remote_function(record, location)
+                else:
+                    function = self.foreach_batch(
+                        src.name, on_report, checkpoint=location, checked=True
+                    )
+                launch = self._launcher(
+                    src, record, given.get(src.name), function, location, follow
+                )
                 self._launchers.append(launch)
                 self.queries.append(launch())
+                if remote:
+                    self._remote_claim(src.name, self.queries[-1])
         except BaseException:
             self.close()
             raise
         return self.queries
+
+    # ------------------------------------------------------------------ over Spark Connect
+
+    def _remote_start(
+        self, given: Mapping[str, object], on_report: Callable[[BatchReport], None] | None
+    ) -> None:
+        """Before a Connect run's queries start: refuse what a Connect server cannot run, and
+        note where each source's batch history stands (see
+        :class:`~cdcflow.pipeline.remote.RemoteReports`)."""
+        from cdcflow.pipeline.remote import RemoteReports
+
+        for src in self.cfg.sources:
+            if src.name not in given:
+                self._reader(src.name).check_connect()
+        records = [self._sources[s.name][1] for s in self.cfg.sources]
+        self._remote = RemoteReports(
+            self.spark, self.history, records, [s.name for s in self.cfg.sources]
+        )
+        self._remote.begin()
+        self._on_report = on_report
+
+    def _remote_function(self, record: SourceRecord, location: str) -> Callable[..., None]:
+        """The ``foreachBatch`` function of a source's query over Spark Connect, after
+        checking that the query resumed at ``location`` is the one that applies the source
+        (a query with a checkpoint of its own would number its batches anew)."""
+        from cdcflow.pipeline.remote import RemoteBatches
+
+        assert self.checkpoint is not None
+        resumed = self.checkpoint.query_id(record)
+        if record.query is not None and record.query != resumed:
+            self.checkpoint.claim_query(record, resumed or "with a new checkpoint")
+        return RemoteBatches(self.cfg, record, location, self._adaptive())
+
+    def _remote_claim(self, name: str, query: StreamingQuery) -> None:
+        """Record a started query over Spark Connect as its source's (its batches do not say
+        which query runs them there)."""
+        assert self.checkpoint is not None
+        src, record = self._sources[name]
+        self._sources[name] = (src, self.checkpoint.claim_query(record, str(query.id)))
+
+    def _remote_reports(self) -> None:
+        """Report the batches a Connect run's queries finished since the last look."""
+        if self._remote is None or self.shared is None:
+            return
+        for report in self._remote.poll(self.queries):
+            self.shared.reports.add(report)
+            if self._on_report is not None:
+                self._on_report(report)
 
     def _launcher(
         self,
         src: SourceConfig,
         record: SourceRecord,
         data: DataFrame | Decoded | None,
-        runner: BatchRunner,
+        runner: Callable[[DataFrame, int], None],
         location: str,
         follow: bool,
     ) -> Callable[[], StreamingQuery]:
@@ -329,6 +423,8 @@ class Pipeline:
         every failed query was started again."""
         from cdcflow.spark.errors import kafka_restart_bug
 
+        if self._remote is not None:  # a Connect client sees no Java exception
+            return False
         for i, q in enumerate(self.queries):
             exc = _java_exception(q)
             if exc is None:
@@ -367,6 +463,12 @@ class Pipeline:
         active = [q for q in self.queries if q.isActive]
         if not active:
             self.shared.stopping.set()
+            return
+        if self._remote is not None:
+            # the batch in progress runs on the server: stopped with its query, it is
+            # completed by the next run (its commits carry the ledger)
+            self.shared.stopping.set()
+            _quietly(self._stop_queries)
             return
         from cdcflow.spark.session import queries_stopping_quietly
 
@@ -408,8 +510,12 @@ class Pipeline:
         ``raise_on_failure=False`` reported in the result."""
         result = RunResult()
         started = time.monotonic()
+        looked = started
         try:
             while True:
+                if self._remote is not None and time.monotonic() - looked >= REMOTE_LOOK:
+                    self._remote_reports()
+                    looked = time.monotonic()
                 if any(q.exception() is not None for q in self.queries):
                     if not self._restart_failed():
                         break
@@ -425,6 +531,8 @@ class Pipeline:
                     break
                 time.sleep(0.2)
             ended = self._await_queries()
+            if self._remote is not None:
+                self._remote_reports()
             if not self.stopping:
                 result.failure = self._failure(ended)
         finally:
@@ -475,6 +583,8 @@ class Pipeline:
                 return kafka_data_loss(runner.failure, runner.src.name) or runner.failure
         for q, src in zip(self.queries, [s.name for s in self.cfg.sources], strict=False):
             exc = q.exception()
+            if exc is not None and self._remote is not None:
+                return remote_failure(exc, src)
             if exc is not None:
                 lost = kafka_data_loss(_java_exception(q) or exc, src)
                 return lost or CdcflowError(

@@ -148,6 +148,39 @@ class BatchReport:
     #: dead letters of the batch by error code (``undelivered`` events as ``DELIVERY_FAILED``)
     dead_letter_codes: Mapping[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def from_history(cls, row: Mapping[str, object], source: str = "") -> BatchReport:
+        """The report of a batch as its row of the batch history holds it (counts, tables,
+        stages, skips: the figures without a column there — segments, held events, each
+        table's outcome, maintenance — are left empty)."""
+
+        def count(key: str) -> int:
+            value = row.get(key)
+            return int(value) if isinstance(value, int) else 0
+
+        def mapping(key: str) -> dict[str, object]:
+            value = row.get(key)
+            return dict(value) if isinstance(value, Mapping) else {}
+
+        seconds = row.get("seconds")
+        return cls(
+            batch_id=count("batch_id"),
+            events=count("events"),
+            operations={k: int(str(v)) for k, v in mapping("operations").items()},
+            duplicates=count("duplicates"),
+            conflicts=count("conflicts"),
+            stale=count("stale"),
+            dead_lettered=count("dead_lettered"),
+            tables={k: int(str(v)) for k, v in mapping("tables").items()},
+            seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+            applied=count("applied"),
+            undelivered=count("undelivered"),
+            source=source or str(row.get("source") or ""),
+            stages={k: float(str(v)) for k, v in mapping("stages").items()},
+            skipped={k: str(v) for k, v in mapping("skipped").items()},
+            skipped_messages={k: int(str(v)) for k, v in mapping("skipped_messages").items()},
+        )
+
     @property
     def rate(self) -> float:
         """Events per second."""

@@ -4,11 +4,12 @@ session built from them, or the catalog given to a session built elsewhere."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from cdcflow.config import PipelineConfig
-from cdcflow.errors import ConfigError
+from cdcflow.errors import ConfigError, EnvironmentProblem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,6 +57,9 @@ def open_session(cfg: PipelineConfig, settings: SparkSettings | None = None) -> 
     them)."""
     from cdcflow.spark.session import build_session, catalog_uri
 
+    url = remote_url(cfg)
+    if url is not None:
+        return connect_session(cfg, url)
     settings = settings or spark_settings(cfg)
     uri = catalog_uri(settings)
     if uri and uri.startswith("jdbc:sqlite:") and "://" not in settings.warehouse:
@@ -76,6 +80,45 @@ def open_session(cfg: PipelineConfig, settings: SparkSettings | None = None) -> 
                 "(docs/operations.md, Moving a Hadoop warehouse)",
             )
     return build_session(settings)
+
+
+def remote_url(cfg: PipelineConfig) -> str | None:
+    """The Spark Connect server a pipeline runs on: ``spark.remote`` (or ``spark.remote`` among
+    its ``conf``), else the environment variable ``SPARK_REMOTE`` (the address with a token);
+    ``None``: a session of this process."""
+    return cfg.spark.remote or cfg.spark.conf.get("spark.remote") or os.environ.get("SPARK_REMOTE")
+
+
+def connect_session(cfg: PipelineConfig, url: str) -> SparkSession:
+    """A new session of the Spark Connect server at ``url`` for a pipeline: the
+    configuration's runtime settings set on it (``conf``, ``shuffle_partitions`` when given;
+    settings the server fixed at its start stay the server's) and its catalog given to it
+    (:func:`bind_catalog`). The server must carry the Iceberg runtime and, for Kafka, Spark's
+    Kafka connector (``cdcflow jars`` lists them)."""
+    try:
+        from pyspark.sql.connect.session import SparkSession as RemoteSession
+    except ImportError as e:
+        raise EnvironmentProblem(
+            f"a Spark Connect session needs PySpark's Connect client, which does not import "
+            f"here ({e.name or e})",
+            hint="install PySpark 4 with its connect extra (pip install 'pyspark[connect]')",
+        ) from None
+    from pyspark.errors import AnalysisException
+
+    # a Connect session is a SparkSession to every caller (the API both kinds share)
+    spark = cast("SparkSession", RemoteSession.builder.remote(url).create())
+    given = dict(cfg.spark.conf)
+    if "shuffle_partitions" in cfg.spark.model_fields_set:
+        given["spark.sql.shuffle.partitions"] = str(cfg.spark.shuffle_partitions)
+    for key, value in given.items():
+        if key in ("spark.remote", "spark.master") or key.startswith("spark.jars"):
+            continue
+        try:
+            spark.conf.set(key, value)
+        except AnalysisException:  # a static setting: the server's own holds
+            continue
+    bind_catalog(spark, cfg)
+    return spark
 
 
 def bind_catalog(spark: SparkSession, cfg: PipelineConfig) -> None:

@@ -55,6 +55,11 @@ class Source:
         """Refuse, before Spark starts, a source that cannot be read (a coded
         :class:`~cdcflow.errors.ConfigError`)."""
 
+    def check_connect(self) -> None:
+        """Refuse, before its query starts on a Spark Connect server, a source whose batches
+        need what a Connect server's Python process does not have (a coded
+        :class:`~cdcflow.spark.kind.ConnectUnsupported`)."""
+
     def read(self, spark: SparkSession) -> DataFrame:
         """The source's raw messages, a streaming DataFrame of ``spark``."""
         raise NotImplementedError

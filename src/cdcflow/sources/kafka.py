@@ -203,14 +203,31 @@ class KafkaSource(Source):
                 hint=hint,
             )
 
+    def check_connect(self) -> None:
+        """Refuse ``fail_on_data_loss: false`` over Spark Connect: what a batch skipped is
+        asked of the brokers with Kafka's client in Spark's JVM, which a Connect server's
+        Python process cannot reach."""
+        from cdcflow.spark.kind import ConnectUnsupported
+
+        if not self.kafka.fail_on_data_loss:
+            raise ConnectUnsupported(
+                f"source {self.name!r}: fail_on_data_loss: false does not run over a Spark "
+                "Connect session yet (the offsets a batch skipped are asked of Kafka's client "
+                "in Spark's JVM)",
+                hint="leave fail_on_data_loss at true over Spark Connect, or run the pipeline "
+                "with a classic SparkSession",
+            )
+
     def read(self, spark: SparkSession) -> DataFrame:
         """The topics' records as rows of Spark's Kafka source (headers included), read by as
         many tasks as the session has cores: one task per topic partition would start as many
         Python decoders per batch, each costing more than a small batch's events."""
+        from cdcflow.spark.kind import parallelism
+
         reader = spark.readStream.format("kafka")
         for key, value in self.spark_options.items():
             reader = reader.option(key, value)
-        return reader.load().coalesce(max(1, spark.sparkContext.defaultParallelism))
+        return reader.load().coalesce(parallelism(spark))
 
     def skipped(self, spark: SparkSession, checkpoint: str, batch_id: int) -> dict[str, str]:
         """With ``fail_on_data_loss: false``, the offsets a batch could not read because the
@@ -229,8 +246,9 @@ class KafkaSource(Source):
         asked with a Kafka consumer in the driver's JVM (no Spark job); ``None`` when the
         brokers do not answer."""
         from cdcflow.sources.offsets import offsets, open_consumer
+        from cdcflow.spark.kind import is_connect
 
-        if not read:
+        if not read or is_connect(spark):  # Kafka's client is in the JVM, out of reach
             return None
         try:
             if self._consumer is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import orjson
@@ -116,6 +116,20 @@ class LandingSource(Source):
             hint="check the path, or set create_path: true on the source to create it",
         )
 
+    def check_connect(self) -> None:
+        """Refuse a landing zone on another filesystem than the local one over Spark Connect:
+        a batch's zero-byte files are found by reading the file source's log and the files'
+        sizes, which a Connect server's Python process does on its own disk only."""
+        from cdcflow.spark.kind import ConnectUnsupported
+
+        if "://" in self.path and not self.path.startswith("file:"):
+            raise ConnectUnsupported(
+                f"source {self.name!r}: a landing zone at {self.path} does not run over a "
+                "Spark Connect session yet (only one on the server's local disk)",
+                hint="run the pipeline with a classic SparkSession, or land the files on the "
+                "Spark Connect server's disk",
+            )
+
     def read(self, spark: SparkSession) -> DataFrame:
         return read_raw(
             spark,
@@ -186,38 +200,15 @@ def empty_files(
     from cdcflow.decode.columns import Columns
     from cdcflow.decode.decoder import Decoder
     from cdcflow.event import spark_schema_ddl
+    from cdcflow.spark.kind import is_connect
 
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    hadoop = jvm.org.apache.hadoop.fs
-    paths: list[str] = []
-    for name in (str(batch_id), f"{batch_id}.compact"):
-        log = hadoop.Path(f"{checkpoint}/sources/0/{name}")
-        fs = log.getFileSystem(conf)
-        if not fs.exists(log):
-            continue
-        stream = fs.open(log)
-        try:
-            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
-        for line in str(text).splitlines()[1:]:
-            entry = orjson.loads(line) if line.strip() else {}
-            if entry.get("batchId") == batch_id and isinstance(entry.get("path"), str):
-                paths.append(str(hadoop.Path(jvm.java.net.URI(entry["path"])).toString()))
-        break
     decoder = Decoder(dialect, options, wire=True)
     cols = Columns(wire=True)
-    for path in paths:
+    files = _LocalFiles() if is_connect(spark) else _HadoopFiles(spark)
+    for path in files.logged(f"{checkpoint}/sources/0", batch_id):
         if path in seen:
             continue
-        p = hadoop.Path(path)
-        try:
-            size = p.getFileSystem(conf).getFileStatus(p).getLen()
-        except Exception:  # gone since it was listed: nothing to report
-            continue
-        if size == 0:
+        if files.size(path) == 0:
             for outcome in decoder.decode_file(b"", path):
                 cols.add_outcome(outcome, source)
     if not cols.rows:
@@ -228,6 +219,80 @@ def empty_files(
         for r in cols.to_batch().to_pylist()
     ]
     return spark.createDataFrame(rows, spark_schema_ddl())
+
+
+def _logged_paths(text: str, batch_id: int) -> list[str]:
+    """The paths a file source's log entry (its text) gives batch ``batch_id``, as written
+    (URIs)."""
+    out: list[str] = []
+    for line in text.splitlines()[1:]:
+        entry = orjson.loads(line) if line.strip() else {}
+        if entry.get("batchId") == batch_id and isinstance(entry.get("path"), str):
+            out.append(entry["path"])
+    return out
+
+
+class _HadoopFiles:
+    """A file source's log and its files' sizes through Hadoop's filesystems in Spark's JVM
+    (any filesystem the session reads)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.jvm: Any = spark.sparkContext._jvm
+        self.conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+
+    def logged(self, log: str, batch_id: int) -> list[str]:
+        """The files of batch ``batch_id`` in the file source's log at ``log``, as Spark's
+        scan names them."""
+        hadoop = self.jvm.org.apache.hadoop.fs
+        for name in (str(batch_id), f"{batch_id}.compact"):
+            path = hadoop.Path(f"{log}/{name}")
+            fs = path.getFileSystem(self.conf)
+            if not fs.exists(path):
+                continue
+            stream = fs.open(path)
+            try:
+                text = str(self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            finally:
+                stream.close()
+            return [
+                str(hadoop.Path(self.jvm.java.net.URI(p)).toString())
+                for p in _logged_paths(text, batch_id)
+            ]
+        return []
+
+    def size(self, path: str) -> int | None:
+        """A file's size (``None``: gone since it was listed)."""
+        p = self.jvm.org.apache.hadoop.fs.Path(path)
+        try:
+            return int(p.getFileSystem(self.conf).getFileStatus(p).getLen())
+        except Exception:  # gone since it was listed: nothing to report
+            return None
+
+
+class _LocalFiles:
+    """A file source's log and its files' sizes on the local disk (a Spark Connect server's
+    Python process, beside the server: landing zones and checkpoints on its disk)."""
+
+    @staticmethod
+    def _local(uri: str) -> str:
+        parts = urlsplit(uri)
+        return unquote(parts.path) if parts.scheme in ("", "file") else uri
+
+    def logged(self, log: str, batch_id: int) -> list[str]:
+        """As :meth:`_HadoopFiles.logged`: ``file:/…`` names, as Spark's scan gives them."""
+        folder = Path(self._local(log))
+        for name in (str(batch_id), f"{batch_id}.compact"):
+            found = folder / name
+            if found.is_file():
+                text = found.read_text(encoding="utf-8")
+                return ["file:" + self._local(p) for p in _logged_paths(text, batch_id)]
+        return []
+
+    def size(self, path: str) -> int | None:
+        try:
+            return os.stat(self._local(path)).st_size
+        except OSError:  # gone since it was listed: nothing to report
+            return None
 
 
 def landing_files(path: Path) -> set[str]:

@@ -46,6 +46,18 @@ def functions(spark: SparkSession) -> ModuleType:
     return importlib.import_module("pyspark.sql.functions")
 
 
+def parallelism(spark: SparkSession) -> int:
+    """How many tasks the session runs at once: Spark's default parallelism on a classic
+    session; over Spark Connect (no SparkContext), ``spark.default.parallelism`` when set,
+    else the shuffle partitions."""
+    if not is_connect(spark):
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    found = spark.conf.get("spark.default.parallelism", None) or spark.conf.get(
+        "spark.sql.shuffle.partitions", "2"
+    )
+    return max(1, int(str(found)))
+
+
 def is_connect_column(value: object) -> bool:
     """Whether ``value`` is a column of a Spark Connect session (an expression sent to the
     server, with no JVM column behind it)."""
@@ -68,12 +80,10 @@ def require_classic(spark: SparkSession, what: str) -> None:
     session."""
     if is_connect(spark):
         raise ConnectUnsupported(
-            f"{what} does not run over a Spark Connect session yet (it reaches into Spark's JVM, "
-            "which a Connect client cannot); cdcflow.api.decode and cdcflow.api.apply_changes "
-            "of a batch DataFrame do",
-            hint="run it with a classic SparkSession (cdcflow.api.session(...), or "
-            "SparkSession.builder without .remote(...)), e.g. on the Spark Connect server's "
-            "cluster; see docs/python-api.md, Over Spark Connect",
+            f"{what} does not run over a Spark Connect session",
+            hint="start the pipeline's own queries (cdcflow.api.start, cdcflow.api.apply_changes "
+            "of a streaming DataFrame, cdcflow run --remote), which do; or use a classic "
+            "SparkSession; see docs/python-api.md, Over Spark Connect",
         )
 
 
