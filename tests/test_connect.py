@@ -112,8 +112,10 @@ def test_decode_over_connect_equals_decode_on_a_classic_session(
 
 
 def test_a_sessions_kind_and_what_refuses_a_connect_session(spark: Any, connect: Any) -> None:
-    """The session's kind is told by its class; the entry points that need Spark's JVM say
-    so with ``CONNECT_UNSUPPORTED`` before touching it."""
+    """The session's kind is told by its class; what does not run over Spark Connect says
+    so with ``CONNECT_UNSUPPORTED`` before touching it: one's own ``foreachBatch`` (a Connect
+    server does not tell a batch which query runs it, so a query numbering its batches anew
+    could not be told apart) and conditions given as Connect columns."""
     from pyspark.sql import functions as classic_functions
     from pyspark.sql.connect import functions as remote_functions
 
@@ -123,17 +125,9 @@ def test_a_sessions_kind_and_what_refuses_a_connect_session(spark: Any, connect:
     line = orjson.dumps(ev("INSERT", "users", 1, after={"id": 1})).decode()
     messages = connect.createDataFrame([(line,)], "body string")
     events = cdc.decode(messages, "savegress", keys={"users": ["id"]}).events
-    changes = connect.readStream.format("rate").load().selectExpr("value AS id", "timestamp")
     calls = {
-        "cdcflow.api.apply_changes of a streaming DataFrame": lambda: cdc.apply_changes(
-            "users", changes, keys=["id"], sequence_by="timestamp", namespace="connect"
-        ),
-        "cdcflow.api.pipeline": lambda: cdc.pipeline(session=connect, namespace="connect"),
-        "cdcflow.api.pipeline (and foreach_batch)": lambda: cdc.foreach_batch(
+        "cdcflow.api.foreach_batch (one's own foreachBatch)": lambda: cdc.foreach_batch(
             session=connect, namespace="connect"
-        ),
-        "cdcflow.api.start": lambda: cdc.start(
-            connect.readStream.format("rate").load(), namespace="connect"
         ),
         "sequence_by given as a Column": lambda: cdc.table_config(
             sequence_by=remote_functions.struct("a", "b")
@@ -403,3 +397,122 @@ def test_cdcflow_run_remote_equals_a_classic_run(
     record = orjson.loads((sources[0] / "source.json").read_bytes())
     query = orjson.loads((sources[0] / "query" / "metadata").read_bytes())
     assert record["query"] == query["id"]
+
+
+def test_a_kafka_source_over_connect_stopped_mid_batch_then_rerun_equals_the_oracle(
+    connect: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """Debezium's Kafka form read by a ``kafka:`` source whose queries run on the Spark
+    Connect server, following; stopped in the middle of a batch (a replica committed, the
+    batch history not yet), then run again to the end: the replicas equal the oracle and
+    every batch is in the history once."""
+    from cdcflow.config import load_config
+    from cdcflow.dialects import kafka_delivery, renderer_features
+    from cdcflow.pipeline.query import Pipeline
+    from cdcflow.simulation.workload import generate
+    from cdcflow.testing.compare import compare_replicas
+    from cdcflow.testing.kafka import produce
+
+    w = generate(83, tables=3, transactions=40, features=renderer_features("debezium"))
+    sent = kafka_delivery("debezium", w, seed=83, prefix="connect83")
+    assert len(produce(kafka.bootstrap, sent.records)) == len(sent.records)
+    name = "connect_kafka"
+    cfg = load_config(
+        {
+            "pipeline": name,
+            "checkpoint": str(tmp_path / "checkpoint"),
+            "namespace": name,
+            "parallel_tables": 1,
+            "follow_interval": "1s",
+            "sources": [
+                {
+                    "name": "k",
+                    "dialect": "debezium",
+                    "kafka": {
+                        "bootstrap_servers": kafka.bootstrap,
+                        "topics": sent.topics,
+                        "max_offsets_per_trigger": 60,
+                    },
+                    "keys": {t: list(k) for t, k in sent.options.table_keys.items()},
+                    "types": {t: dict(c) for t, c in sent.options.column_types.items()},
+                    "options": dict(sent.options.extra),
+                }
+            ],
+        }
+    )
+    tables = sorted(w.tables)
+
+    def committed(batch: int) -> bool:
+        """Whether a replica holds a commit of ``batch``."""
+        return any(
+            connect.sql(
+                f"SELECT 1 FROM cdc.{name}.{t}.snapshots "
+                f"WHERE summary['cdcflow.batch'] = '{batch}' LIMIT 1"
+            ).count()
+            for t in tables
+            if connect.catalog.tableExists(f"cdc.{name}.{t}")
+        )
+
+    stopped = Pipeline(cfg, connect).run(follow=True, should_stop=lambda: committed(1))
+    assert stopped.stopped
+    done = {
+        r["batch_id"]
+        for r in connect.sql(f"SELECT batch_id FROM cdc.{name}__cdcflow.batches").collect()
+    }
+    assert 1 not in done, done  # stopped between the batch's first commit and its end
+
+    result = Pipeline(cfg, connect).run()
+    assert result.exit_status == EXIT_OK and result.reports.batches >= 1
+    compare_replicas(connect, w, name).assert_equal()
+    counts = connect.sql(
+        f"SELECT batch_id, count(*) AS n FROM cdc.{name}__cdcflow.batches GROUP BY batch_id"
+    ).collect()
+    assert len(counts) >= 3 and all(r["n"] == 1 for r in counts), counts
+
+
+def test_what_a_connect_run_reads_from_its_settings_and_its_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Connect address comes from ``spark.remote``, ``--remote`` or ``SPARK_REMOTE``; one
+    holding a token is refused in the file and on the command line without showing it. A
+    batch's cdcflow error reaches the client as the server's Python traceback: its code is
+    given back; Spark's Kafka restart bug is told by the JVM trace's text."""
+    from cdcflow.cli.pipeline import with_remote
+    from cdcflow.config import load_config
+    from cdcflow.errors import ConfigError
+    from cdcflow.pipeline.remote import batch_failure
+    from cdcflow.pipeline.session import remote_url
+    from cdcflow.spark.errors import kafka_restart_bug_trace
+
+    doc = {"sources": [{"name": "s", "path": str(tmp_path)}]}
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    assert remote_url(load_config(doc)) is None
+    monkeypatch.setenv("SPARK_REMOTE", "sc://env:2/;token=t")
+    assert remote_url(load_config(doc)) == "sc://env:2/;token=t"
+    monkeypatch.delenv("SPARK_REMOTE")
+    cfg = load_config({**doc, "spark": {"remote": "sc://host:15002"}})
+    assert remote_url(cfg) == "sc://host:15002"
+    assert remote_url(with_remote(load_config(doc), "sc://other:1")) == "sc://other:1"
+    for bad in ("sc://host:15002/;token=s3cret", "http://host"):
+        with pytest.raises(ConfigError) as e:
+            load_config({**doc, "spark": {"remote": bad}})
+        assert "s3cret" not in str(e.value)
+        with pytest.raises(ConfigError) as e:
+            with_remote(load_config(doc), bad)
+        assert "s3cret" not in str(e.value)
+
+    trace = (
+        "Found error inside foreachBatch Python process: Traceback (most recent call last):\n"
+        '  File "/x/batch.py", line 3, in __call__\n'
+        "cdcflow.pipeline.batch.StopRequested: [STOP_REQUESTED] batch 3 left for later\n"
+    )
+    found = batch_failure(trace)
+    assert found is not None and found.code == "STOP_REQUESTED"
+    assert found.message == "batch 3 left for later"
+    assert batch_failure("java.lang.IllegalStateException: boom") is None
+    npe = (
+        "Caused by: java.lang.NullPointerException: Cannot invoke\n"
+        "\tat org.apache.spark.sql.kafka010.KafkaMicroBatchStream$.metrics(K.scala:520)\n"
+    )
+    assert kafka_restart_bug_trace(npe)
+    assert not kafka_restart_bug_trace(npe.replace("metrics", "latestOffset"))

@@ -64,6 +64,14 @@ def remote_failure(exc: BaseException, source: str) -> CdcflowError:
     return CdcflowError(first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT)
 
 
+def _trace(exc: BaseException) -> str:
+    """The JVM stack trace a Spark Connect exception carries as text (its message when it
+    carries none)."""
+    trace = getattr(exc, "getStackTrace", None)
+    found = trace() if callable(trace) else None
+    return found if isinstance(found, str) else str(exc)
+
+
 def _java_exception(query: StreamingQuery) -> Any | None:
     """The Java exception a streaming query ended with (PySpark's own conversion keeps only
     the text of a cause that is not one of Spark's)."""
@@ -421,19 +429,18 @@ class Pipeline:
         """Start again a Kafka source's query that ended on SPARK-57438 (see
         :func:`cdcflow.spark.errors.kafka_restart_bug`), at most a few times a run; whether
         every failed query was started again."""
-        from cdcflow.spark.errors import kafka_restart_bug
+        from cdcflow.spark.errors import kafka_restart_bug, kafka_restart_bug_trace
 
-        if self._remote is not None:  # a Connect client sees no Java exception
-            return False
         for i, q in enumerate(self.queries):
-            exc = _java_exception(q)
+            if self._remote is not None:  # a Connect client gets the JVM's trace as text
+                exc = q.exception()
+                bug = exc is not None and kafka_restart_bug_trace(_trace(exc))
+            else:
+                exc = _java_exception(q)
+                bug = exc is not None and kafka_restart_bug(exc)
             if exc is None:
                 continue
-            if (
-                not kafka_restart_bug(exc)
-                or self._restarts.get(i, 0) >= 3
-                or i >= len(self._launchers)
-            ):
+            if not bug or self._restarts.get(i, 0) >= 3 or i >= len(self._launchers):
                 return False
             self._restarts[i] = self._restarts.get(i, 0) + 1
             logging.getLogger("cdcflow").warning(

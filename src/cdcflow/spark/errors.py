@@ -217,3 +217,19 @@ def kafka_restart_bug(exc: Any) -> bool:
         except Exception:  # not a Java throwable
             continue
     return False
+
+
+def kafka_restart_bug_trace(trace: str) -> bool:
+    """:func:`kafka_restart_bug` from the JVM stack trace a Spark Connect client receives as
+    text (``getStackTrace()`` of the query's exception): a ``NullPointerException`` cause
+    whose top frame is ``KafkaMicroBatchStream…metrics``."""
+    lines = [line.strip() for line in trace.splitlines()]
+    for i, line in enumerate(lines[:-1]):
+        if not line.startswith("Caused by: java.lang.NullPointerException"):
+            continue
+        top = lines[i + 1]
+        if top.startswith("at org.apache.spark.sql.kafka010.KafkaMicroBatchStream") and (
+            ".metrics(" in top
+        ):
+            return True
+    return False
