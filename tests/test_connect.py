@@ -516,3 +516,47 @@ def test_what_a_connect_run_reads_from_its_settings_and_its_failures(
     )
     assert kafka_restart_bug_trace(npe)
     assert not kafka_restart_bug_trace(npe.replace("metrics", "latestOffset"))
+
+
+def test_apply_changes_of_a_stream_over_connect_equals_a_classic_session(
+    spark: Any, connect: Any, tmp_path: Path
+) -> None:
+    """Change rows arriving as a stream (parquet files, two runs) applied as history (scd2)
+    over Spark Connect give the replica, batch history and dead letters that the same stream
+    gives on a classic session; the started pipeline's reports are the batches'."""
+    seen = {}
+    for session, kind in ((spark, "classic"), (connect, "connect")):
+        folder = tmp_path / kind / "feed"
+        namespace = f"connect_stream_{kind}"
+        results = []
+        for i, rows in enumerate(([*DATABRICKS_FEED, KEYLESS], LATER)):
+            session.createDataFrame(rows, CHANGES_SCHEMA).write.parquet(str(folder / f"{i}"))
+            pipe = cdc.apply_changes(
+                target="users",
+                source=session.readStream.schema(CHANGES_SCHEMA).parquet(f"{folder}/*"),
+                keys=["userId"],
+                sequence_by="sequenceNum",
+                apply_as_deletes="operation = 'DELETE'",
+                apply_as_truncates="operation = 'TRUNCATE'",
+                except_column_list=["operation"],
+                stored_as_scd_type=2,
+                namespace=namespace,
+                checkpoint=str(tmp_path / kind / "checkpoint"),
+            )
+            assert isinstance(pipe, cdc.Pipeline)
+            result = pipe.wait()
+            results.append((result.exit_status, [r.batch_id for r in result.reports]))
+        history = session.sql(
+            f"SELECT batch_id, events, dead_lettered FROM cdc.{namespace}__cdcflow.batches"
+        ).collect()
+        dead = session.sql(
+            f"SELECT error_code, batch_id FROM cdc.{namespace}__cdcflow.dead_letters"
+        ).collect()
+        seen[kind] = (
+            results,
+            _replica(session, namespace),
+            sorted(tuple(r) for r in history),
+            sorted(tuple(r) for r in dead),
+        )
+    assert seen["connect"] == seen["classic"]
+    assert seen["connect"][0] == [(EXIT_DEAD_LETTERS, [0]), (EXIT_OK, [1])]
