@@ -109,6 +109,25 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def connect(spark_connect: Any) -> Iterator[Any]:
+    """One Spark Connect session of the ``spark_connect`` server for the run (the classic
+    ``spark`` session keeps running: the Connect builder is used directly, so this process
+    stays in classic mode)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    session = RemoteSession.builder.remote(spark_connect.url).create()
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=["classic", "connect"])
+def any_session(request: pytest.FixtureRequest) -> Any:
+    """The classic test session, then a Spark Connect session (skipped where PySpark carries
+    no Spark Connect server): a test taking it runs on both kinds."""
+    return request.getfixturevalue("spark" if request.param == "classic" else "connect")
+
+
+@pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One Apache Kafka broker for the run (KRaft, from its Maven artifacts)."""
     from cdcflow.testing.services.kafka import KafkaBroker

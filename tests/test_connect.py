@@ -4,7 +4,6 @@ that need Spark's JVM refuse a Connect session with ``CONNECT_UNSUPPORTED``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +30,6 @@ pytestmark = pytest.mark.spark
 
 #: Messages no dialect reads: each is a rejection with a code, on either kind of session.
 _BAD = [b"{not json", b"", b'{"some": "object"}', b"\xff\xfe\x00garbage", b"[1, 2, 3]"]
-
-
-@pytest.fixture(scope="module")
-def connect(spark_connect: Any) -> Iterator[Any]:
-    """One Spark Connect session for the file (the classic ``spark`` session keeps running:
-    the Connect builder is used directly, so this process stays in classic mode)."""
-    from pyspark.sql.connect.session import SparkSession as RemoteSession
-
-    session = RemoteSession.builder.remote(spark_connect.url).create()
-    yield session
-    session.stop()
 
 
 def _raw(root: Path) -> dict[str, tuple[list[dict[str, Any]], DialectOptions | None]]:

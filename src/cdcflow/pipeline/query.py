@@ -13,6 +13,7 @@ and stops; ``follow`` keeps going with a processing-time trigger until :meth:`Pi
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -109,6 +110,8 @@ class Pipeline:
         #: over Spark Connect: the batch reports read back from the history, and whom to tell
         self._remote: RemoteReports | None = None
         self._on_report: Callable[[BatchReport], None] | None = None
+        self._follower: threading.Thread | None = None
+        self._closing = threading.Event()
         #: called when the pipeline closes (what watches it stops)
         self.on_close: list[Callable[[], None]] = []
 
@@ -149,6 +152,10 @@ class Pipeline:
         if self.checkpoint is not None:
             self.checkpoint.release()
             self.checkpoint = None
+        self._closing.set()
+        if self._follower is not None:
+            self._follower.join()
+            self._follower = None
         self._remote = self._on_report = None
         self._close_readers()
         while self.on_close:
@@ -364,10 +371,30 @@ class Pipeline:
                 self._reader(src.name).check_connect()
         records = [self._sources[s.name][1] for s in self.cfg.sources]
         self._remote = RemoteReports(
-            self.spark, self.history, records, [s.name for s in self.cfg.sources]
+            self.spark,
+            self.history,
+            self.dead_letters,
+            records,
+            [s.name for s in self.cfg.sources],
         )
         self._remote.begin()
         self._on_report = on_report
+        self._closing.clear()
+        self._follower = threading.Thread(
+            target=self._follow_reports, name="cdcflow-connect-reports", daemon=True
+        )
+        self._follower.start()
+
+    def _follow_reports(self) -> None:
+        """Read a Connect run's batch reports back as its queries finish batches, every
+        :data:`REMOTE_LOOK` seconds until the pipeline closes (so that what watches the
+        pipeline — ``on_report``, its metrics — follows it whether or not :meth:`wait`
+        runs)."""
+        while not self._closing.wait(REMOTE_LOOK):
+            try:
+                self._remote_reports()
+            except Exception:  # a server going away: the last look at the end says the rest
+                logging.getLogger("cdcflow").debug("reading batch reports", exc_info=True)
 
     def _remote_function(self, record: SourceRecord, location: str) -> Callable[..., None]:
         """The ``foreachBatch`` function of a source's query over Spark Connect, after
@@ -517,12 +544,8 @@ class Pipeline:
         ``raise_on_failure=False`` reported in the result."""
         result = RunResult()
         started = time.monotonic()
-        looked = started
         try:
             while True:
-                if self._remote is not None and time.monotonic() - looked >= REMOTE_LOOK:
-                    self._remote_reports()
-                    looked = time.monotonic()
                 if any(q.exception() is not None for q in self.queries):
                     if not self._restart_failed():
                         break

@@ -20,7 +20,9 @@ back its error code.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.errors import CdcflowError
@@ -95,26 +97,28 @@ class RemoteReports:
         self,
         spark: SparkSession,
         history: Callable[[], DataFrame],
+        dead_letters: Callable[[], DataFrame],
         records: list[SourceRecord],
         sources: list[str],
     ) -> None:
-        """``history``: the pipeline's batch history; ``records``/``sources``: the source of
-        each query, in the order of the queries, and its configured name."""
+        """``history``, ``dead_letters``: the pipeline's batch history and dead letters;
+        ``records``/``sources``: the source of each query, in the order of the queries, and
+        its configured name."""
         self.spark = spark
         self.history = history
+        self.dead_letters = dead_letters
         self.records = records
         self.sources = sources
         #: the highest batch id reported per query, and the highest the query said it did
         self.reported: list[int] = [-1] * len(records)
         self.progressed: list[int] = [-1] * len(records)
-        #: the batch ids a run found in the history before its queries started
-        self.started: list[int] = [-1] * len(records)
+        self._lock = threading.Lock()
 
     def begin(self) -> None:
         """Note the highest batch id of each source already in the history (batches of
         earlier runs are not this run's)."""
         for i, record in enumerate(self.records):
-            self.started[i] = self.reported[i] = self._highest(record)
+            self.reported[i] = self._highest(record)
 
     def _highest(self, record: SourceRecord) -> int:
         from cdcflow.spark.sql import lit
@@ -128,7 +132,12 @@ class RemoteReports:
         return -1 if found is None or found[0] is None else int(found[0])
 
     def poll(self, queries: list[StreamingQuery]) -> list[BatchReport]:
-        """The reports of batches the queries finished since the last poll."""
+        """The reports of batches the queries finished since the last poll (each once,
+        whichever thread asks)."""
+        with self._lock:
+            return self._poll(queries)
+
+    def _poll(self, queries: list[StreamingQuery]) -> list[BatchReport]:
         from cdcflow.pipeline.report import BatchReport
         from cdcflow.spark.sql import lit
 
@@ -146,9 +155,35 @@ class RemoteReports:
                 .orderBy("batch_id")
                 .collect()
             )
-            for row in rows:
-                out.append(BatchReport.from_history(row.asDict(recursive=True), self.sources[i]))
-                self.reported[i] = max(self.reported[i], int(row["batch_id"]))
+            reports = [
+                BatchReport.from_history(r.asDict(recursive=True), self.sources[i]) for r in rows
+            ]
+            codes = self._codes(record, [r.batch_id for r in reports if r.dead_lettered])
+            for report in reports:
+                out.append(replace(report, dead_letter_codes=codes.get(report.batch_id, {})))
+                self.reported[i] = max(self.reported[i], report.batch_id)
+        return out
+
+    def _codes(self, record: SourceRecord, batches: list[int]) -> dict[int, dict[str, int]]:
+        """The dead letters of some batches by error code (one small query, only for
+        batches that wrote some: the batch history counts them without their codes)."""
+        from cdcflow.spark.sql import lit
+
+        if not batches:
+            return {}
+        found = (
+            self.dead_letters()
+            .where(
+                f"pipeline = {lit(record.ledger)} AND batch_id IN "
+                f"({', '.join(str(b) for b in batches)})"
+            )
+            .groupBy("batch_id", "error_code")
+            .count()
+            .collect()
+        )
+        out: dict[int, dict[str, int]] = {}
+        for row in found:
+            out.setdefault(int(row["batch_id"]), {})[str(row["error_code"])] = int(row["count"])
         return out
 
 
