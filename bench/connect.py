@@ -7,8 +7,13 @@ embedded catalog in a warehouse of their own); the server is the one the tests s
 PySpark 4). Each batch is ``BENCH_CONNECT_ROWS`` (1,000) change rows of one table — updates of
 the same keys, every 50th a delete — and the figure is the median of the steady batches (the
 first two, which create the tables and warm both JVMs, left out); the replicas are compared at
-the end. Runs in a process of its own (it starts its own classic session), skipped with one
-line on PySpark 3.5, whose package carries no Connect server.
+the end. Then the same batches as a stream (a folder of parquet files, one more each run)
+applied by ``cdc.apply_changes`` of a streaming DataFrame, one run (``availableNow``) per
+batch: the batch's own seconds (its report: the ``foreachBatch`` function's time, on the
+server over Connect) and the run's wall time from start to its end (the query's start, the
+batch, and over Connect the batch's report read back from the history). Runs in a process
+of its own (it starts its own classic session), skipped with one line on PySpark 3.5, whose
+package carries no Connect server.
 """
 
 from __future__ import annotations
@@ -67,6 +72,33 @@ def apply(session: SparkSession | RemoteSession, checkpoint: Path, batch: int) -
     return time.perf_counter() - started
 
 
+def stream(
+    session: SparkSession | RemoteSession, home: Path, kind: str, batch: int
+) -> tuple[float, float]:
+    """One run of ``apply_changes`` over a stream holding one more batch: its wall seconds
+    and the batch's own."""
+    import cdcflow.api as cdc
+
+    feed = home / f"feed-{kind}"
+    session.createDataFrame(rows(batch), SCHEMA).write.parquet(str(feed / str(batch)))
+    started = time.perf_counter()
+    pipe = cdc.apply_changes(
+        target="users",
+        source=session.readStream.schema(SCHEMA).parquet(f"{feed}/*"),
+        keys=["userId"],
+        sequence_by="sequenceNum",
+        apply_as_deletes="operation = 'DELETE'",
+        except_column_list=["operation"],
+        namespace="bench_connect_stream",
+        checkpoint=str(home / f"chk-stream-{kind}"),
+    )
+    result = pipe.wait()  # type: ignore[union-attr]
+    wall = time.perf_counter() - started
+    if result.exit_status != 0 or len(result.reports) != 1:
+        raise RuntimeError(f"stream batch {batch} ended with {result!r}")
+    return wall, result.reports[-1].seconds
+
+
 def measure(home: Path) -> dict[str, Any]:
     """Both kinds of session, batch by batch; their seconds and the steady medians."""
     from pyspark.sql.connect.session import SparkSession as Remote
@@ -99,12 +131,43 @@ def measure(home: Path) -> dict[str, Any]:
                 table = "cdc.bench_connect.users"
                 ours = sorted(tuple(r) for r in classic.table(table).drop("_cdc").collect())
                 theirs = sorted(tuple(r) for r in remote.table(table).drop("_cdc").collect())
+                walls: dict[str, list[float]] = {"classic": [], "connect": []}
+                own: dict[str, list[float]] = {"classic": [], "connect": []}
+                for b in range(BATCHES):
+                    for kind, session in (("classic", classic), ("connect", remote)):
+                        wall, batch = stream(session, home, kind, b)
+                        walls[kind].append(wall)
+                        own[kind].append(batch)
+                    print(
+                        f"  (s) stream batch {b}: classic {own['classic'][-1]:.2f} s "
+                        f"({walls['classic'][-1]:.2f} s run), connect {own['connect'][-1]:.2f} s "
+                        f"({walls['connect'][-1]:.2f} s run)",
+                        flush=True,
+                    )
+                table = "cdc.bench_connect_stream.users"
+                streamed = sorted(tuple(r) for r in classic.table(table).drop("_cdc").collect())
+                streamed_remote = sorted(
+                    tuple(r) for r in remote.table(table).drop("_cdc").collect()
+                )
             finally:
                 remote.stop()
     finally:
         classic.stop()
     steady = {k: statistics.median(v[2:]) for k, v in seconds.items()}
+    per_batch = {k: statistics.median(v[2:]) for k, v in own.items()}
+    per_run = {k: statistics.median(v[2:]) for k, v in walls.items()}
     return {
+        "stream": {
+            "batch_seconds": own,
+            "run_seconds": walls,
+            "steady_batch_classic": per_batch["classic"],
+            "steady_batch_connect": per_batch["connect"],
+            "batch_ratio": per_batch["connect"] / per_batch["classic"],
+            "steady_run_classic": per_run["classic"],
+            "steady_run_connect": per_run["connect"],
+            "run_ratio": per_run["connect"] / per_run["classic"],
+            "equal": streamed == streamed_remote,
+        },
         "rows_per_batch": ROWS,
         "batches": BATCHES,
         "seconds": seconds,
@@ -139,11 +202,16 @@ def run() -> dict[str, Any]:
 
 def line(r: dict[str, Any]) -> str:
     """The part's figures as a line."""
+    s = r["stream"]
     return (
         f"(s) a batch of {r['rows_per_batch']:,} change rows into one table, median of "
         f"{r['batches'] - 2}: classic {r['steady_classic']:.2f} s, Spark Connect "
         f"{r['steady_connect']:.2f} s ({r['ratio']:.2f}x); replicas "
-        f"{'equal' if r['equal'] else 'DIFFER'} ({r['replica_rows']:,} rows)"
+        f"{'equal' if r['equal'] else 'DIFFER'} ({r['replica_rows']:,} rows); as a stream, "
+        f"the batch {s['steady_batch_classic']:.2f} s against {s['steady_batch_connect']:.2f} s "
+        f"({s['batch_ratio']:.2f}x), a run {s['steady_run_classic']:.2f} s against "
+        f"{s['steady_run_connect']:.2f} s ({s['run_ratio']:.2f}x); replicas "
+        f"{'equal' if s['equal'] else 'DIFFER'}"
     )
 
 
