@@ -98,9 +98,10 @@ def test_kafka_shaped_streams_of_every_dialect_decode(spark: Any, tmp_path: Path
         ), name
 
 
-def test_raw_shapes_and_canonical_events(spark: Any) -> None:
+def test_raw_shapes_and_canonical_events(any_session: Any) -> None:
     """One string column is one message per row; a frame of canonical events from elsewhere
     gains the decoded frame's columns; anything else is refused naming its columns."""
+    spark = any_session
     line = orjson.dumps(ev("INSERT", "users", 1, after={"id": 1}))
     messages = spark.createDataFrame([(line.decode(),)], "body string")
     assert raw_shape(messages) == "messages"
@@ -590,7 +591,8 @@ def test_apply_changes_over_a_dataframe_of_change_rows(spark: Any, tmp_path: Pat
     ]
 
 
-def test_apply_changes_refuses_what_cannot_order_or_key_the_rows(spark: Any) -> None:
+def test_apply_changes_refuses_what_cannot_order_or_key_the_rows(any_session: Any) -> None:
+    spark = any_session
     rows = spark.createDataFrame([(1, 1.5, "a")], "id bigint, version double, name string")
     with pytest.raises(ConfigError) as e:
         cdc.apply_changes(target="t", source=rows, keys=["ids"], sequence_by="version")
@@ -613,9 +615,10 @@ def test_apply_changes_refuses_what_cannot_order_or_key_the_rows(spark: Any) -> 
     )
 
 
-def test_a_whole_configuration_mapping_beside_the_session(spark: Any, tmp_path: Path) -> None:
+def test_a_whole_configuration_mapping_beside_the_session(any_session: Any, tmp_path: Path) -> None:
     """``cdc.pipeline(session=spark, **settings)`` with the settings' own ``spark:`` section
     (``spark=spark`` clashed with it); a SparkSession given as ``spark=`` still is one."""
+    spark = any_session
     settings = {
         "pipeline": "mapping",
         "checkpoint": str(tmp_path / "chk"),
