@@ -548,3 +548,39 @@ def test_apply_changes_of_a_stream_over_connect_equals_a_classic_session(
         )
     assert seen["connect"] == seen["classic"]
     assert seen["connect"][0] == [(EXIT_DEAD_LETTERS, [0]), (EXIT_OK, [1])]
+
+
+def test_dead_letters_replayed_over_connect(connect: Any, tmp_path: Path) -> None:
+    """Events of a table without a key, dead-lettered by a pipeline run over Spark Connect,
+    are applied by a replay over Connect once the configuration gives the key; replayed, they
+    are not replayed again."""
+    from cdcflow.config import load_config
+    from cdcflow.pipeline.query import Pipeline
+    from cdcflow.pipeline.replay import DeadLetterFilter, replay_dead_letters
+    from tests.scenario import land
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    land(landing, [ev("INSERT", "extra", 5 + i, after={"id": i, "v": "x"}) for i in range(3)])
+    land(landing, _landing_messages(10, 2))
+
+    def cfg(keys: dict[str, list[str]]) -> Any:
+        return load_config(
+            {
+                "pipeline": "connect_replay",
+                "checkpoint": str(tmp_path / "checkpoint"),
+                "namespace": "connect_replay",
+                "sources": [
+                    {"name": "src", "path": str(landing), "dialect": "savegress", "keys": keys}
+                ],
+            }
+        )
+
+    run = Pipeline(cfg(KEYS), connect).run()
+    assert run.exit_status == EXIT_DEAD_LETTERS and run.dead_lettered == 3
+    replayed = replay_dead_letters(cfg({**KEYS, "extra": ["id"]}), connect, DeadLetterFilter())
+    assert replayed.exit_status == EXIT_OK and replayed.claimed == {"src": 3}, replayed.summary()
+    rows = connect.sql("SELECT id, v FROM cdc.connect_replay.extra ORDER BY id").collect()
+    assert [tuple(r) for r in rows] == [(0, "x"), (1, "x"), (2, "x")]
+    again = replay_dead_letters(cfg({**KEYS, "extra": ["id"]}), connect, DeadLetterFilter())
+    assert again.claimed == {}

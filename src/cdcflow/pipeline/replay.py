@@ -256,8 +256,9 @@ def _replay_source(
 def replayed_events(claimed: DataFrame, src: SourceConfig, record: SourceRecord) -> DataFrame:
     """The decoded-events frame of claimed dead letters: messages decoded again, events read
     back from their canonical JSON."""
-    from pyspark.sql import functions as F
+    from cdcflow.spark.kind import functions
 
+    F = functions(claimed.sparkSession)
     options = src.decoder_options()
     messages = claimed.where("kind <> 'event'").selectExpr(
         "raw", "origin", "offset", "line", "item", "dialect"
