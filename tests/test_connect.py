@@ -332,7 +332,7 @@ def _tables(session: Any, namespace: str) -> dict[str, Any]:
     for name in ("orders", "users"):
         table = session.table(f"cdc.{namespace}.{name}")
         columns = [c for c in table.columns if c != "_cdc"]
-        out[name] = sorted(tuple(r) for r in table.select(*columns).collect())
+        out[name] = sorted((tuple(r) for r in table.select(*columns).collect()), key=repr)
     dead = session.sql(f"SELECT error_code, raw FROM cdc.{namespace}__cdcflow.dead_letters")
     out["dead_letters"] = sorted(tuple(r) for r in dead.collect())
     return out
@@ -341,10 +341,11 @@ def _tables(session: Any, namespace: str) -> dict[str, Any]:
 def test_cdcflow_run_remote_equals_a_classic_run(
     spark: Any, connect: Any, spark_connect: Any, tmp_path: Path
 ) -> None:
-    """``cdcflow run --remote`` runs a landing zone's pipeline on the Spark Connect server:
-    its progress lines and exit statuses (3 with dead letters — a line no dialect reads and a
-    zero-byte file — then 0), replicas and dead letters are those of the same pipeline run on
-    a classic session; the checkpoint records the streaming query that applies the source."""
+    """``cdcflow run --remote`` runs a landing zone's pipeline (a table kept as current state,
+    one as a changelog) on the Spark Connect server: its progress lines and exit statuses (3
+    with dead letters — a line no dialect reads and a zero-byte file — then 0), replicas and
+    dead letters are those of the same pipeline run on a classic session; the checkpoint
+    records the streaming query that applies the source."""
     from click.testing import CliRunner
 
     from cdcflow.cli.main import cli
@@ -357,8 +358,10 @@ def test_cdcflow_run_remote_equals_a_classic_run(
     land(landing, _landing_messages(10, 5))
     land(landing, b"{not json\n")
     (landing / "empty.jsonl").write_bytes(b"")
-    remote = _run_config(tmp_path / "remote", "connect_run", landing)
-    classic = _run_config(tmp_path / "classic", "connect_run_classic", landing)
+    # orders kept as a changelog (append), users as current state (merge)
+    tables = {"orders": {"mode": "append"}}
+    remote = _run_config(tmp_path / "remote", "connect_run", landing, tables=tables)
+    classic = _run_config(tmp_path / "classic", "connect_run_classic", landing, tables=tables)
 
     def both() -> tuple[Any, Any]:
         shown = CliRunner().invoke(cli, ["run", str(remote), "--remote", spark_connect.url])
@@ -372,6 +375,7 @@ def test_cdcflow_run_remote_equals_a_classic_run(
     first = _tables(connect, "connect_run")
     assert first == _tables(spark, "connect_run_classic")
     assert {code for code, _ in first["dead_letters"]} == {"NOT_JSON", "EMPTY_FILE"}
+    assert len(first["orders"]) == 7  # one row per event
     assert len(first["users"]) == 4 and ("0", "changed") in {
         (str(r[0]), r[1]) for r in first["users"]
     }
