@@ -166,10 +166,17 @@ KEYLESS = (None, "Bo", "Puebla", "INSERT", 9)
 def _apply_rows(
     session: Any, rows: list[Any], scd: int, namespace: str, checkpoint: Path, **settings: Any
 ) -> Any:
+    return _apply(
+        session.createDataFrame(rows, CHANGES_SCHEMA), scd, namespace, checkpoint, **settings
+    )
+
+
+def _apply(source: Any, scd: int, namespace: str, checkpoint: Path, **settings: Any) -> Any:
+    """``apply_changes`` of change rows (a batch or a stream) into ``users``."""
     excluded = ["operation", "sequenceNum"] if scd == 1 else ["operation"]
     return cdc.apply_changes(
         target="users",
-        source=session.createDataFrame(rows, CHANGES_SCHEMA),
+        source=source,
         keys=["userId"],
         sequence_by="sequenceNum",
         apply_as_deletes="operation = 'DELETE'",
@@ -502,6 +509,15 @@ def test_what_a_connect_run_reads_from_its_settings_and_its_failures(
     assert found is not None and found.code == "STOP_REQUESTED"
     assert found.message == "batch 3 left for later"
     assert batch_failure("java.lang.IllegalStateException: boom") is None
+    from cdcflow.pipeline.query import remote_failure
+
+    assert remote_failure(RuntimeError(trace), "s").code == "STOP_REQUESTED"
+    lost = remote_failure(RuntimeError("[KAFKA_DATA_LOSS.START_OFFSET_RESET] gone\n…"), "k")
+    assert lost.code == "KAFKA_DATA_LOSS" and "source 'k'" in str(lost)
+    other = remote_failure(RuntimeError("[STREAM_FAILED] boom\nJVM stacktrace: …"), "s")
+    assert (
+        other.code == "PIPELINE_FAILED" and str(other) == "[PIPELINE_FAILED] [STREAM_FAILED] boom"
+    )
     npe = (
         "Caused by: java.lang.NullPointerException: Cannot invoke\n"
         "\tat org.apache.spark.sql.kafka010.KafkaMicroBatchStream$.metrics(K.scala:520)\n"
@@ -523,18 +539,8 @@ def test_apply_changes_of_a_stream_over_connect_equals_a_classic_session(
         results = []
         for i, rows in enumerate(([*DATABRICKS_FEED, KEYLESS], LATER)):
             session.createDataFrame(rows, CHANGES_SCHEMA).write.parquet(str(folder / f"{i}"))
-            pipe = cdc.apply_changes(
-                target="users",
-                source=session.readStream.schema(CHANGES_SCHEMA).parquet(f"{folder}/*"),
-                keys=["userId"],
-                sequence_by="sequenceNum",
-                apply_as_deletes="operation = 'DELETE'",
-                apply_as_truncates="operation = 'TRUNCATE'",
-                except_column_list=["operation"],
-                stored_as_scd_type=2,
-                namespace=namespace,
-                checkpoint=str(tmp_path / kind / "checkpoint"),
-            )
+            stream = session.readStream.schema(CHANGES_SCHEMA).parquet(f"{folder}/*")
+            pipe = _apply(stream, 2, namespace, tmp_path / kind / "checkpoint")
             assert isinstance(pipe, cdc.Pipeline)
             result = pipe.wait()
             results.append((result.exit_status, [r.batch_id for r in result.reports]))

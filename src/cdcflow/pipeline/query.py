@@ -57,10 +57,13 @@ def remote_failure(exc: BaseException, source: str) -> CdcflowError:
         return found
     if "KAFKA_DATA_LOSS" in text:
         return CdcflowError(
-            f"source {source!r}: {first_line(exc)}",
+            f"source {source!r}: {first_line(exc)}: retention (or a topic deleted and created "
+            "again) removed records the source had not read",
             code="KAFKA_DATA_LOSS",
-            hint="set fail_on_data_loss: false on the source to go on past them (the batch "
-            "history records what was skipped)",
+            hint="those records are lost to this source; to go on from the oldest offsets "
+            "Kafka still has, run it once on a classic SparkSession with "
+            "kafka.fail_on_data_loss: false (not run over Spark Connect); to read the topics "
+            "again from the start, rebuild the source (docs/kafka.md)",
         )
     return CdcflowError(first_line(exc), code="PIPELINE_FAILED", hint=DEBUG_HINT)
 
@@ -369,15 +372,14 @@ class Pipeline:
         for src in self.cfg.sources:
             if src.name not in given:
                 self._reader(src.name).check_connect()
-        records = [self._sources[s.name][1] for s in self.cfg.sources]
         self._remote = RemoteReports(
-            self.spark,
             self.history,
             self.dead_letters,
-            records,
+            [self._sources[s.name][1] for s in self.cfg.sources],
             [s.name for s in self.cfg.sources],
+            # batches of earlier runs are not this run's
+            [self.next_batch(s.name) - 1 for s in self.cfg.sources],
         )
-        self._remote.begin()
         self._on_report = on_report
         self._closing.clear()
         self._follower = threading.Thread(

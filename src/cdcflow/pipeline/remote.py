@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from cdcflow.errors import CdcflowError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery
 
     from cdcflow.config import PipelineConfig, SourceConfig
@@ -95,41 +95,24 @@ class RemoteReports:
 
     def __init__(
         self,
-        spark: SparkSession,
         history: Callable[[], DataFrame],
         dead_letters: Callable[[], DataFrame],
         records: list[SourceRecord],
         sources: list[str],
+        reported: list[int],
     ) -> None:
         """``history``, ``dead_letters``: the pipeline's batch history and dead letters;
         ``records``/``sources``: the source of each query, in the order of the queries, and
-        its configured name."""
-        self.spark = spark
+        its configured name; ``reported``: the highest batch id of each already reported
+        (``-1``: none)."""
         self.history = history
         self.dead_letters = dead_letters
         self.records = records
         self.sources = sources
         #: the highest batch id reported per query, and the highest the query said it did
-        self.reported: list[int] = [-1] * len(records)
+        self.reported = list(reported)
         self.progressed: list[int] = [-1] * len(records)
         self._lock = threading.Lock()
-
-    def begin(self) -> None:
-        """Note the highest batch id of each source already in the history (batches of
-        earlier runs are not this run's)."""
-        for i, record in enumerate(self.records):
-            self.reported[i] = self._highest(record)
-
-    def _highest(self, record: SourceRecord) -> int:
-        from cdcflow.spark.sql import lit
-
-        found = (
-            self.history()
-            .where(f"pipeline = {lit(record.ledger)}")
-            .agg({"batch_id": "max"})
-            .first()
-        )
-        return -1 if found is None or found[0] is None else int(found[0])
 
     def poll(self, queries: list[StreamingQuery]) -> list[BatchReport]:
         """The reports of batches the queries finished since the last poll (each once,
@@ -145,7 +128,7 @@ class RemoteReports:
         for i, q in enumerate(queries):
             progress = q.lastProgress
             done = int(progress["batchId"]) if progress else -1
-            if done <= self.progressed[i] and done <= self.reported[i]:
+            if done <= self.progressed[i]:  # no batch done since the last look
                 continue
             self.progressed[i] = max(self.progressed[i], done)
             record = self.records[i]
