@@ -24,6 +24,7 @@ from cdcflow.dialects.model import DialectOptions
 from cdcflow.errors import ConfigError
 from cdcflow.event import ERROR_FIELDS, FIELDS, SPARK_COLUMNS, TRANSPORT_FIELDS, spark_schema_ddl
 from cdcflow.spark.sql import lit, q
+from cdcflow.spark.worker import map_in_arrow
 from cdcflow.types.canonical import CANONICAL_TYPES_TEXT, canonical_type_sql
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def decode_dataframe(
     shape = raw_shape(df)
     if shape == FILES:
         fn = partial(decode_files, dialect=dialect, options=opts, source=source)
-        return df.mapInArrow(fn, spark_schema_ddl())
+        return map_in_arrow(df, fn, spark_schema_ddl())
     if shape == MESSAGES:
         only = df.schema.fields[0].name
         rows = df.selectExpr(f"CAST({q(only)} AS binary) AS value")
@@ -105,7 +106,7 @@ def decode_dataframe(
             *(f"CAST({q(c)} AS {t}) AS {q(c)}" for c, t in _RECORD_TYPES.items() if c in present)
         )
     fn = partial(decode_records, dialect=dialect, options=opts, source=source)
-    return rows.mapInArrow(fn, spark_schema_ddl())
+    return map_in_arrow(rows, fn, spark_schema_ddl())
 
 
 def is_decoded(df: DataFrame) -> bool:

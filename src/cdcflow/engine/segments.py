@@ -36,6 +36,7 @@ from cdcflow.iceberg.catalog import Catalog
 from cdcflow.iceberg.layouts import SEGMENTS
 from cdcflow.iceberg.write import Statement
 from cdcflow.spark.sql import lit, view_name
+from cdcflow.spark.worker import map_in_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -146,7 +147,8 @@ class SegmentStage:
             FROM {v.all} GROUP BY src, dialect, grp
             """
         )
-        judged = grouped.mapInArrow(
+        judged = map_in_arrow(
+            grouped,
             partial(judge_groups, now=now, wait=self.wait, options=self.options),
             spark_schema_ddl() + ", _src string, _grp string, _status string",
         ).persist()

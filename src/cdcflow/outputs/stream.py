@@ -48,6 +48,7 @@ from urllib3.util import Retry, Timeout
 
 from cdcflow.event import format_timestamp, spark_schema_ddl
 from cdcflow.signing import EVENT_ID_HEADER, signature_headers
+from cdcflow.spark.worker import map_in_arrow
 from cdcflow.types import ValueTypeError, from_wire, json_default
 
 if TYPE_CHECKING:
@@ -236,8 +237,10 @@ def _file_lines(
 def write_files(events: DataFrame, out: OutputConfig, pipeline: str, batch_id: int) -> str:
     """Write one batch's events to ``<path>/batch=<batch_id>/`` (replaced when replayed)."""
     target = f"{str(out.path).rstrip('/')}/batch={batch_id}"
-    rendered = _ordered(_row_events(events), out.concurrency).mapInArrow(
-        _file_lines(pipeline, batch_id, out.format, out.batch_size), "value string"
+    rendered = map_in_arrow(
+        _ordered(_row_events(events), out.concurrency),
+        _file_lines(pipeline, batch_id, out.format, out.batch_size),
+        "value string",
     )
     rendered.write.mode("overwrite").text(target)
     return target
@@ -287,7 +290,7 @@ def write_kafka(
     kafka = out.kafka
     assert kafka is not None  # a kafka output has its section (configuration validation)
     rows = _ordered(_row_events(events), out.concurrency)
-    records = rows.mapInArrow(_kafka_rows, KAFKA_ROW_DDL)
+    records = map_in_arrow(rows, _kafka_rows, KAFKA_ROW_DDL)
     options = kafka.connection_options(f"output {out.name!r}")
     try:
         records.write.format("kafka").options(**options).option("topic", kafka.topic).save()
@@ -500,7 +503,7 @@ def deliver_webhook(
     secret = load_secret(out)
     cols = [c.split(" ")[0] for c in FAILURE_DDL.split(", ")][:-2]
     frame = _ordered(_row_events(events).select(*[c.strip("`") for c in cols]), out.concurrency)
-    failures = frame.mapInArrow(_deliver(pipeline, batch_id, out, secret), FAILURE_DDL)
+    failures = map_in_arrow(frame, _deliver(pipeline, batch_id, out, secret), FAILURE_DDL)
     # deliver exactly once per batch run: the failures are computed here, not on every read
     return failures.localCheckpoint(eager=True)
 

@@ -42,6 +42,7 @@ from cdcflow.iceberg.layouts import DEAD_LETTERS
 from cdcflow.pipeline.batch import BatchRunner, Shared
 from cdcflow.pipeline.report import BatchReport
 from cdcflow.spark.sql import lit, q
+from cdcflow.spark.worker import map_in_arrow
 from cdcflow.transports import JSON, transport_of_file
 from cdcflow.transports.message import RawMessage
 
@@ -263,7 +264,8 @@ def replayed_events(claimed: DataFrame, src: SourceConfig, record: SourceRecord)
     messages = claimed.where("kind <> 'event'").selectExpr(
         "raw", "origin", "offset", "line", "item", "dialect"
     )
-    decoded = messages.mapInArrow(
+    decoded = map_in_arrow(
+        messages,
         partial(redecode, dialect=src.dialect, options=options, source=record.id),
         spark_schema_ddl(),
     )
