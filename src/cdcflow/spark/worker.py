@@ -5,9 +5,9 @@ Before each task a Python worker calls ``importlib.invalidate_caches()`` (PySpar
 ``setup_spark_files``, up to Spark 4.1). Since Python 3.10 that makes every ``zipimporter``
 read its archive's whole directory again, and a worker imports PySpark from
 ``pyspark.zip``, py4j from its zip and searches the ``spark-core`` jar that Spark puts on its
-``PYTHONPATH``: about 15 importers, 70–140 ms of CPU per task, before any data — more than a
-small batch's decode itself, and minutes for a batch of thousands of files (one task per
-partition). Those archives are Spark's own and never change while a worker lives, so
+``PYTHONPATH``: about 15 importers, 70–140 ms of CPU per task before any data is read — a
+fixed cost in every task, and minutes for a batch of thousands of files (one task per ≈ 32
+files). Those archives are Spark's own and never change while a worker lives, so
 :func:`steady_imports` makes their importers keep what they read (Python 3.9's behaviour, and
 what SPARK-54744 does for later Spark releases); every other archive (a zip given with
 ``addPyFile``) is read again as before."""
