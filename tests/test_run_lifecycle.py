@@ -217,3 +217,51 @@ def test_follow_stopped_with_its_jvm_by_sigterm_stops_cleanly_and_expiry_waits(
     spark.catalog.refreshTable(tombstones)
     assert spark.table(tombstones).where("deleted_at < timestamp'2021-01-01'").count() == 0
     assert spark.table(tombstones).count() >= kept
+
+
+class _Query:
+    """A streaming query seen through the calls ``Pipeline.wait`` makes: it fails (Spark's
+    known Kafka restart failure) right after its first ``exception()`` look, so the next look
+    finds it ended."""
+
+    def __init__(self, name: str, fails: bool) -> None:
+        self.name, self.fails, self.looks = name, fails, 0
+
+    def exception(self) -> Exception | None:
+        self.looks += 1
+        return RuntimeError("NullPointerException") if self.fails and self.looks > 1 else None
+
+    @property
+    def isActive(self) -> bool:
+        return self.looks == 0 if self.fails else False
+
+    def awaitTermination(self) -> None:
+        return None
+
+
+def test_a_query_that_fails_between_two_looks_is_still_judged_and_started_again(
+    tmp_path: Path,
+) -> None:
+    """``wait`` looks for a failure, then whether any query is still active: a query that
+    fails between the two looks (Spark's Kafka source, SPARK-57438, over a Connect server
+    whose answers take milliseconds) is judged — here started again — rather than taken for a
+    run that ended well or for a failure of the run."""
+    from cdcflow.pipeline.query import Pipeline
+
+    config = pipeline_config(tmp_path, str(tmp_path / "warehouse"), DialectOptions(), "race")
+    pipe = Pipeline(load_config_file(config))
+    restarted: list[str] = []
+
+    def restart() -> bool:
+        for i, q in enumerate(pipe.queries):
+            if q.exception() is not None:
+                restarted.append(q.name)
+                pipe.queries[i] = _Query("again", fails=False)  # type: ignore[assignment]
+        return True
+
+    pipe.queries = [_Query("first", fails=True)]  # type: ignore[list-item]
+    pipe._restart_failed = restart  # type: ignore[method-assign]
+    result = pipe.wait(timeout=5)
+    assert restarted == ["first"]
+    assert result.failure is None and not result.stopped
+    assert [q.name for q in pipe.queries] == ["again"]  # type: ignore[attr-defined]

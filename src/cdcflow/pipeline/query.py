@@ -552,6 +552,10 @@ class Pipeline:
                     if not self._restart_failed():
                         break
                 if not any(q.isActive for q in self.queries):
+                    # a query may have failed after the look above: judged before the end
+                    if any(q.exception() is not None for q in self.queries):
+                        if self._restart_failed():
+                            continue
                     break
                 if should_stop is not None and should_stop():
                     result.stopped = True
