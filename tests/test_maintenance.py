@@ -179,6 +179,51 @@ def _run(config: Path, crash_after: str) -> int:
     return done.returncode
 
 
+@pytest.mark.spark
+def test_apply_changes_called_batch_by_batch_gets_its_maintenance_rounds(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Each ``cdc.apply_changes`` of a batch DataFrame is a process's only batch: the rounds
+    come by batch id (after batches 1 and 3 with ``every_batches: 2``), so a table every call
+    rewrites does not pile up delete files (a count of the process's own batches never
+    reached 2)."""
+    import cdcflow.api as cdc
+
+    schema = "userId bigint, name string, operation string, sequenceNum bigint"
+    settings: dict[str, Any] = {
+        "namespace": "upkeep_calls",
+        "checkpoint": str(tmp_path / "chk"),
+        "maintenance": {"every_batches": 2, "rewrite_delete_files": 1, "rewrite_data_files": 2},
+    }
+    rounds = []
+    for b in range(4):
+        rows = [(k, f"n{b}", "DELETE" if b and k == b else "UPSERT", b * 100 + k) for k in range(8)]
+        result = cdc.apply_changes(
+            target="users",
+            source=spark.createDataFrame(rows, schema),
+            keys=["userId"],
+            sequence_by="sequenceNum",
+            apply_as_deletes="operation = 'DELETE'",
+            except_column_list=["operation", "sequenceNum"],
+            session=spark,
+            **settings,
+        )
+        assert result.exit_status == 0
+        rounds.append([a.table for r in result.reports for a in r.actions])
+    assert "users" not in rounds[0] and "users" not in rounds[2]
+    assert "users" in rounds[1] and "users" in rounds[3], rounds
+    done = spark.sql(
+        "SELECT batch_id, action FROM cdc.upkeep_calls__cdcflow.maintenance "
+        "WHERE table = 'users' AND action = 'rewrite_data_files' ORDER BY batch_id"
+    ).collect()
+    assert [(r["batch_id"], r["action"]) for r in done] == [
+        (1, "rewrite_data_files"),
+        (3, "rewrite_data_files"),
+    ]
+    rows = spark.sql("SELECT userId, name FROM cdc.upkeep_calls.users ORDER BY 1").collect()
+    assert [tuple(r) for r in rows] == [(k, "n3") for k in range(8) if k != 3]
+
+
 @pytest.mark.services
 @pytest.mark.spark
 def test_a_crash_during_and_right_after_each_maintenance_action_then_rerun_equals_the_oracle(

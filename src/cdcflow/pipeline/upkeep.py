@@ -56,10 +56,17 @@ class Upkeep:
         return min(found) if found else 2**62
 
     def after_batch(self, spark: SparkSession, batch_id: int, written: set[str]) -> list[Action]:
-        """Count a batch that wrote ``written``; the maintenance round when one is due."""
+        """Count a batch that wrote ``written``; the maintenance round when one is due: after
+        each batch whose id is one below a multiple of ``every_batches`` (19, 39, … by
+        default), and after ``every_batches`` batches of this process. The batch id keeps the
+        rounds coming when a process runs fewer batches than that — ``apply_changes`` called
+        batch by batch, a scheduled run without ``--follow`` — where a count of the process's
+        own batches would never reach it (the round checks each table's files, so a table
+        written by an earlier process and not since has not grown)."""
         self.written.update(written)
         self.since_maintenance += 1
-        if self.since_maintenance < self.maintenance_every:
+        every = self.maintenance_every
+        if self.since_maintenance < every and (batch_id + 1) % every:
             return []
         return self.maintain(spark, batch_id)
 
