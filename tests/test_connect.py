@@ -132,6 +132,25 @@ def test_a_sessions_kind_and_what_refuses_a_connect_session(spark: Any, connect:
     assert [r["operation"] for r in events.collect()] == ["INSERT"]
 
 
+def test_a_table_not_there_yet_is_looked_up_over_connect_without_an_error_on_stderr(
+    connect: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The first batch of a pipeline looks up tables it has not created yet (its batch
+    history): over Connect the look-up answers "none" and prints nothing — PySpark's client
+    logged the server's error with its Java trace as an ``ERROR`` line first — while an error
+    the caller gets still does."""
+    from pyspark.errors import AnalysisException
+
+    from cdcflow.iceberg.tables import SqlTable
+
+    capfd.readouterr()
+    assert SqlTable.open(connect, "cdc", "connect_absent", "batches") is None
+    assert "TABLE_OR_VIEW_NOT_FOUND" not in capfd.readouterr().err
+    with pytest.raises(AnalysisException):
+        connect.sql("SHOW TBLPROPERTIES cdc.connect_absent.batches").collect()
+    assert "TABLE_OR_VIEW_NOT_FOUND" in capfd.readouterr().err  # the logger is on again
+
+
 def test_what_makes_a_new_session_a_connect_client() -> None:
     """Each way PySpark's builder is asked for a Connect client is named without its value (a
     Connect URL may hold a token); a session cdcflow would build then is refused."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -182,6 +184,26 @@ class JvmTable:
         self._table.expireSnapshots().expireOlderThan(millis).retainLast(int(keep)).commit()
 
 
+@contextmanager
+def _errors_unlogged() -> Iterator[None]:
+    """PySpark's Connect client logs each SQL error it receives, with the server's Java trace,
+    on its ``SQLQueryContextLogger`` (an ``ERROR`` line on standard error) before raising it;
+    around a look-up that expects one — a table not created yet — that logger stays quiet.
+    The error is raised as before."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # PySpark 3.5: no such logger (and no Connect server to ask)
+        yield
+        return
+    logger = PySparkLogger.getLogger("SQLQueryContextLogger")
+    was = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = was
+
+
 class SqlTable:
     """A table's metadata through SQL the server answers (a Spark Connect session)."""
 
@@ -199,7 +221,8 @@ class SqlTable:
     def open(cls, spark: SparkSession, catalog: str, namespace: str, name: str) -> SqlTable | None:
         ident = f"{q(catalog)}.{q(namespace)}.{q(name)}"
         try:
-            rows = spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()
+            with _errors_unlogged():
+                rows = spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()
         except Exception as e:
             if condition(e) in NO_TABLE:
                 return None
