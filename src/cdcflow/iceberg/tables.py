@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -184,24 +186,39 @@ class JvmTable:
         self._table.expireSnapshots().expireOlderThan(millis).retainLast(int(keep)).commit()
 
 
+#: the threads inside :func:`_errors_unlogged`
+_QUIET = threading.local()
+
+
+class _Quiet(logging.Filter):
+    """Drops what a thread inside :func:`_errors_unlogged` logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_QUIET, "on", False)
+
+
+_QUIET_FILTER = _Quiet()
+
+
 @contextmanager
 def _errors_unlogged() -> Iterator[None]:
     """PySpark's Connect client logs each SQL error it receives, with the server's Java trace,
     on its ``SQLQueryContextLogger`` (an ``ERROR`` line on standard error) before raising it;
-    around a look-up that expects one — a table not created yet — that logger stays quiet.
-    The error is raised as before."""
+    around a look-up that expects one — a table not created yet — that logger stays quiet for
+    this thread (others log as before). The error is raised as before."""
     try:
         from pyspark.logger import PySparkLogger
     except ImportError:  # PySpark 3.5: no such logger (and no Connect server to ask)
         yield
         return
     logger = PySparkLogger.getLogger("SQLQueryContextLogger")
-    was = logger.disabled
-    logger.disabled = True
+    if _QUIET_FILTER not in logger.filters:
+        logger.addFilter(_QUIET_FILTER)
+    _QUIET.on = True
     try:
         yield
     finally:
-        logger.disabled = was
+        _QUIET.on = False
 
 
 class SqlTable:

@@ -89,6 +89,14 @@ def remote_url(cfg: PipelineConfig) -> str | None:
     return cfg.spark.remote or cfg.spark.conf.get("spark.remote") or os.environ.get("SPARK_REMOTE")
 
 
+#: The Spark Connect sessions this process made, kept until it ends. PySpark's Connect
+#: session, when garbage-collected, closes its client, and with it shuts down (and waits for)
+#: the thread pool every Connect session of the process shares; a collection that happens
+#: while another session is inside that pool's ``submit`` waits for itself forever. A session
+#: stopped by its pipeline costs a closed channel here.
+_KEPT: list[SparkSession] = []
+
+
 def connect_session(cfg: PipelineConfig, url: str) -> SparkSession:
     """A new session of the Spark Connect server at ``url`` for a pipeline: the
     configuration's runtime settings set on it (``conf``, ``shuffle_partitions`` when given;
@@ -105,8 +113,12 @@ def connect_session(cfg: PipelineConfig, url: str) -> SparkSession:
         ) from None
     from pyspark.errors import AnalysisException
 
+    from cdcflow.spark.session import quiet_pyspark_logs
+
+    quiet_pyspark_logs()
     # a Connect session is a SparkSession to every caller (the API both kinds share)
     spark = cast("SparkSession", RemoteSession.builder.remote(url).create())
+    _KEPT.append(spark)
     given = dict(cfg.spark.conf)
     if "shuffle_partitions" in cfg.spark.model_fields_set:
         given["spark.sql.shuffle.partitions"] = str(cfg.spark.shuffle_partitions)

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -354,6 +354,23 @@ def _embedded_warehouse(settings: SparkSettings) -> None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
+def quiet_pyspark_logs() -> None:
+    """PySpark's own loggers as a session cdcflow makes leaves them: py4j and PySpark at
+    warnings; PySpark 4 logs every error it hands over to Python as a JSON line on stderr (a
+    Connect client too), and cdcflow reports the errors it receives itself (coded), and lets
+    its callers do the same."""
+    for name in ("py4j", "py4j.clientserver", "pyspark"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:  # made as PySpark makes them: it logs with keywords only its own logger class takes
+        from pyspark.logger import PySparkLogger
+
+        logger_of: Callable[[str], logging.Logger] = PySparkLogger.getLogger
+    except ImportError:  # PySpark 3.5: no such loggers
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logger_of(name).setLevel(logging.CRITICAL)
+
+
 def build_session(settings: SparkSettings | None = None) -> SparkSession:
     """Create (or get) the SparkSession with Iceberg configured. A session already running in
     this process is reused as it is, given the catalog if it lacks one of that name; one whose
@@ -364,12 +381,7 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         return _reuse(settings)
     refuse_connect_build(settings.conf, os.environ)
     find_java()
-    for name in ("py4j", "py4j.clientserver", "pyspark"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # PySpark 4 logs every error it hands over to Python as a JSON line on stderr; cdcflow
-    # reports the errors it receives itself (coded), and lets its callers do the same
-    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    quiet_pyspark_logs()
     submitted = submitted_conf()
     files: list[str] = []
     if submitted is None or f"spark.sql.catalog.{settings.catalog_name}.uri" not in submitted:
