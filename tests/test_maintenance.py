@@ -181,13 +181,25 @@ def _run(config: Path, crash_after: str) -> int:
 
 @pytest.mark.spark
 def test_apply_changes_called_batch_by_batch_gets_its_maintenance_rounds(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each ``cdc.apply_changes`` of a batch DataFrame is a process's only batch: the rounds
+    """Each ``cdc.apply_changes`` of a batch DataFrame is a pipeline's only batch: the rounds
     come by batch id (after batches 1 and 3 with ``every_batches: 2``), so a table every call
-    rewrites does not pile up delete files (a count of the process's own batches never
-    reached 2)."""
+    rewrites does not pile up delete files (a count of the pipeline's own batches never
+    reached 2); the tombstone expiry runs on the first call of the process only, not on
+    every call (it is hourly per process)."""
     import cdcflow.api as cdc
+    from cdcflow.pipeline import upkeep
+
+    monkeypatch.setattr(upkeep, "_EXPIRED", {}, raising=False)
+    expiries: list[str] = []
+    expire = upkeep.Upkeep.expire
+
+    def counted(self: upkeep.Upkeep, session: Any) -> None:
+        expiries.append(self.internal)
+        expire(self, session)
+
+    monkeypatch.setattr(upkeep.Upkeep, "expire", counted)
 
     schema = "userId bigint, name string, operation string, sequenceNum bigint"
     settings: dict[str, Any] = {
@@ -222,6 +234,7 @@ def test_apply_changes_called_batch_by_batch_gets_its_maintenance_rounds(
     ]
     rows = spark.sql("SELECT userId, name FROM cdc.upkeep_calls.users ORDER BY 1").collect()
     assert [tuple(r) for r in rows] == [(k, "n3") for k in range(8) if k != 3]
+    assert expiries == ["upkeep_calls__cdcflow"]
 
 
 @pytest.mark.services

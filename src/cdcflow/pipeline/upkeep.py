@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 #: How often tombstones and closed segment groups past their retention are dropped.
 EXPIRY_INTERVAL = 3600.0
 
+#: When the tombstones of an internal namespace were last expired in this process, by the
+#: catalog's name and location: pipelines made one after another in one process —
+#: ``apply_changes`` called batch by batch, a new pipeline per call — share it, so each does
+#: not pay the expiry's ``DELETE`` again (a new process expires on its first batch).
+_EXPIRED: dict[tuple[str | None, ...], float] = {}
+
 
 class Upkeep:
     """The upkeep of one source's pipeline (``pipeline_id``: the ledger its batches go
@@ -43,9 +49,8 @@ class Upkeep:
         #: replicas written since the last maintenance round, and batches since it
         self.written: set[str] = set()
         self.since_maintenance = 0
-        # the first batch of a run drops what is past the retention, then every hour: never
-        # the way out of a run, when a stop may find the JVM shutting down
-        self.last_expiry = 0.0
+        # the first batch of a process drops what is past the retention, then every hour
+        # (_EXPIRED): never the way out of a run, when a stop may find the JVM shutting down
 
     @property
     def maintenance_every(self) -> int:
@@ -110,16 +115,23 @@ class Upkeep:
         )
         spark.sql(f"INSERT INTO {ident} VALUES {rows}")
 
+    def _expiry_key(self, spark: SparkSession) -> tuple[str | None, ...]:
+        """Whose expiry this is: the internal namespace of a catalog at its location."""
+        conf = f"spark.sql.catalog.{self.catalog.name}"
+        where = [spark.conf.get(f"{conf}.{k}", None) for k in ("warehouse", "uri")]
+        return (self.catalog.name, *where, self.internal)
+
     def expire_when_due(self, spark: SparkSession) -> None:
         """:meth:`expire` on the first batch of a process, then every hour (or every
-        retention, when that is shorter)."""
-        if time.time() - self.last_expiry > min(EXPIRY_INTERVAL, self.cfg.retention_seconds):
+        retention, when that is shorter), whichever pipeline of the process runs it."""
+        last = _EXPIRED.get(self._expiry_key(spark), 0.0)
+        if time.time() - last > min(EXPIRY_INTERVAL, self.cfg.retention_seconds):
             self.expire(spark)
 
     def expire(self, spark: SparkSession) -> None:
         """Drop tombstones, and closed groups of split-message segments, older than
         ``tombstone_retention``."""
-        self.last_expiry = time.time()
+        _EXPIRED[self._expiry_key(spark)] = time.time()
         retention = self.cfg.retention_seconds
         if self.catalog.exists(spark, self.internal, TOMBSTONES):
             ident = self.catalog.ident(self.internal, TOMBSTONES)
