@@ -51,6 +51,7 @@ class Upkeep:
         self.since_maintenance = 0
         # the first batch of a process drops what is past the retention, then every hour
         # (_EXPIRED): never the way out of a run, when a stop may find the JVM shutting down
+        self._expiry: tuple[str | None, ...] | None = None
 
     @property
     def maintenance_every(self) -> int:
@@ -116,10 +117,13 @@ class Upkeep:
         spark.sql(f"INSERT INTO {ident} VALUES {rows}")
 
     def _expiry_key(self, spark: SparkSession) -> tuple[str | None, ...]:
-        """Whose expiry this is: the internal namespace of a catalog at its location."""
-        conf = f"spark.sql.catalog.{self.catalog.name}"
-        where = [spark.conf.get(f"{conf}.{k}", None) for k in ("warehouse", "uri")]
-        return (self.catalog.name, *where, self.internal)
+        """Whose expiry this is: the internal namespace of a catalog at its location (read
+        from the session once)."""
+        if self._expiry is None:
+            conf = f"spark.sql.catalog.{self.catalog.name}"
+            where = [spark.conf.get(f"{conf}.{k}", None) for k in ("warehouse", "uri")]
+            self._expiry = (self.catalog.name, *where, self.internal)
+        return self._expiry
 
     def expire_when_due(self, spark: SparkSession) -> None:
         """:meth:`expire` on the first batch of a process, then every hour (or every
