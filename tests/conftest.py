@@ -44,7 +44,27 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_ARCHIVE_DIR] = folder
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # when a module of the session configures cdcflow processes, their class archive is made
+    # beside the first tests (else the first test that configures one makes it, and waits)
+    from tests import processes
+
+    makers = (processes.pipeline_config, processes.run_conf)
+    modules = {getattr(item, "module", None) for item in session.items}
+    if _ARCHIVE_DIR in session.config.stash and any(
+        value is maker
+        for module in modules
+        if module is not None
+        for value in vars(module).values()
+        for maker in makers
+    ):
+        processes.make_archive_in_background()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    from tests.processes import stop_making
+
+    stop_making()
     folder = config.stash.get(_ARCHIVE_DIR, None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
