@@ -50,7 +50,7 @@ live-demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The whole suite on Spark 3.5 with Iceberg's 3.5 runtime (CI runs it after `make test`).
+# The whole suite on Spark 3.5 with Iceberg's 3.5 runtime (CI runs it beside `make test`).
 test-spark35: $(STAMP35)
 	$(VENV35)/bin/python -m pytest -q
 

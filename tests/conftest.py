@@ -36,8 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.processes import ARCHIVE_ENV
 
     golden.UPDATE = bool(config.getoption("--update-goldens"))
-    # the class archive of the session's cdcflow processes (tests/processes.py), made by the
-    # first test that starts one
+    # the class archive of the session's cdcflow processes (tests/processes.py): made beside
+    # the first tests when the session configures such processes (pytest_collection_finish)
     if ARCHIVE_ENV not in os.environ:
         folder = tempfile.mkdtemp(prefix="cdcflow-jvm-")
         os.environ[ARCHIVE_ENV] = str(Path(folder) / "classes.jsa")

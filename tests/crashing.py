@@ -7,7 +7,13 @@ action instead: once the action has a Spark job running (a rewrite's files being
 not committed yet; an orphan removal listing or deleting) or a file of the table is gone (an
 expiry, which runs in the driver, has committed and is deleting the files it expired); an
 action that did neither exits 138 when it ends. :func:`install` does the same inside
-a job of the test's own (``tests/api_job.py``)."""
+a job of the test's own (``tests/api_job.py``).
+
+A crash matrix (the commit steps of a batch, the maintenance actions, the points of a Kafka
+follow) proves each of its points on one Spark line: :func:`line_points` gives Spark 4 the
+points at even places and Spark 3.5 those at odd places, so CI, which runs the suite on both
+lines, proves every point in each run, and each line's suite pays for half of the processes.
+``CDCFLOW_CRASH_POINTS=all`` runs every point on the line at hand."""
 
 from __future__ import annotations
 
@@ -15,13 +21,29 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cdcflow.iceberg import ledger
 
 #: Where ``python -m tests.crashing`` is run from (``tests`` importable).
 ROOT = Path(__file__).resolve().parents[1]
+
+
+#: Environment variable: ``all`` runs every point of a crash matrix on this Spark line.
+POINTS_ENV = "CDCFLOW_CRASH_POINTS"
+
+
+def line_points(points: Sequence[str], spark_version: str | None = None) -> list[str]:
+    """The points of a crash matrix this Spark line proves (see the module's text), in their
+    order; all of them when ``$CDCFLOW_CRASH_POINTS`` is ``all``."""
+    if os.environ.get(POINTS_ENV, "") == "all":
+        return list(points)
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    return list(points[0::2] if int(spark_version.split(".")[0]) >= 4 else points[1::2])
 
 
 #: Exit status of a ``during:`` crash whose action ended without running a Spark job.

@@ -17,7 +17,7 @@ from cdcflow.dialects.savegress.render import render_to_landing
 from cdcflow.simulation.landing import append, land
 from cdcflow.simulation.workload import generate
 from cdcflow.testing.compare import compare_replicas
-from tests.crashing import ROOT, command
+from tests.crashing import ROOT, command, line_points
 from tests.processes import pipeline_config as _config
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -71,9 +71,10 @@ def _check(spark: Any, w: Any, namespace: str, histories: tuple[str, ...] = ()) 
 def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_path: Path) -> None:
     """The process dies right after one commit of a batch (the first batch's versions
     appended to the history table that batch created, a merge, tombstones, dead letters,
-    batch history, an scd2 table's history log, then its versions), at a later batch on each
-    rerun — the replay of the first batch finds its tables existing and merges; the final
-    rerun converges to the oracle and the dead letters are not doubled."""
+    batch history, an scd2 table's history log, then its versions; each Spark line proves
+    half of these points, see ``tests/crashing.py``), at a later batch on each rerun — the
+    replay of the first batch finds its tables existing and merges; the final rerun converges
+    to the oracle and the dead letters are not doubled."""
     w = generate(7, tables=3, transactions=36)
     res = render_to_landing(w, tmp_path / "landing", seed=7, files=6, duplicates=0.2)
     for f in res.files:  # one bad message per file, so every batch writes dead letters
@@ -96,7 +97,7 @@ def test_crash_after_each_commit_step_then_rerun_equals_oracle(spark: Any, tmp_p
         "log@5",
         "versions@5",
     )
-    for step in steps:
+    for step in line_points(steps):  # this Spark line's half: tests/crashing.py
         rc, lines = _run(config, None, crash_after=step)
         assert rc == 137, (step, lines)
     assert _rerun(spark, config) == 3  # completed, with dead letters (the bad lines)

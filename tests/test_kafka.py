@@ -31,7 +31,7 @@ from cdcflow.simulation.workload import Workload, generate
 from cdcflow.testing.compare import compare_replicas
 from cdcflow.testing.kafka import produce
 from cdcflow.testing.services.base import free_port
-from tests.crashing import ROOT, command
+from tests.crashing import ROOT, command, line_points
 from tests.processes import pipeline_config
 
 pytestmark = pytest.mark.spark
@@ -203,7 +203,8 @@ def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
     """A following run over Debezium topics killed right after a merge, a dead-letter commit,
-    a batch-history commit and another merge, and in the middle of a batch; the rerun gives
+    a batch-history commit and another merge (each Spark line proves half of these), and in
+    the middle of a batch; the rerun gives
     the oracle's replicas, every batch in the history once, each poison record dead-lettered
     once with its Kafka coordinates."""
     w = generate(71, tables=3, transactions=60, features=renderer_features("debezium"))
@@ -233,7 +234,8 @@ def test_killed_at_five_points_then_rerun_equals_the_oracle_and_a_poison_record_
         },
         follow_interval="1s",
     )
-    for step in ("merge@1", "dead_letters@2", "history@3", "merge@4"):
+    # this Spark line's half of the four commits (tests/crashing.py)
+    for step in line_points(("merge@1", "dead_letters@2", "history@3", "merge@4")):
         assert _follow(config, step, None) == 137, step
     assert _follow(config, None, kill_after_batches=1) == -signal.SIGKILL
     assert Pipeline(load_config_file(config), spark).run().exit_status == 3  # the poison

@@ -3,6 +3,8 @@ Java server's jars with Maven, and a background process with its state in a fold
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -11,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -44,6 +46,21 @@ def cache_root() -> Path:
     return Path(found).expanduser() if found else Path.home() / ".cache" / "cdcflow" / "services"
 
 
+@contextlib.contextmanager
+def installing() -> Iterator[None]:
+    """Hold the cache's install lock (``<cache>/install.lock``): two test runs on one machine
+    (the two Spark lines side by side) install a program or resolve a server's jars one after
+    the other, the second finding what the first installed."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "install.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def free_port() -> int:
     """A port nothing listens on now (on 127.0.0.1)."""
     with socket.socket() as s:
@@ -65,6 +82,15 @@ def port_free(port: int) -> bool:
 
 def program(name: str, package: str) -> str:
     """The path of a program, installed from Debian's packages when missing (as root)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    with installing():
+        return _install(name, package)
+
+
+def _install(name: str, package: str) -> str:
+    """Install ``package`` for the program ``name`` unless another run just did."""
     found = shutil.which(name)
     if found:
         return found
@@ -103,16 +129,26 @@ def maven_jars(name: str, pom: str) -> Path:
     lib = folder / "lib"
     if (folder / ".resolved").exists():
         return lib
+    mvn = program("mvn", "maven")
+    with installing():
+        if not (folder / ".resolved").exists():
+            _resolve(folder, pom, mvn, root / "m2")
+    return lib
+
+
+def _resolve(folder: Path, pom: str, mvn: str, repository: Path) -> None:
+    """Resolve the runtime dependencies of ``pom`` into ``folder/lib`` with ``mvn``."""
+    name, digest = folder.name.rsplit("-", 1)
+    lib = folder / "lib"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "pom.xml").write_text(pom)
     tmp = folder / "lib.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    mvn = program("mvn", "maven")
     cmd = [
         mvn,
         "-B",
         "-q",
-        f"-Dmaven.repo.local={root / 'm2'}",
+        f"-Dmaven.repo.local={repository}",
         "-f",
         str(folder / "pom.xml"),
         "dependency:copy-dependencies",
@@ -125,7 +161,6 @@ def maven_jars(name: str, pom: str) -> Path:
     shutil.rmtree(lib, ignore_errors=True)
     tmp.rename(lib)
     (folder / ".resolved").write_text(digest + "\n")
-    return lib
 
 
 def alive(pid: int | None, marker: bytes | None = None) -> bool:

@@ -16,7 +16,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from cdcflow.testing.services.base import Background, Service, ServiceError, free_port, program
+from cdcflow.testing.services.base import (
+    Background,
+    Service,
+    ServiceError,
+    free_port,
+    installing,
+    program,
+)
 
 #: Settings appended to postgresql.conf at initdb.
 CONF = """
@@ -195,8 +202,10 @@ class Postgres(Service):
 
 def _ensure_user(name: str) -> None:
     """The system user the server runs as (Debian's package creates ``postgres``)."""
-    done = subprocess.run(["id", name], capture_output=True)
-    if done.returncode != 0:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--home-dir", "/", name], check=True
-        )
+    if subprocess.run(["id", name], capture_output=True).returncode == 0:
+        return
+    with installing():  # another test run may be adding it
+        if subprocess.run(["id", name], capture_output=True).returncode != 0:
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--home-dir", "/", name], check=True
+            )
