@@ -76,7 +76,21 @@ SERVICE_FIXTURES = frozenset({"kafka", "postgres", "rest_catalog", "spark_connec
 SERVICE_CATALOGS = frozenset({"pg", "rest"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.crashing import every_line, spark_line
+
+    # a crash test marked line("3.5") runs on that Spark line (tests/crashing.py)
+    here = spark_line()
+    elsewhere = [
+        item
+        for item in items
+        if (mark := item.get_closest_marker("line")) is not None
+        and mark.args[0] != here
+        and not every_line()
+    ]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if item not in elsewhere]
     for item in items:
         callspec = getattr(item, "callspec", None)
         catalog = callspec.params.get("world") if callspec is not None else None

@@ -9,11 +9,15 @@ expiry, which runs in the driver, has committed and is deleting the files it exp
 action that did neither exits 138 when it ends. :func:`install` does the same inside
 a job of the test's own (``tests/api_job.py``).
 
-A crash matrix (the commit steps of a batch, the maintenance actions, the points of a Kafka
-follow) proves each of its points on one Spark line: :func:`line_points` gives Spark 4 the
-points at even places and Spark 3.5 those at odd places, so CI, which runs the suite on both
-lines, proves every point in each run, and each line's suite pays for half of the processes.
-``CDCFLOW_CRASH_POINTS=all`` runs every point on the line at hand."""
+The crash tests divide their work between the two Spark lines that CI runs side by side
+(their subject is cdcflow's commit protocol, the same code on both lines): a crash matrix
+(the commit steps of a batch, the maintenance actions, the points of a Kafka follow) proves
+each point on one line — :func:`line_points`: Spark 4 the first of every three points, Spark
+3.5 the other two, as Spark 4's suite also runs the Spark Connect tests — and a test marked
+``line("3.5")`` runs on that line only (``conftest.py`` deselects it on the other). A CI run
+thus proves every point and runs every crash test; SIGKILL mid-batch, the Kafka follow's kill
+and the signal tests run on both lines. ``CDCFLOW_CRASH_POINTS=all`` runs every point and
+every crash test on the line at hand."""
 
 from __future__ import annotations
 
@@ -30,20 +34,33 @@ from cdcflow.iceberg import ledger
 ROOT = Path(__file__).resolve().parents[1]
 
 
-#: Environment variable: ``all`` runs every point of a crash matrix on this Spark line.
+#: Environment variable: ``all`` runs every crash point and crash test on this Spark line.
 POINTS_ENV = "CDCFLOW_CRASH_POINTS"
+
+
+def spark_line(version: str | None = None) -> str:
+    """The Spark line of the installed PySpark (or of ``version``): ``"4"`` or ``"3.5"``."""
+    if version is None:
+        from importlib.metadata import version as installed
+
+        version = installed("pyspark")
+    major, minor = version.split(".")[:2]
+    return major if int(major) >= 4 else f"{major}.{minor}"
+
+
+def every_line() -> bool:
+    """Whether this run proves every crash point and runs every crash test."""
+    return os.environ.get(POINTS_ENV, "") == "all"
 
 
 def line_points(points: Sequence[str], spark_version: str | None = None) -> list[str]:
     """The points of a crash matrix this Spark line proves (see the module's text), in their
-    order; all of them when ``$CDCFLOW_CRASH_POINTS`` is ``all``."""
-    if os.environ.get(POINTS_ENV, "") == "all":
+    order."""
+    if every_line():
         return list(points)
-    if spark_version is None:
-        import pyspark
-
-        spark_version = pyspark.__version__
-    return list(points[0::2] if int(spark_version.split(".")[0]) >= 4 else points[1::2])
+    if spark_line(spark_version) == "4":
+        return [p for i, p in enumerate(points) if i % 3 == 0]
+    return [p for i, p in enumerate(points) if i % 3 != 0]
 
 
 #: Exit status of a ``during:`` crash whose action ended without running a Spark job.

@@ -318,6 +318,7 @@ def test_a_batch_id_applied_again_in_the_same_process_commits_nothing(
     assert pipe.dead_letters().count() == 1 and pipe.table("users").count() == 0
 
 
+@pytest.mark.line("3.5")  # tests/crashing.py
 @pytest.mark.services
 def test_own_foreach_batch_killed_after_a_commit_then_replayed_equals_the_oracle(
     spark: Any, tmp_path: Path

@@ -121,6 +121,7 @@ def test_sigkill_mid_batch_then_rerun_equals_oracle(spark: Any, tmp_path: Path) 
     _check(spark, w, "crash")
 
 
+@pytest.mark.line("3.5")  # tests/crashing.py
 def test_crash_around_split_message_reassembly_then_rerun_equals_oracle(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -160,6 +161,7 @@ def test_crash_around_split_message_reassembly_then_rerun_equals_oracle(
     assert left == 0
 
 
+@pytest.mark.line("3.5")  # tests/crashing.py
 def test_consistency_mode_crash_then_rerun_equals_oracle(spark: Any, tmp_path: Path) -> None:
     """consistency: transactions, with BEGIN/COMMIT markers shuffled over files (so events wait
     for commits delivered in later batches): the process dies right after the held-events commit

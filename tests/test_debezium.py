@@ -731,6 +731,7 @@ def test_rendered_faults_replay_to_the_oracle(tmp_path: Path, seed: int) -> None
         assert actual[name] == expected[name], name
 
 
+@pytest.mark.line("3.5")  # tests/crashing.py
 @pytest.mark.services
 @pytest.mark.spark
 def test_transactions_consistency_crash_then_rerun_equals_oracle(

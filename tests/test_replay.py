@@ -100,6 +100,7 @@ def test_keys_configured_later_then_replay_equals_oracle(
     assert sources.count("s (replay)") == 2 and sources.count("s") == 1, sources
 
 
+@pytest.mark.line("3.5")  # tests/crashing.py
 @pytest.mark.services
 @pytest.mark.spark
 def test_replay_killed_half_way_is_completed_by_the_next(spark: Any, tmp_path: Path) -> None:
