@@ -50,9 +50,10 @@ live-demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The whole suite on Spark 3.5 with Iceberg's 3.5 runtime (CI runs it beside `make test`).
+# The suite's Spark tests on Spark 3.5 with Iceberg's 3.5 runtime (CI runs it beside
+# `make test`); the pure-Python tests, the same on both lines, run in `make test`.
 test-spark35: $(STAMP35)
-	$(VENV35)/bin/python -m pytest -q
+	$(VENV35)/bin/python -m pytest -q -m spark
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark"

@@ -14,9 +14,10 @@ The crash tests divide their work between the two Spark lines that CI runs side 
 (the commit steps of a batch, the maintenance actions, the points of a Kafka follow) proves
 each point on one line — :func:`line_points`: Spark 4 the first of every three points, Spark
 3.5 the other two, as Spark 4's suite also runs the Spark Connect tests — and a test marked
-``line("3.5")`` runs on that line only (``conftest.py`` deselects it on the other). A CI run
-thus proves every point and runs every crash test; SIGKILL mid-batch, the Kafka follow's kill
-and the signal tests run on both lines. ``CDCFLOW_CRASH_POINTS=all`` runs every point and
+``line("3.5")`` (five crash tests) or ``line("4")`` (the live PostgreSQL stack with its
+faults) runs on that line only (``conftest.py`` deselects it on the other). A CI run thus
+proves every point and runs every crash test; SIGKILL mid-batch, the Kafka follow's kill and
+the signal tests run on both lines. ``CDCFLOW_CRASH_POINTS=all`` runs every point and
 every crash test on the line at hand."""
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from cdcflow.testing.live.scenario import LiveRun
 from cdcflow.testing.live.schema import TABLES
 from cdcflow.testing.live.workload import Settings
 
-pytestmark = pytest.mark.spark
+# the live stack with its faults is a crash test of the Spark 4 line (tests/crashing.py)
+pytestmark = [pytest.mark.spark, pytest.mark.line("4")]
 
 _runs = itertools.count()
 #: About a minute of workload: one fault of each kind, the whole run under four minutes.
