@@ -51,7 +51,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 # The suite's Spark tests on Spark 3.5 with Iceberg's 3.5 runtime (CI runs it beside
-# `make test`); the pure-Python tests, the same on both lines, run in `make test`.
+# `make test`); the tests that need no SparkSession, the same on both lines, run in `make test`.
 test-spark35: $(STAMP35)
 	$(VENV35)/bin/python -m pytest -q -m spark
 

@@ -79,7 +79,8 @@ SERVICE_CATALOGS = frozenset({"pg", "rest"})
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from tests.crashing import every_line, spark_line
 
-    # a crash test marked line("3.5") runs on that Spark line (tests/crashing.py)
+    # a crash test marked line("3.5") or line("4") runs on that Spark line only
+    # (tests/crashing.py)
     here = spark_line()
     elsewhere = [
         item
